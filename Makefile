@@ -1,0 +1,49 @@
+# train_llama — build, test, demo.
+#   make train_llama_cpu   fp32 CPU reference trainer (OpenMP + OpenBLAS + MPI)
+#   make train_llama       CUDA trainer (needs nvcc; sm_90 by default, GPU_ARCH=sm_80 etc.)
+#   make test              install missing dependencies, build, run every CPU test (GPU tests skip without a GPU)
+#   make demo              a short training run on the bundled dataset
+#   make clean
+
+CXX_MPI    ?= mpicxx
+CXXFLAGS   ?= -O3 -march=native -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-function
+LDLIBS_CPU  = -lopenblas -llapacke -lm
+NVCC       ?= nvcc
+GPU_ARCH   ?= sm_90
+BUILD       = build
+
+LLMC_H  = $(wildcard llmc/*.h)
+TEST_H  = test/test_util.h test/fixture.h
+NPROC  ?= $(shell nproc)
+
+.PHONY: all deps test test-cpu test-gpu demo clean bench
+
+all: train_llama_cpu
+
+deps:
+	@bash scripts/install_deps.sh
+
+train_llama_cpu: train_llama_cpu.cpp $(LLMC_H)
+	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+$(BUILD)/test_%: test/test_%.cpp $(LLMC_H) $(TEST_H) | $(BUILD)
+	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
+
+$(BUILD)/test_model: test/test_model.cpp train_llama_cpu.cpp $(LLMC_H) $(TEST_H) | $(BUILD)
+	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
+
+CPU_TESTS = $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
+
+test: deps
+	@$(MAKE) --no-print-directory train_llama_cpu $(CPU_TESTS)
+	@bash test/run_tests.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory train_llama_cpu
+	OMP_NUM_THREADS=$(NPROC) ./train_llama_cpu -e tiny -b 4 -t 256 -x 60 -l 2e-3 -u 5 -v 20 -m 4 -s 60 -g 48 -o out/demo
+
+clean:
+	rm -rf $(BUILD) train_llama_cpu train_llama out

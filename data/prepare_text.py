@@ -1,0 +1,164 @@
+"""Local text files -> llm.c token shards (GPT-2 BPE).
+
+    python data/prepare_text.py notes/*.txt --out-dir data/mytext --name mytext \
+        --vocab-dir ../shared/tokenizer/gpt2 --doc-split blank
+
+Each input file is split into documents (--doc-split):
+    file           the whole file is one document
+    blank          paragraphs separated by blank lines
+    regex:PATTERN  split at every match of PATTERN (re.MULTILINE); the matched text is dropped,
+                   so use a lookahead to keep a heading, e.g. 'regex:^(?=Chapter )'
+Every document is stripped of surrounding whitespace; empty documents are dropped. Each
+document is encoded as EOT (50256) followed by its tokens.
+
+Output: {name}_val_000000.bin with the first documents (whole documents, about --val-tokens
+tokens, at least one document), then {name}_train_000001.bin, ... with the rest, --shard-size
+tokens per train shard. Inputs are read in the order given (globs sorted).
+"""
+import argparse
+import glob
+import os
+import re
+import sys
+
+from tokenizer_util import ShardWriter, die, encode_document, get_encoding, tokens_with_eot
+
+ENCODE_BATCH_DOCS = 512     # documents handed to tiktoken's threaded batch encoder at once
+GLOB_CHARS = "*?["
+
+
+def expand_inputs(inputs):
+    """Files named on the command line, globs expanded (sorted). Errors name the argument."""
+    paths = []
+    for arg in inputs:
+        if any(c in arg for c in GLOB_CHARS):
+            matches = sorted(p for p in glob.glob(arg) if os.path.isfile(p))
+            if not matches:
+                die(f"input '{arg}': no file matches (expected text files)")
+            paths.extend(matches)
+        elif os.path.isdir(arg):
+            die(f"input '{arg}': is a directory, expected a text file "
+                f"(hint: pass '{os.path.join(arg, '*.txt')}')")
+        elif not os.path.isfile(arg):
+            die(f"input '{arg}': no such file")
+        else:
+            paths.append(arg)
+    return paths
+
+
+def make_splitter(doc_split):
+    """Returns text -> list of documents for a --doc-split value."""
+    if doc_split == "file":
+        pieces = lambda text: [text]
+    elif doc_split == "blank":
+        blank_line = re.compile(r"\n[ \t\r\f\v]*\n")
+        pieces = blank_line.split
+    elif doc_split.startswith("regex:"):
+        pattern = doc_split[len("regex:"):]
+        if not pattern:
+            die("--doc-split: expected regex:PATTERN with a non-empty PATTERN, found 'regex:'")
+        try:
+            rx = re.compile(pattern, re.MULTILINE)
+        except re.error as e:
+            die(f"--doc-split: '{pattern}' is not a valid Python regular expression ({e})")
+        pieces = rx.split
+    else:
+        die(f"--doc-split: expected 'file', 'blank' or 'regex:PATTERN', found '{doc_split}'")
+
+    def split(text):
+        # re.split also returns the text of capture groups (possibly None); keep only strings
+        docs = (d.strip() for d in pieces(text) if isinstance(d, str))
+        return [d for d in docs if d]
+    return split
+
+
+def read_documents(paths, split):
+    docs = []
+    for path in paths:
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            die(f"input '{path}': expected UTF-8 text, found an invalid byte at offset {e.start}")
+        except OSError as e:
+            die(f"input '{path}': cannot read ({e.strerror})")
+        docs.extend(split(text))
+    return docs
+
+
+def encode_documents(enc, docs, threads):
+    """Yields the EOT-prefixed uint16 token array of each document, in order."""
+    for i in range(0, len(docs), ENCODE_BATCH_DOCS):
+        batch = docs[i:i + ENCODE_BATCH_DOCS]
+        if threads > 1 and len(batch) > 1:
+            for ids in enc.encode_ordinary_batch(batch, num_threads=threads):
+                yield tokens_with_eot(ids)
+        else:
+            for doc in batch:
+                yield encode_document(enc, doc)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inputs", nargs="+", help="text files or globs (quote globs)")
+    ap.add_argument("--out-dir", required=True, help="output directory (created if missing)")
+    ap.add_argument("--name", required=True, help="shard file name prefix")
+    ap.add_argument("--vocab-dir", default=None,
+                    help="directory with encoder.json + vocab.bpe (offline); default: tiktoken registry")
+    ap.add_argument("--val-tokens", type=int, default=65536,
+                    help="about this many tokens of whole documents go to the val shard (default 65536)")
+    ap.add_argument("--shard-size", type=int, default=100_000_000,
+                    help="tokens per train shard (default 100M)")
+    ap.add_argument("--doc-split", default="file",
+                    help="how a file splits into documents: file, blank, regex:PATTERN (default file)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="tokenizer threads (default: all cores)")
+    args = ap.parse_args(argv)
+
+    if args.val_tokens < 0:
+        die(f"--val-tokens: expected a count >= 0, found {args.val_tokens}")
+    if args.shard_size <= 0:
+        die(f"--shard-size: expected a positive token count, found {args.shard_size}")
+    if not args.name or os.sep in args.name:
+        die(f"--name: expected a file name prefix without '{os.sep}', found '{args.name}'")
+    if args.threads <= 0:
+        die(f"--threads: expected a positive count, found {args.threads}")
+
+    split = make_splitter(args.doc_split)
+    paths = expand_inputs(args.inputs)
+    docs = read_documents(paths, split)
+    if len(docs) == 0:
+        die(f"input: expected text, found no non-blank document in {len(paths)} file(s) "
+            f"({', '.join(repr(p) for p in paths[:3])}{', ...' if len(paths) > 3 else ''})")
+    if len(docs) == 1:
+        die(f"input: found 1 document, need at least 2 (val + train) "
+            f"(hint: --doc-split blank or regex:PATTERN splits a file into documents)")
+
+    enc = get_encoding(args.vocab_dir)
+    writer = ShardWriter(args.out_dir, args.name, args.shard_size)
+
+    # Val takes whole documents from the start while the document's midpoint stays within
+    # --val-tokens (so the total lands as close to the target as whole documents allow),
+    # always at least one document and never the last one.
+    val_docs = 0
+    for i, tokens in enumerate(encode_documents(enc, docs, args.threads)):
+        if writer.index == 0:
+            take = val_docs == 0 or writer.count + tokens.size / 2 <= args.val_tokens
+            if take and i < len(docs) - 1:
+                writer.add(tokens)
+                val_docs += 1
+                continue
+            writer.end_val()
+        writer.add(tokens)
+    writer.close()
+
+    n_train_shards = len(writer.paths) - 1
+    print(f"{len(paths)} file(s), {len(docs):,} documents: "
+          f"val {writer.val_tokens:,} tokens ({val_docs:,} documents), "
+          f"train {writer.train_tokens:,} tokens ({len(docs) - val_docs:,} documents, "
+          f"{n_train_shards} shard(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

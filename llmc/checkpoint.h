@@ -1,0 +1,267 @@
+// checkpoint.h — model and training-state files (DESIGN §8), host only, shared by both engines.
+//
+//   DIR/model_%08d.bin        256 int32 header + fp32 weights in the flat layout (llama.h)
+//   DIR/state_%08d_%05d.bin   one per rank: step, data position, settings text, optimizer
+//                             moments, and named extra arrays (GeoFP8 factors and residuals)
+//   DIR/DONE_%08d             empty; written last, so its presence means the checkpoint is whole
+//
+// Every file is written to "<name>.tmp" and renamed into place, so a crash mid-write never
+// damages an earlier checkpoint. Each file carries a CRC-32 of its payload. Readers validate
+// everything a user could hand them and fail with one line naming the file (user_error).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+#include "llama.h"
+#include "utils.h"
+
+#define CHECKPOINT_MODEL_MAGIC 20250301
+#define CHECKPOINT_STATE_MAGIC 20250302
+#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_HEADER_INTS 256
+#define CHECKPOINT_STATE_HEADER_INTS 64
+
+static inline std::string checkpoint_model_path(const std::string& dir, int step) {
+    char b[64]; snprintf(b, sizeof(b), "/model_%08d.bin", step); return dir + b;
+}
+static inline std::string checkpoint_state_path(const std::string& dir, int step, int rank) {
+    char b[64]; snprintf(b, sizeof(b), "/state_%08d_%05d.bin", step, rank); return dir + b;
+}
+static inline std::string checkpoint_done_path(const std::string& dir, int step) {
+    char b[64]; snprintf(b, sizeof(b), "/DONE_%08d", step); return dir + b;
+}
+
+// Writes via a temporary file and an atomic rename.
+static inline void checkpoint_commit(const std::string& tmp, const std::string& final_path) {
+    if (rename(tmp.c_str(), final_path.c_str()) != 0) {
+        fprintf(stderr, "error: cannot rename %s to %s\n", tmp.c_str(), final_path.c_str());
+        exit(1);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// model file
+
+static inline void checkpoint_write_model(const std::string& path, const LlamaConfig* c, const float* params, int step) {
+    size_t n = llama_num_params(c);
+    int32_t h[CHECKPOINT_HEADER_INTS] = {0};
+    h[0] = CHECKPOINT_MODEL_MAGIC; h[1] = CHECKPOINT_VERSION;
+    h[2] = c->V; h[3] = c->Vp; h[4] = c->C; h[5] = c->L; h[6] = c->NH; h[7] = c->NKV; h[8] = c->FF; h[9] = c->T;
+    h[10] = step;
+    uint32_t crc = crc32_update(0, params, n * sizeof(float));
+    memcpy(&h[11], &crc, 4);
+    h[12] = 0;  // payload dtype: fp32
+    std::string tmp = path + ".tmp";
+    FILE* f = fopen_check(tmp.c_str(), "wb");
+    fwrite_check(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
+    fwrite_check(params, sizeof(float), n, f);
+    fclose_check(f);
+    checkpoint_commit(tmp, path);
+}
+
+// Reads and validates the header; fills the config and step. Exits (user_error) on anything wrong.
+static inline void checkpoint_read_model_header(const char* path, const char* flag, LlamaConfig* c, int* step) {
+    FILE* f = fopen(path, "rb");
+    if (!f) user_error("%s: cannot open model checkpoint '%s' (expected a preset name (" LLAMA_PRESET_LIST ") or a model_*.bin file)", flag, path);
+    long long size = file_size_bytes(f);
+    int32_t h[CHECKPOINT_HEADER_INTS];
+    size_t got = fread(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
+    fclose(f);
+    if (got != CHECKPOINT_HEADER_INTS)
+        user_error("%s: model checkpoint '%s' is truncated: expected a %d-byte header, found a %lld-byte file", flag, path, CHECKPOINT_HEADER_INTS * 4, size);
+    if (h[0] != CHECKPOINT_MODEL_MAGIC)
+        user_error("%s: '%s' is not a model checkpoint: expected magic %d, found %d", flag, path, CHECKPOINT_MODEL_MAGIC, h[0]);
+    if (h[1] != CHECKPOINT_VERSION)
+        user_error("%s: model checkpoint '%s' has version %d, expected %d", flag, path, h[1], CHECKPOINT_VERSION);
+    *c = LlamaConfig{h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]};
+    const char* problem = llama_config_problem(c);
+    if (problem) user_error("%s: model checkpoint '%s' has an invalid config (%s): %s", flag, path, llama_config_string(c).c_str(), problem);
+    if (h[12] != 0) user_error("%s: model checkpoint '%s' has payload dtype %d, expected 0 (fp32)", flag, path, h[12]);
+    long long expect = (long long)CHECKPOINT_HEADER_INTS * 4 + (long long)llama_num_params(c) * 4;
+    if (size != expect)
+        user_error("%s: model checkpoint '%s' has %lld bytes, expected %lld for %s (truncated or corrupted)", flag, path, size, expect, llama_config_string(c).c_str());
+    if (step) *step = h[10];
+}
+
+// Loads the weights (params must hold llama_num_params(c) floats) and checks the CRC.
+static inline void checkpoint_read_model(const char* path, const char* flag, const LlamaConfig* c, float* params) {
+    size_t n = llama_num_params(c);
+    FILE* f = fopen_check(path, "rb");
+    int32_t h[CHECKPOINT_HEADER_INTS];
+    fread_check(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
+    fread_check(params, sizeof(float), n, f);
+    fclose(f);
+    uint32_t want;
+    memcpy(&want, &h[11], 4);
+    uint32_t got = crc32_update(0, params, n * sizeof(float));
+    if (got != want)
+        user_error("%s: model checkpoint '%s' is corrupted: payload CRC-32 is %08x, the header says %08x", flag, path, got, want);
+}
+
+// ----------------------------------------------------------------------------
+// state file
+
+typedef struct {
+    std::string name;
+    std::vector<float> data;
+} CheckpointArray;
+
+typedef struct {
+    int64_t step;             // optimizer steps completed
+    int64_t rank, world_size;
+    int64_t data_state[3];    // dataloader: shard, position, epoch
+    int64_t skipped_steps;    // consecutive non-finite steps at the time of the checkpoint
+    std::string settings;     // train_config_settings() of the run that wrote it
+    std::vector<float> m;     // (num_params) first moments (AdamW) / momentum (Muon)
+    std::vector<float> v;     // (num_params) second moments (AdamW)
+    std::vector<CheckpointArray> extras;  // GeoFP8 factors, residuals, ...
+} CheckpointState;
+
+static inline void checkpoint_crc_i64(uint32_t* crc, int64_t x) { *crc = crc32_update(*crc, &x, 8); }
+
+static inline void checkpoint_write_state(const std::string& path, const CheckpointState* s) {
+    int64_t h[CHECKPOINT_STATE_HEADER_INTS] = {0};
+    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
+    h[5] = s->data_state[0]; h[6] = s->data_state[1]; h[7] = s->data_state[2]; h[8] = s->skipped_steps;
+    h[9] = (int64_t)s->settings.size(); h[10] = (int64_t)s->m.size(); h[11] = (int64_t)s->v.size();
+    h[12] = (int64_t)s->extras.size();
+    // CRC over everything after the header, in write order
+    uint32_t crc = crc32_update(0, s->settings.data(), s->settings.size());
+    crc = crc32_update(crc, s->m.data(), s->m.size() * 4);
+    crc = crc32_update(crc, s->v.data(), s->v.size() * 4);
+    for (const CheckpointArray& a : s->extras) {
+        checkpoint_crc_i64(&crc, (int64_t)a.name.size());
+        crc = crc32_update(crc, a.name.data(), a.name.size());
+        checkpoint_crc_i64(&crc, (int64_t)a.data.size());
+        crc = crc32_update(crc, a.data.data(), a.data.size() * 4);
+    }
+    h[13] = crc;
+    std::string tmp = path + ".tmp";
+    FILE* f = fopen_check(tmp.c_str(), "wb");
+    fwrite_check(h, sizeof(int64_t), CHECKPOINT_STATE_HEADER_INTS, f);
+    fwrite_check(s->settings.data(), 1, s->settings.size(), f);
+    fwrite_check(s->m.data(), 4, s->m.size(), f);
+    fwrite_check(s->v.data(), 4, s->v.size(), f);
+    for (const CheckpointArray& a : s->extras) {
+        int64_t nl = (int64_t)a.name.size(), nd = (int64_t)a.data.size();
+        fwrite_check(&nl, 8, 1, f);
+        fwrite_check(a.name.data(), 1, a.name.size(), f);
+        fwrite_check(&nd, 8, 1, f);
+        fwrite_check(a.data.data(), 4, a.data.size(), f);
+    }
+    fclose_check(f);
+    checkpoint_commit(tmp, path);
+}
+
+// Reads and validates a state file; every problem is a user_error naming the file.
+static inline void checkpoint_read_state(const std::string& path, CheckpointState* s) {
+    const char* p = path.c_str();
+    FILE* f = fopen(p, "rb");
+    if (!f) user_error("-y: missing state file '%s' (the checkpoint is incomplete or was written by another number of ranks)", p);
+    long long size = file_size_bytes(f);
+    int64_t h[CHECKPOINT_STATE_HEADER_INTS];
+    if (fread(h, 8, CHECKPOINT_STATE_HEADER_INTS, f) != CHECKPOINT_STATE_HEADER_INTS) {
+        fclose(f);
+        user_error("-y: state file '%s' is truncated: %lld bytes, shorter than its %d-byte header", p, size, CHECKPOINT_STATE_HEADER_INTS * 8);
+    }
+    if (h[0] != CHECKPOINT_STATE_MAGIC) { fclose(f); user_error("-y: '%s' is not a state file: expected magic %d, found %lld", p, CHECKPOINT_STATE_MAGIC, (long long)h[0]); }
+    if (h[1] != CHECKPOINT_VERSION) { fclose(f); user_error("-y: state file '%s' has version %lld, expected %d", p, (long long)h[1], CHECKPOINT_VERSION); }
+    const int64_t LIMIT = (int64_t)1 << 40;
+    for (int k = 9; k <= 12; k++) {
+        if (h[k] < 0 || h[k] > LIMIT) { fclose(f); user_error("-y: state file '%s' is corrupted (section size %lld)", p, (long long)h[k]); }
+    }
+    s->step = h[2]; s->rank = h[3]; s->world_size = h[4];
+    s->data_state[0] = h[5]; s->data_state[1] = h[6]; s->data_state[2] = h[7]; s->skipped_steps = h[8];
+    long long fixed = CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9] + 4LL * (h[10] + h[11]);
+    if (size < fixed) { fclose(f); user_error("-y: state file '%s' is truncated: %lld bytes, expected at least %lld", p, size, fixed); }
+    s->settings.assign((size_t)h[9], '\0');
+    s->m.resize((size_t)h[10]);
+    s->v.resize((size_t)h[11]);
+    bool ok = fread(&s->settings[0], 1, (size_t)h[9], f) == (size_t)h[9] &&
+              fread(s->m.data(), 4, s->m.size(), f) == s->m.size() &&
+              fread(s->v.data(), 4, s->v.size(), f) == s->v.size();
+    s->extras.clear();
+    for (int64_t e = 0; ok && e < h[12]; e++) {
+        int64_t nl = 0, nd = 0;
+        CheckpointArray a;
+        ok = fread(&nl, 8, 1, f) == 1 && nl >= 0 && nl < 4096;
+        if (ok) { a.name.assign((size_t)nl, '\0'); ok = fread(&a.name[0], 1, (size_t)nl, f) == (size_t)nl; }
+        ok = ok && fread(&nd, 8, 1, f) == 1 && nd >= 0 && nd <= (size - ftell(f)) / 4;
+        if (ok) { a.data.resize((size_t)nd); ok = fread(a.data.data(), 4, (size_t)nd, f) == (size_t)nd; }
+        if (ok) s->extras.push_back(std::move(a));
+    }
+    bool at_end = ok && ftell(f) == size;
+    fclose(f);
+    if (!ok) user_error("-y: state file '%s' is truncated or corrupted (%lld bytes)", p, size);
+    if (!at_end) user_error("-y: state file '%s' has trailing bytes (%lld bytes in all); corrupted?", p, size);
+    uint32_t crc = crc32_update(0, s->settings.data(), s->settings.size());
+    crc = crc32_update(crc, s->m.data(), s->m.size() * 4);
+    crc = crc32_update(crc, s->v.data(), s->v.size() * 4);
+    for (const CheckpointArray& a : s->extras) {
+        checkpoint_crc_i64(&crc, (int64_t)a.name.size());
+        crc = crc32_update(crc, a.name.data(), a.name.size());
+        checkpoint_crc_i64(&crc, (int64_t)a.data.size());
+        crc = crc32_update(crc, a.data.data(), a.data.size() * 4);
+    }
+    if ((int64_t)crc != h[13]) user_error("-y: state file '%s' is corrupted: CRC-32 %08x, the header says %08llx", p, crc, (unsigned long long)h[13]);
+}
+
+static inline const CheckpointArray* checkpoint_find_extra(const CheckpointState* s, const std::string& name) {
+    for (const CheckpointArray& a : s->extras) if (a.name == name) return &a;
+    return NULL;
+}
+
+// ----------------------------------------------------------------------------
+// directory helpers
+
+static inline void checkpoint_write_done(const std::string& dir, int step) {
+    std::string path = checkpoint_done_path(dir, step), tmp = path + ".tmp";
+    FILE* f = fopen_check(tmp.c_str(), "wb");
+    fclose_check(f);
+    checkpoint_commit(tmp, path);
+}
+
+// Steps that have a DONE marker, ascending.
+static inline std::vector<int> checkpoint_complete_steps(const std::string& dir) {
+    std::vector<int> steps;
+    DIR* d = opendir(dir.c_str());
+    if (!d) return steps;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int step; char tail;
+        if (sscanf(e->d_name, "DONE_%d%c", &step, &tail) == 1 && strlen(e->d_name) == 13) steps.push_back(step);
+    }
+    closedir(d);
+    std::sort(steps.begin(), steps.end());
+    return steps;
+}
+
+// Deletes the files of step (DONE first, so a half-deleted checkpoint never looks complete).
+static inline void checkpoint_delete(const std::string& dir, int step, int world_size) {
+    remove(checkpoint_done_path(dir, step).c_str());
+    remove(checkpoint_model_path(dir, step).c_str());
+    for (int r = 0; r < world_size; r++) remove(checkpoint_state_path(dir, step, r).c_str());
+}
+
+// Keeps the newest `keep` complete checkpoints (keep <= 0: keep all).
+static inline void checkpoint_prune(const std::string& dir, int keep, int world_size) {
+    if (keep <= 0) return;
+    std::vector<int> steps = checkpoint_complete_steps(dir);
+    for (size_t i = 0; i + (size_t)keep < steps.size(); i++) checkpoint_delete(dir, steps[i], world_size);
+}
+
+// mkdir -p for one level; a user error if the path exists and is not a directory.
+static inline void checkpoint_make_dir(const std::string& dir) {
+    struct stat st;
+    if (stat(dir.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) user_error("-o: '%s' exists and is not a directory", dir.c_str());
+        return;
+    }
+    if (mkdir(dir.c_str(), 0755) != 0) user_error("-o: cannot create directory '%s' (does its parent exist?)", dir.c_str());
+}

@@ -1,0 +1,261 @@
+// dataloader.h — reads llm.c token shards into (B, T) batches of inputs and next-token targets
+// (host only).
+// Shard format (written by data/prepare_text.py and data/openwebtext.py): a header of 256 int32
+// -- [0] magic 20240520, [1] version 1, [2] token count -- then `count` uint16 tokens, with
+// EOT (50256) before each document.
+// Order (as llm.c, deterministic, no shuffling): the shards are the glob matches of a pattern,
+// sorted bytewise. Within a shard, batches go in rounds of num_processes batches: round k starts
+// at position k*B*T*num_processes and rank r reads tokens [start + r*B*T, start + r*B*T + B*T + 1);
+// inputs are the first B*T of them, targets the same shifted by one. When the next round would
+// not fit in the shard, every rank moves to the next shard together (so all ranks take the same
+// number of steps per epoch); wrapping back to shard 0 increments the epoch. The tail of a shard
+// shorter than a round is skipped.
+// Checks: at init every shard's magic, version, file size (1024 + 2*count bytes) and that it
+// holds at least one round (B*T*num_processes + 1 tokens); when a shard is loaded (the whole
+// shard, into memory), that every token is < vocab_size. Each failure is one user_error line
+// naming the flag, the file, what was expected and what was found.
+#pragma once
+#include <glob.h>
+#include <sys/stat.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "utils.h"
+
+#define DATA_SHARD_MAGIC 20240520
+#define DATA_SHARD_VERSION 1
+#define DATA_SHARD_HEADER_INTS 256
+#define DATA_SHARD_HEADER_BYTES (DATA_SHARD_HEADER_INTS * 4)
+#define DATA_SHARD_HINT "hint: make shards with data/prepare_text.py"
+
+// Holds std::vector/std::string members: declare it (DataLoader l;) and call dataloader_init;
+// never memset it.
+typedef struct DataLoader {
+    // configuration
+    size_t B;                     // batch size (sequences per rank)
+    size_t T;                     // sequence length
+    int process_rank;             // this rank, in [0, num_processes)
+    int num_processes;            // ranks reading the same shards
+    int vocab_size;               // every token must be < vocab_size
+    std::string flag;             // the command-line flag the pattern came from, for errors
+    // shards
+    std::vector<std::string> shard_paths;  // (num_shards) sorted glob matches
+    std::vector<size_t> shard_tokens;      // (num_shards) token count of each shard
+    int num_shards;
+    size_t total_tokens;          // tokens in all shards, for "one epoch" step counts
+    size_t num_batches;           // batches per epoch, the same on every rank
+    // position of the next batch
+    int current_shard;            // in [0, num_shards)
+    size_t current_position;      // start of the current round (without the rank offset)
+    int epoch;                    // completed passes over all shards
+    // the loaded shard
+    int loaded_shard;             // index of the shard in `tokens`, -1 if none
+    uint16_t* tokens;             // (shard_tokens[loaded_shard])
+    size_t tokens_capacity;       // allocated entries of `tokens`
+    // the batch filled by dataloader_next_batch
+    int* inputs;                  // (B, T)
+    int* targets;                 // (B, T) inputs shifted by one token
+} DataLoader;
+
+// Opens a shard and checks its header and size; returns the file positioned at the first
+// token and sets *count.
+static inline FILE* dataloader_open_shard(const DataLoader* l, const char* path, size_t* count) {
+    const char* flag = l->flag.c_str();
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        user_error("%s: cannot open shard '%s' (%s)", flag, path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        user_error("%s: shard '%s' is not a regular file (expected an llm.c .bin shard)", flag, path);
+    }
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) user_error("%s: cannot open shard '%s' (%s)", flag, path, strerror(errno));
+    long long size = file_size_bytes(f);
+    if (size < DATA_SHARD_HEADER_BYTES) {
+        user_error("%s: shard '%s' is %lld bytes, expected at least the %d-byte llm.c header (%s)",
+                   flag, path, size, DATA_SHARD_HEADER_BYTES, DATA_SHARD_HINT);
+    }
+    int32_t header[DATA_SHARD_HEADER_INTS];
+    fread_check(header, sizeof(int32_t), DATA_SHARD_HEADER_INTS, f);
+    if (header[0] != DATA_SHARD_MAGIC) {
+        user_error("%s: shard '%s' has magic %d, expected %d (not an llm.c token shard; %s)",
+                   flag, path, header[0], DATA_SHARD_MAGIC, DATA_SHARD_HINT);
+    }
+    if (header[1] != DATA_SHARD_VERSION) {
+        user_error("%s: shard '%s' has version %d, expected %d (%s)",
+                   flag, path, header[1], DATA_SHARD_VERSION, DATA_SHARD_HINT);
+    }
+    if (header[2] < 0) {
+        user_error("%s: shard '%s' has token count %d in its header, expected a count >= 0 (%s)",
+                   flag, path, header[2], DATA_SHARD_HINT);
+    }
+    long long expected = (long long)DATA_SHARD_HEADER_BYTES + 2LL * header[2];
+    if (size != expected) {
+        user_error("%s: shard '%s' is %lld bytes, expected %lld = %d + 2*%d for the %d tokens its "
+                   "header counts (%s; hint: regenerate it)",
+                   flag, path, size, expected, DATA_SHARD_HEADER_BYTES, header[2], header[2],
+                   size < expected ? "truncated" : "oversized");
+    }
+    *count = (size_t)header[2];
+    return f;
+}
+
+// Loads shard `s` whole into l->tokens and checks every token against the vocabulary.
+static inline void dataloader_load_shard(DataLoader* l, int s) {
+    if (l->loaded_shard == s) return;
+    const char* path = l->shard_paths[s].c_str();
+    size_t count = 0;
+    FILE* f = dataloader_open_shard(l, path, &count);
+    if (count != l->shard_tokens[s]) {
+        user_error("%s: shard '%s' changed while in use: %zu tokens at start, %zu now",
+                   l->flag.c_str(), path, l->shard_tokens[s], count);
+    }
+    if (count > l->tokens_capacity) {
+        free(l->tokens);
+        l->tokens = (uint16_t*)malloc_check(count * sizeof(uint16_t));
+        l->tokens_capacity = count;
+    }
+    fread_check(l->tokens, sizeof(uint16_t), count, f);
+    fclose(f);
+    for (size_t i = 0; i < count; i++) {
+        if ((int)l->tokens[i] >= l->vocab_size) {
+            l->loaded_shard = -1;
+            user_error("%s: shard '%s': token %zu has id %d, expected < vocab size %d "
+                       "(hint: the shard was made with a different tokenizer)",
+                       l->flag.c_str(), path, i, (int)l->tokens[i], l->vocab_size);
+        }
+    }
+    l->loaded_shard = s;
+}
+
+static inline void dataloader_reset(DataLoader* l) {
+    l->current_shard = 0;
+    l->current_position = 0;
+    l->epoch = 0;
+    dataloader_load_shard(l, 0);
+}
+
+// flag: the command-line flag that supplied the pattern ("-i", "-j"), named in every error.
+static inline void dataloader_init(DataLoader* l, const char* pattern, const char* flag, size_t B, size_t T,
+                                   int process_rank, int num_processes, int vocab_size) {
+    l->flag = flag != NULL ? flag : "data";
+    const char* fl = l->flag.c_str();
+    if (B == 0 || T == 0) user_error("%s: expected batch size and sequence length >= 1, found B=%zu T=%zu", fl, B, T);
+    if (num_processes < 1 || process_rank < 0 || process_rank >= num_processes) {
+        user_error("%s: expected 0 <= rank < ranks, found rank %d of %d", fl, process_rank, num_processes);
+    }
+    if (vocab_size <= 0 || vocab_size > 65536) {
+        user_error("%s: expected a vocab size in [1, 65536] for uint16 shards, found %d", fl, vocab_size);
+    }
+    l->B = B;
+    l->T = T;
+    l->process_rank = process_rank;
+    l->num_processes = num_processes;
+    l->vocab_size = vocab_size;
+
+    glob_t g;
+    int rc = glob(pattern, GLOB_NOSORT, NULL, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        if (rc == 0) globfree(&g);
+        user_error("%s: no file matches '%s' (expected llm.c .bin shards; hint: run data/prepare_text.py)",
+                   fl, pattern);
+    }
+    if (rc != 0) user_error("%s: cannot expand '%s' (glob error %d: unreadable directory?)", fl, pattern, rc);
+    l->shard_paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+    globfree(&g);
+    // bytewise order, independent of the locale, so every rank and every run agree
+    std::sort(l->shard_paths.begin(), l->shard_paths.end());
+    l->num_shards = (int)l->shard_paths.size();
+
+    size_t round = B * T * (size_t)num_processes;
+    l->shard_tokens.assign(l->num_shards, 0);
+    l->total_tokens = 0;
+    l->num_batches = 0;
+    for (int s = 0; s < l->num_shards; s++) {
+        const char* path = l->shard_paths[s].c_str();
+        size_t count = 0;
+        fclose(dataloader_open_shard(l, path, &count));
+        if (count < round + 1) {
+            user_error("%s: shard '%s' has %zu tokens, fewer than one batch needs: B*T*ranks+1 = "
+                       "%zu*%zu*%d+1 = %zu (B=%zu, T=%zu, ranks=%d; hint: lower -b or -t, or use more data)",
+                       fl, path, count, B, T, num_processes, round + 1, B, T, num_processes);
+        }
+        l->shard_tokens[s] = count;
+        l->total_tokens += count;
+        // round k fits when k*round + round + 1 <= count
+        l->num_batches += (count - 1) / round;
+    }
+
+    l->loaded_shard = -1;
+    l->tokens = NULL;
+    l->tokens_capacity = 0;
+    l->inputs = (int*)malloc_check(B * T * sizeof(int));
+    l->targets = (int*)malloc_check(B * T * sizeof(int));
+    dataloader_reset(l);
+}
+
+// Fills l->inputs and l->targets with the next batch, then advances to the one after it.
+static inline void dataloader_next_batch(DataLoader* l) {
+    size_t BT = l->B * l->T;
+    size_t round = BT * (size_t)l->num_processes;
+    const uint16_t* p = l->tokens + l->current_position + (size_t)l->process_rank * BT;
+    for (size_t i = 0; i < BT; i++) {
+        l->inputs[i] = (int)p[i];
+        l->targets[i] = (int)p[i + 1];
+    }
+    l->current_position += round;
+    if (l->current_position + round + 1 > l->shard_tokens[l->current_shard]) {
+        l->current_shard = (l->current_shard + 1) % l->num_shards;
+        if (l->current_shard == 0) l->epoch++;
+        l->current_position = 0;
+        dataloader_load_shard(l, l->current_shard);
+    }
+}
+
+// state = {shard index, position of the next round in that shard, epoch}: enough to resume
+// the exact sequence of batches (with the same pattern, B, T and number of ranks).
+static inline void dataloader_get_state(const DataLoader* l, int64_t state[3]) {
+    state[0] = l->current_shard;
+    state[1] = (int64_t)l->current_position;
+    state[2] = l->epoch;
+}
+
+static inline void dataloader_set_state(DataLoader* l, const int64_t state[3]) {
+    int64_t shard = state[0], pos = state[1], epoch = state[2];
+    size_t round = l->B * l->T * (size_t)l->num_processes;
+    const char* fl = l->flag.c_str();
+    if (shard < 0 || shard >= l->num_shards) {
+        user_error("%s: saved data position names shard %lld, expected a shard index in [0, %d) "
+                   "(hint: resume with the same data files as the checkpoint)", fl, (long long)shard, l->num_shards);
+    }
+    if (pos < 0 || (size_t)pos + round + 1 > l->shard_tokens[shard]) {
+        user_error("%s: saved data position %lld in shard '%s' is out of range: the shard has %zu tokens "
+                   "and a round needs %zu (hint: resume with the same data, -b, -t and rank count)",
+                   fl, (long long)pos, l->shard_paths[shard].c_str(), l->shard_tokens[shard], round + 1);
+    }
+    if (epoch < 0 || epoch > INT32_MAX) {
+        user_error("%s: saved data epoch %lld, expected a value in [0, %d]", fl, (long long)epoch, INT32_MAX);
+    }
+    l->current_shard = (int)shard;
+    l->current_position = (size_t)pos;
+    l->epoch = (int)epoch;
+    dataloader_load_shard(l, l->current_shard);
+}
+
+static inline void dataloader_free(DataLoader* l) {
+    free(l->tokens);
+    free(l->inputs);
+    free(l->targets);
+    l->tokens = NULL;
+    l->inputs = NULL;
+    l->targets = NULL;
+    l->tokens_capacity = 0;
+    l->loaded_shard = -1;
+    std::vector<std::string>().swap(l->shard_paths);
+    std::vector<size_t>().swap(l->shard_tokens);
+    l->num_shards = 0;
+}

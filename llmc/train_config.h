@@ -1,0 +1,278 @@
+// train_config.h — the command line of both trainers (DESIGN §4), host only.
+// train_config_parse() validates every flag (unknown flag, missing value, bad number, out of
+// range, unknown name) with one error line naming the flag, then exit 1. Checks that need the
+// model or the data (T vs the preset, batch vs the shard) happen in the trainer, also before
+// anything is written. train_config_settings() renders the settings that must agree between a
+// checkpoint and the run resuming it (and, with several ranks, between ranks).
+#pragma once
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "utils.h"
+
+#define TRAIN_DEFAULT_TRAIN_DATA "data/kjv/kjv_train_*.bin"
+#define TRAIN_DEFAULT_VAL_DATA "data/kjv/kjv_val_*.bin"
+#define TRAIN_DEFAULT_TOKENIZER "data/gpt2_tokenizer.bin"
+
+typedef struct {
+    std::string train_data;    // -i  glob of train shards
+    std::string val_data;      // -j  glob of val shards
+    std::string model;         // -e  preset name or checkpoint file
+    std::string output_dir;    // -o  logs and checkpoints ("" = none)
+    int B;                     // -b  micro-batch
+    int T;                     // -t  sequence length (0 = the model's T)
+    long long total_batch;     // -d  tokens per optimizer step (0 = B*T*ranks, no accumulation)
+    int steps;                 // -x  optimizer steps (-1 = one epoch)
+    float lr;                  // -l  peak learning rate
+    float final_lr_frac;       // -q  final lr as a fraction of the peak
+    int warmup;                // -u  warmup steps (-1 = 1% of steps)
+    std::string schedule;      // -k  cosine | linear | constant
+    float weight_decay;        // --wd
+    float grad_clip;           // --clip (global norm; 0 = off)
+    int checkpoint_every;      // -n  (0 = only at the end when -o is set)
+    int resume;                // -y  1 = resume from the newest complete checkpoint in -o
+    int keep_checkpoints;      // -nk keep the newest K checkpoints (0 = keep all)
+    int val_every;             // -v  (0 = off)
+    int val_batches;           // -m
+    int sample_every;          // -s  (0 = off)
+    int gen_tokens;            // -g
+    std::string comm;          // -c  fp32 | bf16 | fp8 | fp8block | geofp8 | kfac
+    std::string fp8_reduce;    // --fp8-reduce native | twophase
+    std::string geofp8_layers; // --geofp8-layers auto | FILE | comma list
+    int geofp8_rank;           // --geofp8-rank
+    int geofp8_refresh;        // --geofp8-refresh
+    int geofp8_top;            // --geofp8-top (0 = largest drop)
+    std::string muon;          // --muon moonlight | keller | megatron_core
+    std::string optimizer;     // --optimizer muon | adamw
+    int fidelity_every;        // --fidelity-every (0 = off)
+    unsigned long long seed;   // --seed
+    std::string tokenizer;     // --tokenizer decode table for samples
+    int max_skips;             // --max-skips consecutive non-finite steps before stopping
+} TrainConfig;
+
+static inline void train_config_defaults(TrainConfig* c) {
+    c->train_data = TRAIN_DEFAULT_TRAIN_DATA;
+    c->val_data = TRAIN_DEFAULT_VAL_DATA;
+    c->model = "tiny";
+    c->output_dir = "";
+    c->B = 4;
+    c->T = 0;
+    c->total_batch = 0;
+    c->steps = -1;
+    c->lr = 5e-4f;
+    c->final_lr_frac = 0.1f;
+    c->warmup = -1;
+    c->schedule = "cosine";
+    c->weight_decay = 0.1f;
+    c->grad_clip = 1.0f;
+    c->checkpoint_every = 0;
+    c->resume = 0;
+    c->keep_checkpoints = 0;
+    c->val_every = 50;
+    c->val_batches = 8;
+    c->sample_every = 0;
+    c->gen_tokens = 64;
+    c->comm = "fp32";
+    c->fp8_reduce = "native";
+    c->geofp8_layers = "auto";
+    c->geofp8_rank = 32;
+    c->geofp8_refresh = 50;
+    c->geofp8_top = 0;
+    c->muon = "moonlight";
+    c->optimizer = "muon";
+    c->fidelity_every = 0;
+    c->seed = 1337;
+    c->tokenizer = TRAIN_DEFAULT_TOKENIZER;
+    c->max_skips = 10;
+}
+
+// One row of the flag table: short and long spelling, the field, its kind and range.
+typedef enum { OPT_STR, OPT_INT, OPT_LL, OPT_FLOAT, OPT_ULL } TrainOptKind;
+typedef struct {
+    const char* short_name;  // "-b" (or NULL)
+    const char* long_name;   // "--batch-size"
+    TrainOptKind kind;
+    size_t offset;           // offsetof(TrainConfig, field)
+    double min, max;         // numeric range (inclusive)
+    const char* choices;     // for strings: comma list of allowed values, or NULL
+    const char* help;
+} TrainOpt;
+
+// offsetof on a struct with std::string members is "conditionally supported"; g++ and nvcc's
+// host compiler support it, and the table keeps the flag list in one place.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+#define TOPT(s, l, kind, field, mn, mx, ch, help) {s, l, kind, offsetof(TrainConfig, field), mn, mx, ch, help}
+static const TrainOpt TRAIN_OPTS[] = {
+    TOPT("-i", "--train-data", OPT_STR, train_data, 0, 0, NULL, "glob of train shards"),
+    TOPT("-j", "--val-data", OPT_STR, val_data, 0, 0, NULL, "glob of val shards"),
+    TOPT("-e", "--model", OPT_STR, model, 0, 0, NULL, "preset (tiny, d12, llama300m, llama600m) or model checkpoint file"),
+    TOPT("-o", "--output-dir", OPT_STR, output_dir, 0, 0, NULL, "directory for logs and checkpoints"),
+    TOPT("-b", "--batch-size", OPT_INT, B, 1, 1 << 20, NULL, "micro-batch size in sequences"),
+    TOPT("-t", "--seq-len", OPT_INT, T, 1, 1 << 20, NULL, "sequence length (default: the model's T)"),
+    TOPT("-d", "--total-batch", OPT_LL, total_batch, 1, 1e15, NULL, "tokens per optimizer step (multiple of B*T*ranks)"),
+    TOPT("-x", "--steps", OPT_INT, steps, -1, INT_MAX, NULL, "optimizer steps (-1 = one epoch)"),
+    TOPT("-l", "--lr", OPT_FLOAT, lr, 0, 10, NULL, "peak learning rate"),
+    TOPT("-q", "--final-lr-frac", OPT_FLOAT, final_lr_frac, 0, 1, NULL, "final lr as a fraction of the peak"),
+    TOPT("-u", "--warmup", OPT_INT, warmup, -1, INT_MAX, NULL, "warmup steps (-1 = 1% of steps)"),
+    TOPT("-k", "--schedule", OPT_STR, schedule, 0, 0, "cosine,linear,constant", "learning-rate schedule"),
+    TOPT(NULL, "--wd", OPT_FLOAT, weight_decay, 0, 10, NULL, "weight decay (not on norms)"),
+    TOPT(NULL, "--clip", OPT_FLOAT, grad_clip, 0, 1e30, NULL, "global gradient-norm clip (0 = off)"),
+    TOPT("-n", "--checkpoint-every", OPT_INT, checkpoint_every, 0, INT_MAX, NULL, "checkpoint every N steps (0 = at the end)"),
+    TOPT("-y", "--resume", OPT_INT, resume, 0, 1, NULL, "1 = resume from the newest complete checkpoint in -o"),
+    TOPT("-nk", "--keep-checkpoints", OPT_INT, keep_checkpoints, 0, INT_MAX, NULL, "keep the newest K checkpoints (0 = all)"),
+    TOPT("-v", "--val-every", OPT_INT, val_every, 0, INT_MAX, NULL, "val loss every N steps (0 = off)"),
+    TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, "val batches per evaluation"),
+    TOPT("-s", "--sample-every", OPT_INT, sample_every, 0, INT_MAX, NULL, "sample text every N steps (0 = off)"),
+    TOPT("-g", "--gen-tokens", OPT_INT, gen_tokens, 1, 1 << 20, NULL, "tokens to generate per sample"),
+    TOPT("-c", "--comm", OPT_STR, comm, 0, 0, "fp32,bf16,fp8,fp8block,geofp8,kfac", "gradient communication mode"),
+    TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", "FP8 reduction"),
+    TOPT(NULL, "--geofp8-layers", OPT_STR, geofp8_layers, 0, 0, NULL, "auto, a file, or a comma list of layer names"),
+    TOPT(NULL, "--geofp8-rank", OPT_INT, geofp8_rank, 1, 4096, NULL, "low-rank r of the input-side factor"),
+    TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, "refresh the factor every K steps"),
+    TOPT(NULL, "--geofp8-top", OPT_INT, geofp8_top, 0, 100000, NULL, "select the top k layers (0 = at the largest score drop)"),
+    TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", "Muon preset"),
+    TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", "muon (hidden matrices) + AdamW, or AdamW everywhere"),
+    TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, "also all-reduce in fp32 every N steps and log the error"),
+    TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, "random seed"),
+    TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, "GPT-2 decode table for samples"),
+    TOPT(NULL, "--max-skips", OPT_INT, max_skips, 1, INT_MAX, NULL, "stop after this many consecutive non-finite steps"),
+};
+#undef TOPT
+#pragma GCC diagnostic pop
+#define TRAIN_NUM_OPTS (sizeof(TRAIN_OPTS) / sizeof(TRAIN_OPTS[0]))
+
+static inline void train_config_usage(const char* prog) {
+    printf("usage: %s [flags]\n", prog);
+    for (size_t i = 0; i < TRAIN_NUM_OPTS; i++) {
+        const TrainOpt* o = &TRAIN_OPTS[i];
+        char names[64];
+        snprintf(names, sizeof(names), "%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "", o->long_name);
+        printf("  %-28s %s%s%s%s\n", names, o->help, o->choices ? " {" : "", o->choices ? o->choices : "", o->choices ? "}" : "");
+    }
+}
+
+static inline bool train_config_choice_ok(const char* choices, const char* v) {
+    std::string list = choices;
+    size_t start = 0;
+    while (start <= list.size()) {
+        size_t end = list.find(',', start);
+        if (end == std::string::npos) end = list.size();
+        if (list.compare(start, end - start, v) == 0 && strlen(v) == end - start) return true;
+        start = end + 1;
+    }
+    return false;
+}
+
+static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const char* flag, const char* v) {
+    char* base = (char*)cfg + o->offset;
+    char* end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_STR:
+        if (o->choices && !train_config_choice_ok(o->choices, v))
+            user_error("%s: expected one of {%s}, found '%s'", flag, o->choices, v);
+        if (v[0] == '\0') user_error("%s: expected a non-empty value", flag);
+        *(std::string*)base = v;
+        return;
+    case OPT_INT: case OPT_LL: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || errno == ERANGE)
+            user_error("%s: expected an integer, found '%s'", flag, v);
+        if (x < o->min || x > o->max)
+            user_error("%s: expected an integer in [%.0f, %.0f], found %lld", flag, o->min, o->max, x);
+        if (o->kind == OPT_INT) *(int*)base = (int)x; else *(long long*)base = x;
+        return;
+    }
+    case OPT_ULL: {
+        if (v[0] == '-') user_error("%s: expected a non-negative integer, found '%s'", flag, v);
+        unsigned long long x = strtoull(v, &end, 10);
+        if (end == v || *end != '\0' || errno == ERANGE)
+            user_error("%s: expected a non-negative integer, found '%s'", flag, v);
+        *(unsigned long long*)base = x;
+        return;
+    }
+    case OPT_FLOAT: {
+        double x = strtod(v, &end);
+        if (end == v || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+            user_error("%s: expected a number, found '%s'", flag, v);
+        if (x < o->min || x > o->max)
+            user_error("%s: expected a number in [%g, %g], found %g", flag, o->min, o->max, x);
+        *(float*)base = (float)x;
+        return;
+    }
+    }
+}
+
+// Parses argv into cfg (defaults first). Exits 0 after printing usage for -h/--help.
+static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
+    train_config_defaults(cfg);
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) { train_config_usage(argv[0]); exit(0); }
+        // --flag=value form
+        std::string name = arg, value;
+        bool inline_value = false;
+        size_t eq = name.find('=');
+        if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+            value = name.substr(eq + 1);
+            name = name.substr(0, eq);
+            inline_value = true;
+        }
+        const TrainOpt* o = NULL;
+        for (size_t k = 0; k < TRAIN_NUM_OPTS; k++) {
+            if ((TRAIN_OPTS[k].short_name && name == TRAIN_OPTS[k].short_name) || name == TRAIN_OPTS[k].long_name) { o = &TRAIN_OPTS[k]; break; }
+        }
+        if (o == NULL) user_error("unknown flag '%s' (hint: --help lists every flag)", arg);
+        if (!inline_value) {
+            if (i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());
+            value = argv[++i];
+        }
+        train_config_set(cfg, o, name.c_str(), value.c_str());
+    }
+    if (cfg->resume && cfg->output_dir.empty())
+        user_error("-y 1: resuming needs the checkpoint directory, but -o is not set (hint: add -o DIR)");
+}
+
+// The settings a resumed run (or another rank) must share with this one, as "key=value" lines.
+// Output, logging and checkpoint cadence flags are deliberately left out: they may change on resume.
+static inline std::string train_config_settings(const TrainConfig* c, const std::string& model_desc, int world_size) {
+    char buf[2048];
+    snprintf(buf, sizeof(buf),
+             "model=%s\nB=%d\nT=%d\ntotal_batch=%lld\nsteps=%d\nlr=%.9g\nfinal_lr_frac=%.9g\nwarmup=%d\n"
+             "schedule=%s\nwd=%.9g\nclip=%.9g\ncomm=%s\nfp8_reduce=%s\ngeofp8_layers=%s\ngeofp8_rank=%d\n"
+             "geofp8_refresh=%d\ngeofp8_top=%d\nmuon=%s\noptimizer=%s\nseed=%llu\ntrain_data=%s\nval_data=%s\nworld_size=%d\n",
+             model_desc.c_str(), c->B, c->T, c->total_batch, c->steps, c->lr, c->final_lr_frac, c->warmup,
+             c->schedule.c_str(), c->weight_decay, c->grad_clip, c->comm.c_str(), c->fp8_reduce.c_str(),
+             c->geofp8_layers.c_str(), c->geofp8_rank, c->geofp8_refresh, c->geofp8_top, c->muon.c_str(),
+             c->optimizer.c_str(), c->seed, c->train_data.c_str(), c->val_data.c_str(), world_size);
+    return buf;
+}
+
+// First differing "key=value" line between two settings texts, as "key: A vs B"; "" if equal.
+static inline std::string train_config_first_difference(const std::string& a, const std::string& b) {
+    size_t pa = 0, pb = 0;
+    while (pa < a.size() || pb < b.size()) {
+        size_t ea = a.find('\n', pa), eb = b.find('\n', pb);
+        if (ea == std::string::npos) ea = a.size();
+        if (eb == std::string::npos) eb = b.size();
+        std::string la = a.substr(pa, ea - pa), lb = b.substr(pb, eb - pb);
+        if (la != lb) {
+            size_t ka = la.find('='), kb = lb.find('=');
+            std::string key = la.substr(0, ka == std::string::npos ? la.size() : ka);
+            if (key.empty()) key = lb.substr(0, kb == std::string::npos ? lb.size() : kb);
+            std::string va = ka == std::string::npos ? "(missing)" : la.substr(ka + 1);
+            std::string vb = kb == std::string::npos ? "(missing)" : lb.substr(kb + 1);
+            return key + ": " + va + " vs " + vb;
+        }
+        pa = ea + 1;
+        pb = eb + 1;
+    }
+    return "";
+}

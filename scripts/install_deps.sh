@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the demo need, if it is missing: a C++ compiler,
+# OpenBLAS (OpenMP build), LAPACKE, Open MPI and python3 from Debian/Ubuntu packages; numpy and
+# tiktoken from PyPI (tiktoken has no Debian package; pip keeps numpy matched to python3 on PATH).
+# Quiet and quick when everything is there. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+apt_pkgs=(g++ make libopenblas-openmp-dev liblapacke-dev openmpi-bin libopenmpi-dev python3 python3-pip)
+have_python=0
+command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1 && have_python=1
+pkgs=()
+for p in "${apt_pkgs[@]}"; do
+    # python3/pip may come from elsewhere (pyenv, conda): then apt need not provide them
+    if [ "$have_python" = 1 ] && { [ "$p" = python3 ] || [ "$p" = python3-pip ]; }; then continue; fi
+    dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+    echo "install_deps: installing ${pkgs[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+
+py_missing=()
+python3 -c "import numpy" 2>/dev/null || py_missing+=(numpy)
+python3 -c "import tiktoken" 2>/dev/null || py_missing+=(tiktoken)
+if [ ${#py_missing[@]} -gt 0 ]; then
+    echo "install_deps: pip installing ${py_missing[*]}"
+    python3 -m pip install -q "${py_missing[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_missing[@]}"
+fi
+exit 0

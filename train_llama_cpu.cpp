@@ -1,0 +1,590 @@
+/*
+train_llama_cpu.cpp — the fp32 CPU reference trainer of train_llama.
+
+It trains a Llama (DESIGN §3) with Muon + AdamW on llm.c-format token shards, on one process
+or on N data-parallel MPI ranks, and is the spec the CUDA engine is checked against. It reads
+top to bottom: model structs, forward, backward, gradient communication, update, main.
+
+Dimension legend:
+  B   micro-batch (sequences)        T   sequence length
+  C   channels                       L   layers
+  NH  query heads                    NKV key/value heads (NH % NKV == 0)
+  HS  head size = C / NH             QKV = (NH + 2*NKV) * HS, fused q|k|v channels
+  FF  MLP hidden size                V   vocabulary (50257), Vp padded vocabulary (50304)
+  N   = B * T tokens of a micro-batch
+
+Usage: ./train_llama_cpu [flags]           (--help lists them; README.md explains them)
+       mpirun -np 2 ./train_llama_cpu ...  (data parallel)
+*/
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "llmc/utils.h"
+#include "llmc/rand.h"
+#include "llmc/llama.h"
+#include "llmc/train_config.h"
+#include "llmc/encoder.h"
+#include "llmc/rmsnorm.h"
+#include "llmc/matmul.h"
+#include "llmc/rope.h"
+#include "llmc/attention.h"
+#include "llmc/swiglu.h"
+#include "llmc/residual.h"
+#include "llmc/crossentropy.h"
+#include "llmc/adamw.h"
+#include "llmc/muon.h"
+#include "llmc/schedulers.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/checkpoint.h"
+#include "llmc/logger.h"
+#include "llmc/comm.h"
+
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define CLIP_EPS 1e-6  // as torch.nn.utils.clip_grad_norm_
+
+// ----------------------------------------------------------------------------
+// model structs
+
+// Activations saved by the forward pass for the backward pass, sized for (B, T) at allocation;
+// a forward may use any smaller (B, T) (sampling runs B=1).
+typedef struct {
+    float* residual;  // (L+1, B, T, C) input of each block; [L] feeds the final norm
+    float* res_mid;   // (L, B, T, C) after the attention half of each block
+    float* ln1;       // (L, B, T, C)
+    float* ln1_rstd;  // (L, B, T)
+    float* qkv;       // (L, B, T, QKV) after RoPE
+    float* atty;      // (L, B, T, NH*HS) attention output, before proj
+    float* lse;       // (L, B, NH, T) log-sum-exp of each attention row
+    float* ln2;       // (L, B, T, C)
+    float* ln2_rstd;  // (L, B, T)
+    float* fc1;       // (L, B, T, 2*FF) [gate | up]
+    float* sw;        // (L, B, T, FF) silu(gate) * up
+    float* lnf;       // (B, T, C)
+    float* lnf_rstd;  // (B, T)
+    float* logits;    // (B, T, Vp); the backward overwrites it with dlogits
+    float* losses;    // (B, T)
+    float* branch;    // (B, T, C) output of proj / fc2 before the residual add
+    // backward scratch, reused by every layer
+    float* dres;      // (B, T, C) gradient of the residual stream
+    float* dln;       // (B, T, C)
+    float* dqkv;      // (B, T, QKV)
+    float* datty;     // (B, T, NH*HS)
+    float* dfc1;      // (B, T, 2*FF)
+    float* dsw;       // (B, T, FF)
+} Activations;
+
+typedef struct {
+    LlamaConfig config;
+    size_t num_params;
+    float* params;   // (num_params) fp32 master weights, flat layout (llama.h)
+    float* grads;    // (num_params) same layout
+    float* opt_m;    // (num_params) AdamW first moment / Muon momentum
+    float* opt_v;    // (num_params) AdamW second moment (unused for Muon units)
+    float* muon_scratch;
+    std::vector<LlamaUnit> units;
+    int B, T;        // allocation of the activations
+    Activations acts;
+    float* rope_cos; // (T, HS/2)
+    float* rope_sin; // (T, HS/2)
+} LlamaModel;
+
+static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T) {
+    m->config = *c;
+    m->num_params = llama_num_params(c);
+    m->params = (float*)malloc_check(m->num_params * sizeof(float));
+    m->grads = (float*)calloc_check(m->num_params, sizeof(float));
+    m->opt_m = (float*)calloc_check(m->num_params, sizeof(float));
+    m->opt_v = (float*)calloc_check(m->num_params, sizeof(float));
+    m->units = llama_units(c);
+    size_t scratch = 0;
+    for (const LlamaUnit& u : m->units) if (u.is_matrix) scratch = std::max(scratch, muon_scratch_floats(u.rows, u.cols));
+    m->muon_scratch = (float*)malloc_check(scratch * sizeof(float));
+    m->B = B;
+    m->T = T;
+    size_t N = (size_t)B * T, C = c->C, L = c->L, FF = c->FF, QKV = llama_qkv_channels(c);
+    size_t HSNH = (size_t)llama_head_size(c) * c->NH;
+    Activations* a = &m->acts;
+    a->residual = (float*)malloc_check((L + 1) * N * C * sizeof(float));
+    a->res_mid = (float*)malloc_check(L * N * C * sizeof(float));
+    a->ln1 = (float*)malloc_check(L * N * C * sizeof(float));
+    a->ln1_rstd = (float*)malloc_check(L * N * sizeof(float));
+    a->qkv = (float*)malloc_check(L * N * QKV * sizeof(float));
+    a->atty = (float*)malloc_check(L * N * HSNH * sizeof(float));
+    a->lse = (float*)malloc_check(L * N * c->NH * sizeof(float));
+    a->ln2 = (float*)malloc_check(L * N * C * sizeof(float));
+    a->ln2_rstd = (float*)malloc_check(L * N * sizeof(float));
+    a->fc1 = (float*)malloc_check(L * N * 2 * FF * sizeof(float));
+    a->sw = (float*)malloc_check(L * N * FF * sizeof(float));
+    a->lnf = (float*)malloc_check(N * C * sizeof(float));
+    a->lnf_rstd = (float*)malloc_check(N * sizeof(float));
+    a->logits = (float*)malloc_check(N * c->Vp * sizeof(float));
+    a->losses = (float*)malloc_check(N * sizeof(float));
+    a->branch = (float*)malloc_check(N * C * sizeof(float));
+    a->dres = (float*)malloc_check(N * C * sizeof(float));
+    a->dln = (float*)malloc_check(N * C * sizeof(float));
+    a->dqkv = (float*)malloc_check(N * QKV * sizeof(float));
+    a->datty = (float*)malloc_check(N * HSNH * sizeof(float));
+    a->dfc1 = (float*)malloc_check(N * 2 * FF * sizeof(float));
+    a->dsw = (float*)malloc_check(N * FF * sizeof(float));
+    int HS = llama_head_size(c);
+    m->rope_cos = (float*)malloc_check((size_t)T * (HS / 2) * sizeof(float));
+    m->rope_sin = (float*)malloc_check((size_t)T * (HS / 2) * sizeof(float));
+    rope_precompute_cpu(m->rope_cos, m->rope_sin, T, HS);
+}
+
+static void llama_model_free(LlamaModel* m) {
+    Activations* a = &m->acts;
+    float* bufs[] = {m->params, m->grads, m->opt_m, m->opt_v, m->muon_scratch, a->residual, a->res_mid,
+                     a->ln1, a->ln1_rstd, a->qkv, a->atty, a->lse, a->ln2, a->ln2_rstd, a->fc1, a->sw,
+                     a->lnf, a->lnf_rstd, a->logits, a->losses, a->branch, a->dres, a->dln, a->dqkv,
+                     a->datty, a->dfc1, a->dsw, m->rope_cos, m->rope_sin};
+    for (float* b : bufs) free(b);
+}
+
+// ----------------------------------------------------------------------------
+// forward: tokens (B, T) -> logits (B, T, Vp)
+
+static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
+    const LlamaConfig* c = &m->config;
+    int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
+    int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
+    ParameterTensors p = llama_tensors(c, m->params);
+    Activations* a = &m->acts;
+
+    encoder_forward_cpu(a->residual, tokens, p.wte, N, C);
+    for (int l = 0; l < L; l++) {
+        float* x = a->residual + (size_t)l * N * C;
+        float* ln1 = a->ln1 + (size_t)l * N * C;
+        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
+        float* qkv = a->qkv + (size_t)l * N * QKV;
+        float* atty = a->atty + (size_t)l * N * HSNH;
+        float* lse = a->lse + (size_t)l * N * NH;
+        float* mid = a->res_mid + (size_t)l * N * C;
+        float* ln2 = a->ln2 + (size_t)l * N * C;
+        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
+        float* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
+        float* sw = a->sw + (size_t)l * N * FF;
+        float* out = a->residual + (size_t)(l + 1) * N * C;
+
+        // attention half: x + proj(attn(rope(qkv(rmsnorm(x)))))
+        rmsnorm_forward_cpu(ln1, ln1_rstd, x, p.ln1w + (size_t)l * C, N, C);
+        matmul_forward_cpu(qkv, ln1, p.qkvw + (size_t)l * QKV * C, N, C, QKV);
+        rope_forward_cpu(qkv, qkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS);
+        attention_forward_cpu(atty, lse, qkv, B, T, NH, NKV, HS);
+        matmul_forward_cpu(a->branch, atty, p.projw + (size_t)l * C * HSNH, N, HSNH, C);
+        residual_forward_cpu(mid, x, a->branch, (size_t)N * C);
+        // MLP half: mid + fc2(silu(gate) * up), [gate; up] = fc1(rmsnorm(mid))
+        rmsnorm_forward_cpu(ln2, ln2_rstd, mid, p.ln2w + (size_t)l * C, N, C);
+        matmul_forward_cpu(fc1, ln2, p.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF);
+        swiglu_forward_cpu(sw, fc1, N, FF);
+        matmul_forward_cpu(a->branch, sw, p.fc2w + (size_t)l * C * FF, N, FF, C);
+        residual_forward_cpu(out, mid, a->branch, (size_t)N * C);
+    }
+    rmsnorm_forward_cpu(a->lnf, a->lnf_rstd, a->residual + (size_t)L * N * C, p.lnfw, N, C);
+    matmul_forward_cpu(a->logits, a->lnf, p.lm_head, N, C, c->Vp);
+}
+
+// Mean cross-entropy of the logits of the last forward against targets (B, T).
+static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
+    return crossentropy_forward_cpu(m->acts.losses, m->acts.logits, targets, B * T, m->config.V, m->config.Vp);
+}
+
+// ----------------------------------------------------------------------------
+// backward: accumulates d(loss * dloss_scale) into m->grads; returns this micro-batch's mean loss.
+// dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
+
+static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale) {
+    const LlamaConfig* c = &m->config;
+    int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
+    int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
+    ParameterTensors p = llama_tensors(c, m->params);
+    ParameterTensors g = llama_tensors(c, m->grads);
+    Activations* a = &m->acts;
+
+    // logits become dlogits in place
+    float loss = crossentropy_forward_backward_cpu(a->losses, a->logits, a->logits, targets, N, c->V, c->Vp,
+                                                   dloss_scale / (float)N);
+    memset(a->dln, 0, (size_t)N * C * sizeof(float));
+    matmul_backward_cpu(a->dln, g.lm_head, a->logits, a->lnf, p.lm_head, N, C, c->Vp);
+    memset(a->dres, 0, (size_t)N * C * sizeof(float));
+    rmsnorm_backward_cpu(a->dres, g.lnfw, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        float* x = a->residual + (size_t)l * N * C;
+        float* ln1 = a->ln1 + (size_t)l * N * C;
+        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
+        float* qkv = a->qkv + (size_t)l * N * QKV;
+        float* atty = a->atty + (size_t)l * N * HSNH;
+        float* lse = a->lse + (size_t)l * N * NH;
+        float* mid = a->res_mid + (size_t)l * N * C;
+        float* ln2 = a->ln2 + (size_t)l * N * C;
+        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
+        float* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
+        float* sw = a->sw + (size_t)l * N * FF;
+
+        // MLP half; dres holds d(out) and, after rmsnorm_backward adds into it, d(mid)
+        memset(a->dsw, 0, (size_t)N * FF * sizeof(float));
+        matmul_backward_cpu(a->dsw, g.fc2w + (size_t)l * C * FF, a->dres, sw, p.fc2w + (size_t)l * C * FF, N, FF, C);
+        memset(a->dfc1, 0, (size_t)N * 2 * FF * sizeof(float));
+        swiglu_backward_cpu(a->dfc1, a->dsw, fc1, N, FF);
+        memset(a->dln, 0, (size_t)N * C * sizeof(float));
+        matmul_backward_cpu(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, p.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF);
+        rmsnorm_backward_cpu(a->dres, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C);
+        // attention half; dres becomes d(x)
+        memset(a->datty, 0, (size_t)N * HSNH * sizeof(float));
+        matmul_backward_cpu(a->datty, g.projw + (size_t)l * C * HSNH, a->dres, atty, p.projw + (size_t)l * C * HSNH, N, HSNH, C);
+        memset(a->dqkv, 0, (size_t)N * QKV * sizeof(float));
+        attention_backward_cpu(a->dqkv, a->datty, qkv, atty, lse, B, T, NH, NKV, HS);
+        rope_backward_cpu(a->dqkv, a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS);
+        memset(a->dln, 0, (size_t)N * C * sizeof(float));
+        matmul_backward_cpu(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, p.qkvw + (size_t)l * QKV * C, N, C, QKV);
+        rmsnorm_backward_cpu(a->dres, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C, ln1_rstd, N, C);
+    }
+    encoder_backward_cpu(g.wte, a->dres, tokens, N, C);
+    return loss;
+}
+
+// ----------------------------------------------------------------------------
+// gradient norm and clipping (on the communicated gradient)
+
+// Global L2 norm; fixed-order partial sums so the result is bitwise reproducible.
+static float llama_grad_norm(const float* grads, size_t n) {
+    const size_t CHUNK = 1 << 16;
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    std::vector<double> partial(nchunks, 0.0);
+    #pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        double s = 0.0;
+        size_t end = std::min(n, (k + 1) * CHUNK);
+        for (size_t i = k * CHUNK; i < end; i++) s += (double)grads[i] * grads[i];
+        partial[k] = s;
+    }
+    double total = 0.0;
+    for (double s : partial) total += s;
+    return (float)sqrt(total);
+}
+
+static void llama_clip_grads(float* grads, size_t n, float norm, float max_norm) {
+    if (max_norm <= 0.0f) return;
+    float coef = (float)(max_norm / ((double)norm + CLIP_EPS));
+    if (coef >= 1.0f) return;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) grads[i] *= coef;
+}
+
+// ----------------------------------------------------------------------------
+// update: Muon for the hidden matrices, AdamW for embeddings, lm_head and norms (DESIGN §7)
+
+static void llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step) {
+    const LlamaConfig* c = &m->config;
+    bool use_muon = tc->optimizer == "muon";
+    int HS = llama_head_size(c);
+    for (const LlamaUnit& u : m->units) {
+        float* w = m->params + u.offset;
+        const float* gr = m->grads + u.offset;
+        float* mom = m->opt_m + u.offset;
+        if (use_muon && u.is_matrix) {
+            if (mc->split_qkv && u.tensor == T_QKVW) {
+                // megatron_core: q, k and v are orthogonalized as separate matrices (row blocks)
+                int rows[3] = {c->NH * HS, c->NKV * HS, c->NKV * HS};
+                size_t off = 0;
+                for (int k = 0; k < 3; k++) {
+                    muon_update_cpu(w + off, gr + off, mom + off, rows[k], u.cols, mc, lr, tc->weight_decay, m->muon_scratch);
+                    off += (size_t)rows[k] * u.cols;
+                }
+            } else {
+                muon_update_cpu(w, gr, mom, u.rows, u.cols, mc, lr, tc->weight_decay, m->muon_scratch);
+            }
+        } else {
+            bool is_norm = u.tensor == T_LN1W || u.tensor == T_LN2W || u.tensor == T_LNFW;
+            float wd = is_norm ? 0.0f : tc->weight_decay;
+            adamw_update_cpu(w, gr, mom, m->opt_v + u.offset, (size_t)u.rows * u.cols, lr, ADAMW_BETA1, ADAMW_BETA2,
+                             ADAMW_EPS, wd, step + 1);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// sampling: B=1 forward over the last window, multinomial over the V real tokens
+
+static int sample_token(const float* logits, int V, double coin) {
+    float maxv = logits[0];
+    for (int i = 1; i < V; i++) maxv = std::max(maxv, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - maxv);
+    double target = coin * sum, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((double)logits[i] - maxv);
+        if (acc > target) return i;
+    }
+    return V - 1;
+}
+
+static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, int T, unsigned long long seed) {
+    const LlamaConfig* c = &m->config;
+    Rng rng;
+    rand_init(&rng, seed);
+    std::vector<int> seq(1, LLAMA_GPT2_VOCAB - 1);  // start from <|endoftext|>
+    printf("generating:\n---\n");
+    for (int k = 0; k < gen_tokens; k++) {
+        int len = std::min((int)seq.size(), T);
+        const int* window = seq.data() + seq.size() - len;
+        llama_forward(m, window, 1, len);
+        int next = sample_token(m->acts.logits + (size_t)(len - 1) * c->Vp, c->V, rand_uniform(&rng));
+        seq.push_back(next);
+        if (tok->ok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)next)); else printf("%d ", next);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+}
+
+// ----------------------------------------------------------------------------
+// main
+
+#ifndef TRAIN_LLAMA_NO_MAIN
+
+static std::string format_duration(double s) {
+    char b[64];
+    if (!std::isfinite(s) || s < 0) return "?";
+    int t = (int)s;
+    if (t >= 3600) snprintf(b, sizeof(b), "%dh%02dm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(b, sizeof(b), "%dm%02ds", t / 60, t % 60);
+    else snprintf(b, sizeof(b), "%ds", t);
+    return b;
+}
+
+static void print_table_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
+
+static double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int main(int argc, char** argv) {
+    CommGrid grid;
+    comm_init(&grid, &argc, &argv);
+    TrainConfig tc;
+    train_config_parse(&tc, argc, argv);
+
+    // model config: a preset or a checkpoint file
+    LlamaConfig lc;
+    bool from_file = !llama_preset(tc.model.c_str(), &lc);
+    if (from_file) checkpoint_read_model_header(tc.model.c_str(), "-e", &lc, NULL);
+    if (tc.T == 0) tc.T = lc.T;
+    if (tc.T > lc.T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc.T, tc.T);
+    if (tc.comm != "fp32" && tc.comm != "bf16")
+        user_error("-c: mode '%s' is not available in the CPU engine yet (expected fp32 or bf16)", tc.comm.c_str());
+    long long tokens_per_micro = (long long)tc.B * tc.T * grid.world_size;
+    if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
+    if (tc.total_batch % tokens_per_micro != 0)
+        user_error("-d: expected a multiple of B*T*ranks = %d*%d*%d = %lld tokens, found %lld",
+                   tc.B, tc.T, grid.world_size, tokens_per_micro, tc.total_batch);
+    int accum_steps = (int)(tc.total_batch / tokens_per_micro);
+    MuonPreset preset;
+    muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
+    MuonConfig mc = muon_config(preset);
+    SchedulerKind sched;
+    scheduler_from_name(tc.schedule.c_str(), &sched);
+
+    // data (validated before anything is written)
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    bool do_val = tc.val_every > 0;
+    if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    if (tc.steps == -1) tc.steps = (int)std::max(1LL, (long long)(train_loader.total_tokens / tc.total_batch));
+    if (tc.warmup == -1) tc.warmup = tc.steps / 100;
+
+    // resume point (validated before anything is written)
+    std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
+    std::string settings = train_config_settings(&tc, llama_config_string(&lc), grid.world_size);
+    int start_step = 0;
+    CheckpointState resume_state;
+    if (tc.resume) {
+        std::vector<int> done = checkpoint_complete_steps(tc.output_dir);
+        if (!done.empty()) {
+            start_step = done.back();
+            std::string mpath = checkpoint_model_path(tc.output_dir, start_step);
+            LlamaConfig ck;
+            checkpoint_read_model_header(mpath.c_str(), "-y", &ck, NULL);
+            if (!llama_config_equal(&ck, &lc))
+                user_error("-y: checkpoint '%s' has model %s, but this run asks for %s (hint: pass the same -e, or a new -o)",
+                           mpath.c_str(), llama_config_string(&ck).c_str(), llama_config_string(&lc).c_str());
+            checkpoint_read_state(checkpoint_state_path(tc.output_dir, start_step, grid.rank), &resume_state);
+            if (resume_state.world_size != grid.world_size)
+                user_error("-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
+                           start_step, (long long)resume_state.world_size, grid.world_size);
+            std::string diff = train_config_first_difference(resume_state.settings, settings);
+            if (!diff.empty())
+                user_error("-y: checkpoint step %d was written with different settings: %s (checkpoint vs this run)", start_step, diff.c_str());
+            if (resume_state.m.size() != llama_num_params(&lc) || resume_state.v.size() != llama_num_params(&lc))
+                user_error("-y: state file of step %d holds %zu optimizer values, expected %zu", start_step, resume_state.m.size(), llama_num_params(&lc));
+            if (start_step > tc.steps)
+                user_error("-y: checkpoint step %d is past the run's %d steps", start_step, tc.steps);
+        }
+    }
+
+    // the model
+    LlamaModel model;
+    llama_model_alloc(&model, &lc, tc.B, tc.T);
+    if (start_step > 0) {
+        checkpoint_read_model(checkpoint_model_path(tc.output_dir, start_step).c_str(), "-y", &lc, model.params);
+        memcpy(model.opt_m, resume_state.m.data(), model.num_params * sizeof(float));
+        memcpy(model.opt_v, resume_state.v.data(), model.num_params * sizeof(float));
+        dataloader_set_state(&train_loader, resume_state.data_state);
+    } else if (from_file) {
+        checkpoint_read_model(tc.model.c_str(), "-e", &lc, model.params);
+    } else {
+        llama_init_params(&lc, model.params, tc.seed);
+    }
+
+    // logs: everything above was validated; from here on files are written
+    Logger logger = {NULL, NULL};
+    if (!tc.output_dir.empty() && grid.rank == 0) {
+        checkpoint_make_dir(tc.output_dir);
+        logger_init(&logger, tc.output_dir, start_step > 0);
+    }
+    Tokenizer tokenizer;
+    tokenizer.ok = 0;
+    if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
+
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    if (grid.rank == 0) {
+        char b[256];
+        printf("+------------------------+--------------------------------------------------+\n");
+        print_table_row("setting", "value");
+        printf("+------------------------+--------------------------------------------------+\n");
+        print_table_row("engine", "train_llama_cpu (fp32, OpenMP + OpenBLAS)");
+        print_table_row("model", model_desc);
+        snprintf(b, sizeof(b), "%zu (%.1fM)", model.num_params, model.num_params / 1e6); print_table_row("parameters", b);
+        print_table_row("train data", tc.train_data + " (" + std::to_string(train_loader.num_shards) + " shards, " + std::to_string(train_loader.total_tokens) + " tokens)");
+        print_table_row("val data", do_val ? tc.val_data + " (" + std::to_string(val_loader.total_tokens) + " tokens)" : "off");
+        snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, grid.world_size, accum_steps, tc.total_batch); print_table_row("batch", b);
+        snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); print_table_row("steps", b);
+        snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); print_table_row("learning rate", b);
+        snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
+                 tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); print_table_row("optimizer", b);
+        print_table_row("grad communication", tc.comm);
+        print_table_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
+        snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); print_table_row("threads", b);
+        snprintf(b, sizeof(b), "%llu", tc.seed); print_table_row("seed", b);
+        printf("+------------------------+--------------------------------------------------+\n");
+        fflush(stdout);
+    }
+
+    double t_run0 = now_seconds(), train_seconds = 0.0;
+    int timed_steps = 0;
+    float last_loss = NAN;
+    for (int step = start_step; step <= tc.steps; step++) {
+        bool last = step == tc.steps;
+        bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
+
+        if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
+            dataloader_reset(&val_loader);
+            double sum = 0.0;
+            for (int k = 0; k < tc.val_batches; k++) {
+                dataloader_next_batch(&val_loader);
+                llama_forward(&model, val_loader.inputs, tc.B, tc.T);
+                sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
+            }
+            float val_loss = (float)(comm_sum_double(&grid, sum / tc.val_batches) / grid.world_size);
+            if (grid.rank == 0) {
+                printf("val loss %.6f (step %d)\n", val_loss, step);
+                logger_val(&logger, step, val_loss);
+                std::string line;
+                logger_field(&line, "step", step);
+                logger_field(&line, "val_loss", val_loss);
+                logger_metrics(&logger, line);
+            }
+        }
+        if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
+            llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
+        }
+        bool want_ckpt = !tc.output_dir.empty() && !fresh && step > 0 &&
+                         ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last);
+        if (want_ckpt) {
+            if (grid.rank == 0) checkpoint_write_model(checkpoint_model_path(tc.output_dir, step), &lc, model.params, step);
+            CheckpointState st;
+            st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
+            dataloader_get_state(&train_loader, st.data_state);
+            st.skipped_steps = 0;
+            st.settings = settings;
+            st.m.assign(model.opt_m, model.opt_m + model.num_params);
+            st.v.assign(model.opt_v, model.opt_v + model.num_params);
+            checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
+            comm_barrier(&grid);  // every state file is in place before DONE marks the checkpoint whole
+            if (grid.rank == 0) {
+                checkpoint_write_done(tc.output_dir, step);
+                checkpoint_prune(tc.output_dir, tc.keep_checkpoints, grid.world_size);
+                printf("checkpoint: %s (step %d)\n", tc.output_dir.c_str(), step);
+            }
+        }
+        if (last) break;
+
+        // one optimizer step: micro-steps, communicate, clip, update
+        double t0 = now_seconds();
+        memset(model.grads, 0, model.num_params * sizeof(float));
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum_steps; micro++) {
+            dataloader_next_batch(&train_loader);
+            llama_forward(&model, train_loader.inputs, tc.B, tc.T);
+            loss_sum += llama_backward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T, 1.0f / accum_steps);
+        }
+        double comm_bytes = comm_reduce_gradients(&grid, tc.comm, model.grads, model.num_params);
+        float loss = (float)(comm_sum_double(&grid, loss_sum / accum_steps) / grid.world_size);
+        float norm = llama_grad_norm(model.grads, model.num_params);
+        llama_clip_grads(model.grads, model.num_params, norm, tc.grad_clip);
+        float lr = scheduler_lr(sched, step, tc.steps, tc.warmup, tc.lr, tc.final_lr_frac);
+        llama_update(&model, &tc, &mc, lr, step);
+        double dt = now_seconds() - t0;
+        last_loss = loss;
+        if (step > start_step) { train_seconds += dt; timed_steps++; }  // the first step warms caches
+
+        if (grid.rank == 0) {
+            double tok_s = tc.total_batch / dt;
+            double avg = timed_steps > 0 ? train_seconds / timed_steps : dt;
+            double eta = avg * (tc.steps - step - 1);
+            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | comm %.0f B | eta %s\n",
+                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, comm_bytes, format_duration(eta).c_str());
+            fflush(stdout);
+            logger_train(&logger, step + 1, loss);
+            std::string line;
+            logger_field(&line, "step", step + 1);
+            logger_field(&line, "train_loss", loss);
+            logger_field(&line, "lr", lr);
+            logger_field(&line, "grad_norm", norm);
+            logger_field(&line, "ms", dt * 1e3);
+            logger_field(&line, "tokens_per_s", tok_s);
+            logger_field(&line, "comm_bytes", comm_bytes);
+            logger_field(&line, "eta_s", eta);
+            logger_metrics(&logger, line);
+        }
+    }
+    if (grid.rank == 0) {
+        double total = now_seconds() - t_run0;
+        printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
+        if (timed_steps > 0) printf(", %.0f tok/s average", tc.total_batch * timed_steps / train_seconds);
+        printf("\n");
+    }
+    logger_free(&logger);
+    if (tokenizer.ok) tokenizer_free(&tokenizer);
+    dataloader_free(&train_loader);
+    if (do_val) dataloader_free(&val_loader);
+    llama_model_free(&model);
+    comm_finalize(&grid);
+    return 0;
+}
+#endif  // TRAIN_LLAMA_NO_MAIN
