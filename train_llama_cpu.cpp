@@ -317,6 +317,40 @@ static void llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig*
 }
 
 // ----------------------------------------------------------------------------
+// one optimizer step: micro-steps, communicate, clip, update
+
+typedef struct {
+    float loss;         // mean over micro-steps and ranks
+    float grad_norm;    // of the communicated gradient, before clipping
+    float lr;
+    double comm_bytes;  // sent by this rank
+} StepStats;
+
+// next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T).
+typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
+
+static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
+                                  CommGrid* grid, int accum_steps, int step, NextBatchFn next_batch, void* ctx) {
+    StepStats st;
+    memset(m->grads, 0, m->num_params * sizeof(float));
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < accum_steps; micro++) {
+        const int *inputs, *targets;
+        next_batch(ctx, &inputs, &targets);
+        llama_forward(m, inputs, tc->B, tc->T);
+        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps);
+    }
+    // the gradient communication slot: after the last micro-step, on the flat buffer
+    st.comm_bytes = comm_reduce_gradients(grid, tc->comm, m->grads, m->num_params);
+    st.loss = (float)(comm_sum_double(grid, loss_sum / accum_steps) / grid->world_size);
+    st.grad_norm = llama_grad_norm(m->grads, m->num_params);
+    llama_clip_grads(m->grads, m->num_params, st.grad_norm, tc->grad_clip);
+    st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
+    llama_update(m, tc, mc, st.lr, step);
+    return st;
+}
+
+// ----------------------------------------------------------------------------
 // sampling: B=1 forward over the last window, multinomial over the V real tokens
 
 static int sample_token(const float* logits, int V, double coin) {
@@ -367,6 +401,13 @@ static std::string format_duration(double s) {
 
 static void print_table_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
 
+static void dataloader_next_fn(void* ctx, const int** inputs, const int** targets) {
+    DataLoader* l = (DataLoader*)ctx;
+    dataloader_next_batch(l);
+    *inputs = l->inputs;
+    *targets = l->targets;
+}
+
 static double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -391,10 +432,10 @@ int main(int argc, char** argv) {
         user_error("-d: expected a multiple of B*T*ranks = %d*%d*%d = %lld tokens, found %lld",
                    tc.B, tc.T, grid.world_size, tokens_per_micro, tc.total_batch);
     int accum_steps = (int)(tc.total_batch / tokens_per_micro);
-    MuonPreset preset;
+    MuonPreset preset = MUON_MOONLIGHT;
     muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
     MuonConfig mc = muon_config(preset);
-    SchedulerKind sched;
+    SchedulerKind sched = SCHEDULER_COSINE;
     scheduler_from_name(tc.schedule.c_str(), &sched);
 
     // data (validated before anything is written)
@@ -534,21 +575,10 @@ int main(int argc, char** argv) {
         }
         if (last) break;
 
-        // one optimizer step: micro-steps, communicate, clip, update
         double t0 = now_seconds();
-        memset(model.grads, 0, model.num_params * sizeof(float));
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < accum_steps; micro++) {
-            dataloader_next_batch(&train_loader);
-            llama_forward(&model, train_loader.inputs, tc.B, tc.T);
-            loss_sum += llama_backward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T, 1.0f / accum_steps);
-        }
-        double comm_bytes = comm_reduce_gradients(&grid, tc.comm, model.grads, model.num_params);
-        float loss = (float)(comm_sum_double(&grid, loss_sum / accum_steps) / grid.world_size);
-        float norm = llama_grad_norm(model.grads, model.num_params);
-        llama_clip_grads(model.grads, model.num_params, norm, tc.grad_clip);
-        float lr = scheduler_lr(sched, step, tc.steps, tc.warmup, tc.lr, tc.final_lr_frac);
-        llama_update(&model, &tc, &mc, lr, step);
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, dataloader_next_fn, &train_loader);
+        float loss = st.loss, norm = st.grad_norm, lr = st.lr;
+        double comm_bytes = st.comm_bytes;
         double dt = now_seconds() - t0;
         last_loss = loss;
         if (step > start_step) { train_seconds += dt; timed_steps++; }  // the first step warms caches

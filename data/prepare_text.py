@@ -154,8 +154,8 @@ def main(argv=None):
 
     n_train_shards = len(writer.paths) - 1
     print(f"{len(paths)} file(s), {len(docs):,} documents: "
-          f"val {writer.val_tokens:,} tokens ({val_docs:,} documents), "
-          f"train {writer.train_tokens:,} tokens ({len(docs) - val_docs:,} documents, "
+          f"val {writer.val_tokens:,} tokens ({val_docs:,} document(s)), "
+          f"train {writer.train_tokens:,} tokens ({len(docs) - val_docs:,} document(s), "
           f"{n_train_shards} shard(s))")
     return 0
 

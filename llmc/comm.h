@@ -8,6 +8,9 @@
 // rounded to bf16, summed in fp32, the sum rounded to bf16 again after every combine, as a
 // bf16 all-reduce on the wire would).
 #pragma once
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // C API only: the C++ bindings are deprecated and warn
+#endif
 #include <mpi.h>
 #include <algorithm>
 #include <cmath>

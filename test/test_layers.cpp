@@ -27,9 +27,10 @@
 
 // fp32 against float64 truth on the fixture's small shapes: observed errors are ~1e-7.
 static const double FIXTURE_TOL = 1e-5;
-// Central differences on fp32 forwards: the rounding of the outputs divided by 2h leaves ~1e-4
-// relative noise, so 1e-2 still catches any wrong term (those give O(1) errors).
-static const double FD_TOL = 1e-2;
+// Central differences on fp32 forwards: the rounding of the outputs divided by 2h leaves up to
+// ~4e-4 relative noise (worst layer, crossentropy, over 30 seeds); 3e-3 keeps a margin and still
+// fails a gradient term that is off by a few percent.
+static const double FD_TOL = 3e-3;
 static const float FD_H = 1e-3f;
 static const int FD_ENTRIES = 30;
 // Attention fp32 against the float64 naive version on longer rows (T = 300).

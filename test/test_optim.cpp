@@ -37,7 +37,10 @@ static const char* FIXTURE_PATH = "test/fixtures/optim.fix";
 static const double TOL_NS = 1e-4;
 static const double TOL_MUON_UPDATE = 1e-4;  // W3 - W0 after three Muon steps
 static const double TOL_MUON_MOMENTUM = 1e-6; // M3: three fp32 multiply-adds per entry
-XX
+// AdamW W3 - W0: the fixture stores W3 as float32, and ulp(max|W|) / max|ΔW| ≈ 2.4e-7 / 0.03
+// ≈ 8e-6 is the floor of what this comparison can resolve; 5e-5 sits above that floor.
+static const double TOL_ADAMW_UPDATE = 5e-5;
+static const double TOL_ADAMW_MOMENTS = 1e-6; // m3, v3: a few fp32 multiply-adds per entry
 static const double TOL_SCALE_INV = 1e-5;     // same update for G, 1000 G, 1e-3 G
 static const double TOL_TRANSPOSE = 1e-5;     // NS(Gᵀ) vs NS(G)ᵀ on a square matrix
 
@@ -220,9 +223,9 @@ static void test_fixture(void) {
         double ew = test_rel_err(dW.data(), dref.data(), n);
         double em = test_rel_err(m.data(), fx.f("adamw.m3"), n);
         double ev = test_rel_err(v.data(), fx.f("adamw.v3"), n);
-        test_check("optim.fixture.adamw.W3-W0", ew < TOL_ADAMW, "rel err %.3g (tol %.0e)", ew, TOL_ADAMW);
-        test_check("optim.fixture.adamw.m3", em < TOL_ADAMW, "rel err %.3g (tol %.0e)", em, TOL_ADAMW);
-        test_check("optim.fixture.adamw.v3", ev < TOL_ADAMW, "rel err %.3g (tol %.0e)", ev, TOL_ADAMW);
+        test_check("optim.fixture.adamw.W3-W0", ew < TOL_ADAMW_UPDATE, "rel err %.3g (tol %.0e)", ew, TOL_ADAMW_UPDATE);
+        test_check("optim.fixture.adamw.m3", em < TOL_ADAMW_MOMENTS, "rel err %.3g (tol %.0e)", em, TOL_ADAMW_MOMENTS);
+        test_check("optim.fixture.adamw.v3", ev < TOL_ADAMW_MOMENTS, "rel err %.3g (tol %.0e)", ev, TOL_ADAMW_MOMENTS);
         printf("  adamw rel err: W3-W0 %.3g, m3 %.3g, v3 %.3g\n", ew, em, ev);
     }
 }
@@ -578,7 +581,8 @@ static void test_adamw(void) {
     std::vector<float> p0 = randn(n, 92, 0.5f), dp(n), dpd(n);
     for (size_t i = 0; i < n; i++) { dp[i] = p[i] - p0[i]; dpd[i] = (float)(pd[i] - p0[i]); }
     double e = test_rel_err(dp.data(), dpd.data(), n);
-    test_check("optim.adamw.three_steps_vs_double", e < TOL_ADAMW, "rel err %.3g (tol %.0e)", e, TOL_ADAMW);
+    test_check("optim.adamw.three_steps_vs_double", e < TOL_ADAMW_UPDATE, "rel err %.3g (tol %.0e)", e, TOL_ADAMW_UPDATE);
+    printf("  adamw three steps vs double: rel err %.3g\n", e);
 
     // Zero gradient from zero moments: pure decoupled decay, no NaN (0 / (0 + eps)).
     std::vector<float> q = randn(n, 93), q0 = q, z(n, 0.0f), zm(n, 0.0f), zv(n, 0.0f);

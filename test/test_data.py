@@ -1,0 +1,379 @@
+"""Tests for the dataset scripts in data/ (numpy + tiktoken only; no pytest).
+
+Prints "PASS name" / "FAIL name: detail" / "SKIP name: reason" lines and exits 1 on any
+failure. The GPT-2 tokenizer comes from ../shared/tokenizer/gpt2 when present (offline),
+else from tiktoken's registry; tests that need it skip when neither is available.
+
+    python3 test/test_data.py
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "data")
+sys.path.insert(0, DATA)
+import tokenizer_util as tu  # noqa: E402
+
+VOCAB_DIR = tu.DEFAULT_VOCAB_DIR if os.path.isdir(tu.DEFAULT_VOCAB_DIR) else None
+KJV_TXT = os.path.normpath(os.path.join(REPO, "..", "shared", "corpus", "kjv.txt"))
+KJV_DIR = os.path.join(DATA, "kjv")
+
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global failed
+    if ok:
+        print(f"PASS {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+    sys.stdout.flush()
+
+
+def skip(name, reason):
+    print(f"SKIP {name}: {reason}")
+    sys.stdout.flush()
+
+
+def load_encoding():
+    try:
+        return tu.get_encoding(VOCAB_DIR)
+    except SystemExit:  # registry unreachable; get_encoding printed why
+        return None
+
+
+def run_script(script, *args):
+    """Runs data/<script> with the tokenizer source; returns (returncode, stdout, stderr)."""
+    cmd = [sys.executable, os.path.join(DATA, script), *args]
+    if VOCAB_DIR is not None:
+        cmd += ["--vocab-dir", VOCAB_DIR]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def shard_header(path):
+    with open(path, "rb") as f:
+        return np.frombuffer(f.read(tu.SHARD_HEADER_BYTES), dtype=np.int32)
+
+
+def expected_stream(enc, docs):
+    return np.concatenate([tu.encode_document(enc, d) for d in docs])
+
+
+def split_on_eot(tokens):
+    """Documents of a shard: token runs after each EOT (the shard must start with EOT)."""
+    idx = np.flatnonzero(tokens == tu.EOT)
+    bounds = list(idx) + [tokens.size]
+    return [tokens[bounds[i] + 1:bounds[i + 1]] for i in range(len(idx))]
+
+
+def is_one_error_line(stderr):
+    return stderr.startswith("error: ") and stderr.endswith("\n") and stderr.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------
+
+def test_tokenizer(enc):
+    cases = {
+        "Hello world": [15496, 995],
+        " the": [262],
+        "Hello, world!\n": [15496, 11, 995, 0, 198],
+        " tokenization": [11241, 1634],
+    }
+    for text, ids in cases.items():
+        got = enc.encode_ordinary(text)
+        check(f"tokenizer_encode_{text.strip().replace(' ', '_').replace(',', '').replace('!', '')}",
+              got == ids, f"{text!r} -> {got}, expected {ids}")
+    check("tokenizer_eot", enc.eot_token == tu.EOT and enc.n_vocab == tu.GPT2_VOCAB_SIZE and
+          enc.encode("<|endoftext|>", allowed_special="all") == [tu.EOT],
+          f"eot {enc.eot_token} n_vocab {enc.n_vocab}")
+    # special-token text inside a document stays ordinary text
+    check("tokenizer_encode_document_ordinary",
+          list(tu.encode_document(enc, "a<|endoftext|>b")).count(tu.EOT) == 1, "EOT inside document text")
+
+
+def test_tokenizer_table(enc):
+    path = os.path.join(DATA, "gpt2_tokenizer.bin")
+    if not os.path.exists(path):
+        check("tokenizer_table_exists", False, f"{path} missing (run data/make_tokenizer_table.py)")
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    header = np.frombuffer(data[:1024], dtype=np.uint32)
+    ok = header[0] == 20240328 and header[1] == 2 and header[2] == 50257 and header[3] == 50256
+    check("tokenizer_table_header", ok, f"header {header[:4]}")
+    pos, pieces = 1024, []
+    while pos < len(data):
+        n = data[pos]
+        pieces.append(data[pos + 1:pos + 1 + n])
+        pos += 1 + n
+    check("tokenizer_table_entries", len(pieces) == 50257 and pos == len(data), f"{len(pieces)} entries")
+    ids = [0, 11, 198, 262, 995, 15496, 31373, 50255, 50256]
+    bad = [i for i in ids if i < len(pieces) and pieces[i] != enc.decode_single_token_bytes(i)]
+    check("tokenizer_table_bytes", not bad and pieces[15496] == b"Hello" and pieces[50256] == b"<|endoftext|>",
+          f"mismatched ids {bad}")
+    # the committed table is exactly what the script writes now
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "t.bin")
+        rc, _, err = run_script("make_tokenizer_table.py", "--out", out)
+        same = rc == 0 and open(out, "rb").read() == data
+        check("tokenizer_table_regenerates_identically", same, f"rc {rc} {err.strip()}")
+
+
+def test_prepare_text(enc, tmp):
+    paras = [
+        "The first paragraph has a few words in it.",
+        "Second paragraph: numbers 12345 and punctuation!?",
+        "Third one.\nIt spans two lines.",
+        "Fourth paragraph, the last, with unicode: caf\u00e9 \u2014 na\u00efve.",
+    ]
+    src = os.path.join(tmp, "in.txt")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(paras) + "\n")
+    sizes = [len(enc.encode_ordinary(p)) + 1 for p in paras]
+
+    # blank-line split; val target just over the first document: val = doc 0 only
+    out = os.path.join(tmp, "blank")
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "t",
+                            "--doc-split", "blank", "--val-tokens", str(sizes[0] + 2))
+    val_path, train_path = os.path.join(out, "t_val_000000.bin"), os.path.join(out, "t_train_000001.bin")
+    check("prepare_text_runs", rc == 0 and os.path.exists(val_path) and os.path.exists(train_path),
+          f"rc {rc} stderr {se.strip()}")
+    if rc != 0:
+        return
+    h = shard_header(val_path)
+    val, train = tu.read_shard(val_path), tu.read_shard(train_path)
+    check("prepare_text_header", h[0] == 20240520 and h[1] == 1 and h[2] == val.size and
+          os.path.getsize(val_path) == 1024 + 2 * val.size and not h[3:].any(), f"header {h[:4]}")
+    check("prepare_text_val_first_doc", np.array_equal(val, expected_stream(enc, paras[:1])),
+          f"val {val.size} tokens")
+    check("prepare_text_train_rest", np.array_equal(train, expected_stream(enc, paras[1:])),
+          f"train {train.size} tokens")
+    decoded = enc.decode(np.concatenate([val, train]).tolist())
+    check("prepare_text_decodes_to_input", decoded == "".join("<|endoftext|>" + p for p in paras),
+          repr(decoded[:80]))
+    check("prepare_text_prints_counts", f"val {val.size:,} tokens" in so and f"train {train.size:,} tokens" in so,
+          so.strip())
+
+    # val takes whole documents: a target in the middle of doc 1 rounds to the nearer boundary
+    out = os.path.join(tmp, "valsel")
+    target = sizes[0] + sizes[1] * 3 // 4
+    rc, _, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "t",
+                           "--doc-split", "blank", "--val-tokens", str(target))
+    val = tu.read_shard(os.path.join(out, "t_val_000000.bin")) if rc == 0 else np.zeros(0)
+    check("prepare_text_val_whole_documents", rc == 0 and np.array_equal(val, expected_stream(enc, paras[:2])),
+          f"rc {rc} val {val.size} tokens, doc sizes {sizes}")
+
+    # train shards of --shard-size tokens, documents continuing across shard boundaries
+    out = os.path.join(tmp, "sharded")
+    rc, _, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "t",
+                           "--doc-split", "blank", "--val-tokens", "1", "--shard-size", "7")
+    files = sorted(os.listdir(out)) if rc == 0 else []
+    train_files = [f for f in files if "_train_" in f]
+    parts = [tu.read_shard(os.path.join(out, f)) for f in train_files]
+    n_train = sum(sizes[1:])
+    check("prepare_text_shard_size",
+          rc == 0 and files[0] == "t_train_000001.bin" and "t_val_000000.bin" in files and
+          all(p.size == 7 for p in parts[:-1]) and 0 < parts[-1].size <= 7 and len(parts) == -(-n_train // 7) and
+          np.array_equal(np.concatenate(parts), expected_stream(enc, paras[1:])),
+          f"rc {rc} files {files}")
+
+    # --doc-split file: every file one document, in argument order (globs sorted)
+    a, b, c = (os.path.join(tmp, n) for n in ("b_doc.txt", "a_doc.txt", "c_doc.txt"))
+    texts = {a: "File B text.\n\nStill file B.", b: "File A text.", c: "File C."}
+    for p, t in texts.items():
+        with open(p, "w") as f:
+            f.write(t + "\n")
+    out = os.path.join(tmp, "filesplit")
+    rc, _, se = run_script("prepare_text.py", a, os.path.join(tmp, "[ac]_doc.txt"), "--out-dir", out,
+                           "--name", "f", "--doc-split", "file", "--val-tokens", "1")
+    ok = rc == 0
+    if ok:
+        stream = np.concatenate([tu.read_shard(os.path.join(out, "f_val_000000.bin")),
+                                 tu.read_shard(os.path.join(out, "f_train_000001.bin"))])
+        ok = np.array_equal(stream, expected_stream(enc, [texts[a], texts[b], texts[c]]))
+    check("prepare_text_doc_split_file", ok, f"rc {rc} {se.strip()}")
+
+    # --doc-split regex: split before headings, keeping them (lookahead)
+    src2 = os.path.join(tmp, "headings.txt")
+    with open(src2, "w") as f:
+        f.write("preface line\n## One\nalpha\n## Two\nbeta\n## Three\ngamma\n")
+    out = os.path.join(tmp, "regex")
+    rc, _, se = run_script("prepare_text.py", src2, "--out-dir", out, "--name", "r",
+                           "--doc-split", "regex:^(?=## )", "--val-tokens", "1")
+    ok = rc == 0
+    if ok:
+        stream = np.concatenate([tu.read_shard(os.path.join(out, "r_val_000000.bin")),
+                                 tu.read_shard(os.path.join(out, "r_train_000001.bin"))])
+        docs = ["preface line", "## One\nalpha", "## Two\nbeta", "## Three\ngamma"]
+        ok = np.array_equal(stream, expected_stream(enc, docs))
+    check("prepare_text_doc_split_regex", ok, f"rc {rc} {se.strip()}")
+
+
+def test_prepare_text_errors(tmp):
+    missing = os.path.join(tmp, "does_not_exist.txt")
+    out = os.path.join(tmp, "err_out")
+    rc, _, se = run_script("prepare_text.py", missing, "--out-dir", out, "--name", "e")
+    check("prepare_text_error_missing_file", rc == 1 and is_one_error_line(se) and missing in se and
+          not os.path.exists(out), f"rc {rc} stderr {se!r}")
+
+    rc, _, se = run_script("prepare_text.py", os.path.join(tmp, "nomatch_*.txt"), "--out-dir", out, "--name", "e")
+    check("prepare_text_error_no_glob_match", rc == 1 and is_one_error_line(se) and "nomatch_*.txt" in se,
+          f"rc {rc} stderr {se!r}")
+
+    blank = os.path.join(tmp, "blank.txt")
+    with open(blank, "w") as f:
+        f.write("\n   \n\n")
+    rc, _, se = run_script("prepare_text.py", blank, "--out-dir", out, "--name", "e")
+    check("prepare_text_error_empty_input", rc == 1 and is_one_error_line(se) and blank in se and
+          not os.path.exists(out), f"rc {rc} stderr {se!r}")
+
+    one = os.path.join(tmp, "one_doc.txt")
+    with open(one, "w") as f:
+        f.write("only one document\n")
+    rc, _, se = run_script("prepare_text.py", one, "--out-dir", out, "--name", "e")
+    check("prepare_text_error_single_document", rc == 1 and is_one_error_line(se) and "--doc-split" in se,
+          f"rc {rc} stderr {se!r}")
+
+    rc, _, se = run_script("prepare_text.py", one, "--out-dir", out, "--name", "e", "--doc-split", "lines")
+    check("prepare_text_error_bad_doc_split", rc == 1 and is_one_error_line(se) and "--doc-split" in se,
+          f"rc {rc} stderr {se!r}")
+
+    rc, _, se = run_script("prepare_text.py", one, "--out-dir", out, "--name", "e", "--doc-split", "regex:(")
+    check("prepare_text_error_bad_regex", rc == 1 and is_one_error_line(se) and "--doc-split" in se,
+          f"rc {rc} stderr {se!r}")
+
+
+def make_owt_docs(n):
+    rng = np.random.default_rng(1337)
+    words = ["alpha", "beta", "gamma", "delta", "news", "river", "Paris", "2019", "isn't", "\u00e9t\u00e9",
+             "the", "of", "and", "data", "model", ",", ".", "!", "\n"]
+    return [" ".join(rng.choice(words, size=int(rng.integers(5, 80)))) for _ in range(n)]
+
+
+def test_openwebtext(enc, tmp):
+    docs = make_owt_docs(300)
+    src = os.path.join(tmp, "owt.jsonl")
+    with open(src, "w") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d, "id": 0}) + "\n")
+    ref = expected_stream(enc, docs)
+    shard = 1000
+
+    # llm.c layout: val = the first shard_size tokens, then train shards of shard_size
+    out = os.path.join(tmp, "owt")
+    rc, so, se = run_script("openwebtext.py", "--local", src, "--out-dir", out,
+                            "--workers", "2", "--chunksize", "4", "--shard-size", str(shard))
+    files = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    ok = rc == 0 and files and files[-1] == "openwebtext_val_000000.bin" and files[0] == "openwebtext_train_000001.bin"
+    check("openwebtext_local_runs", ok, f"rc {rc} files {files[:3]} stderr {se.strip()}")
+    if not ok:
+        return
+    order = ["openwebtext_val_000000.bin"] + [f for f in files if "_train_" in f]
+    parts = [tu.read_shard(os.path.join(out, f)) for f in order]
+    stream = np.concatenate(parts)
+    check("openwebtext_token_count", stream.size == ref.size and len(parts) == -(-ref.size // shard),
+          f"{stream.size} tokens in {len(parts)} shards, expected {ref.size}")
+    check("openwebtext_shard_sizes", all(p.size == shard for p in parts[:-1]) and 0 < parts[-1].size <= shard,
+          f"sizes {[p.size for p in parts]}")
+    check("openwebtext_matches_single_process", np.array_equal(stream, ref), "tokens differ from a direct encode")
+    check("openwebtext_names_in_order", order[1:] == [f"openwebtext_train_{i:06d}.bin" for i in range(1, len(parts))],
+          f"{order}")
+
+    # --val-docs: the first N whole documents are val; a directory of .txt documents works too
+    d = os.path.join(tmp, "owt_txt")
+    os.makedirs(d)
+    for i, doc in enumerate(docs[:40]):
+        with open(os.path.join(d, f"doc_{i:03d}.txt"), "w") as f:
+            f.write(doc)
+    out = os.path.join(tmp, "owt2")
+    rc, _, se = run_script("openwebtext.py", "--local", d, "--out-dir", out, "--workers", "2",
+                           "--shard-size", "500", "--val-docs", "5")
+    ok = rc == 0
+    if ok:
+        val = tu.read_shard(os.path.join(out, "openwebtext_val_000000.bin"))
+        train = np.concatenate([tu.read_shard(os.path.join(out, f)) for f in sorted(os.listdir(out)) if "_train_" in f])
+        ok = np.array_equal(val, expected_stream(enc, docs[:5])) and np.array_equal(train, expected_stream(enc, docs[5:40]))
+    check("openwebtext_val_docs_txt_dir", ok, f"rc {rc} {se.strip()}")
+
+    bad = os.path.join(tmp, "bad.jsonl")
+    with open(bad, "w") as f:
+        f.write(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "no text"}) + "\n")
+    out = os.path.join(tmp, "owt3")
+    rc, _, se = run_script("openwebtext.py", "--local", bad, "--out-dir", out, "--workers", "2", "--shard-size", "3")
+    check("openwebtext_error_bad_jsonl", rc == 1 and is_one_error_line(se) and bad in se and "line 2" in se and
+          not (os.path.isdir(out) and os.listdir(out)), f"rc {rc} stderr {se!r}")
+
+
+def test_kjv(enc):
+    val_path = os.path.join(KJV_DIR, "kjv_val_000000.bin")
+    train_path = os.path.join(KJV_DIR, "kjv_train_000001.bin")
+    shards = {}
+    for path in (val_path, train_path):
+        name = os.path.basename(path)
+        if not os.path.exists(path):
+            check(f"kjv_{name}_valid", False, "missing (run data/make_default_dataset.sh)")
+            continue
+        h = shard_header(path)
+        size = os.path.getsize(path)
+        tokens = np.fromfile(path, dtype=np.uint16, offset=1024)
+        ok = (h[0] == 20240520 and h[1] == 1 and size == 1024 + 2 * int(h[2]) and tokens.size == h[2] and
+              tokens.size > 0 and tokens[0] == tu.EOT and int(tokens.max()) < 50257)
+        check(f"kjv_{name}_valid", ok, f"header {h[:3]} size {size} max token {tokens.max() if tokens.size else None}")
+        shards[path] = tokens
+    if len(shards) != 2:
+        return
+    val, train = shards[val_path], shards[train_path]
+    n_docs = [int((val == tu.EOT).sum()), int((train == tu.EOT).sum())]
+    check("kjv_documents_are_books", n_docs[0] >= 1 and sum(n_docs) == 66 and 30_000 < val.size < 100_000,
+          f"documents val/train {n_docs}, val {val.size} tokens")
+    if enc is None:
+        skip("kjv_decodes_to_source", "no tokenizer")
+        return
+    docs = [enc.decode(d.tolist()) for d in split_on_eot(val) + split_on_eot(train)]
+    check("kjv_first_books", docs[0].startswith("Genesis 1\n") and docs[-1].startswith("Revelation 1\n"),
+          f"{docs[0][:20]!r} ... {docs[-1][:20]!r}")
+    if not os.path.exists(KJV_TXT):
+        skip("kjv_decodes_to_source", f"{KJV_TXT} not present")
+        return
+    with open(KJV_TXT, encoding="utf-8") as f:
+        source = f.read()
+    missing = [i for i, d in enumerate(docs) if d not in source]
+    check("kjv_decodes_to_source", not missing and sum(len(d) for d in docs) > 0.99 * len(source.strip()),
+          f"documents not found in kjv.txt: {missing[:5]}")
+    # the bundled shards are exactly what data/make_default_dataset.sh writes now
+    if VOCAB_DIR is None:
+        skip("kjv_regenerates_identically", "offline GPT-2 files not present")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run(["bash", os.path.join(DATA, "make_default_dataset.sh"), tmp],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHON": sys.executable})
+        same = p.returncode == 0 and all(
+            open(os.path.join(tmp, os.path.basename(q)), "rb").read() == open(q, "rb").read() for q in shards)
+        check("kjv_regenerates_identically", same, f"rc {p.returncode} {p.stderr.strip()}")
+
+
+def main():
+    enc = load_encoding()
+    if enc is None:
+        for name in ("tokenizer", "tokenizer_table", "prepare_text", "openwebtext"):
+            skip(name, "GPT-2 tokenizer unavailable (no ../shared/tokenizer/gpt2, registry unreachable)")
+    else:
+        test_tokenizer(enc)
+        test_tokenizer_table(enc)
+        with tempfile.TemporaryDirectory() as tmp:
+            test_prepare_text(enc, tmp)
+            test_prepare_text_errors(tmp)
+            test_openwebtext(enc, tmp)
+    test_kjv(enc)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+// test_model.cpp — the whole CPU model against the PyTorch / Hugging Face fixture
+// (test/reference/make_model_fixtures.py): logits, loss and every parameter gradient of
+// LlamaForCausalLM in float64, and 10 training steps with each Muon preset and with AdamW
+// (torch.optim.Muon / torch.optim.AdamW). Also: gradient accumulation equals one large batch,
+// and checkpoint files round-trip bitwise.
+#define TRAIN_LLAMA_NO_MAIN
+#include "../train_llama_cpu.cpp"
+#include "test_util.h"
+#include "fixture.h"
+
+static const char* FIX_PATH = "test/fixtures/model.fix";
+static const char* MODEL_PATH = "test/fixtures/model_small.bin";
+
+typedef struct {
+    const int* inputs;
+    const int* targets;
+    int stride;  // tokens per micro-batch
+    int next;    // micro-batch index, wraps modulo count
+    int count;
+} FixedBatches;
+
+static void fixed_next(void* ctx, const int** inputs, const int** targets) {
+    FixedBatches* fb = (FixedBatches*)ctx;
+    *inputs = fb->inputs + (size_t)fb->next * fb->stride;
+    *targets = fb->targets + (size_t)fb->next * fb->stride;
+    fb->next = (fb->next + 1) % fb->count;
+}
+
+// Per-tensor relative error of a flat buffer against the reference; returns the max over tensors.
+static double max_tensor_err(const LlamaConfig* c, const float* got, const float* ref, std::string* worst) {
+    size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
+    llama_param_sizes(c, sizes);
+    llama_param_offsets(c, offs);
+    double mx = 0.0;
+    for (int t = 0; t < LLAMA_NUM_TENSORS; t++) {
+        double e = test_rel_err(got + offs[t], ref + offs[t], sizes[t]);
+        if (!(e <= mx)) { mx = e; *worst = LLAMA_TENSOR_NAMES[t]; }
+    }
+    return mx;
+}
+
+int main(void) {
+    Fixture fx;
+    if (!fixture_load(&fx, FIX_PATH)) {
+        test_check("model_fixture_loads", false, "cannot read %s", FIX_PATH);
+        return test_exit_code();
+    }
+    const int32_t* cfg = fx.i("config");
+    LlamaConfig lc = {cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7]};
+    int B = cfg[8], T = lc.T;
+    size_t P = (size_t)cfg[9];
+    test_check("model_param_count", llama_num_params(&lc) == P, "layout has %zu params, fixture %zu", llama_num_params(&lc), P);
+
+    // the fixture's checkpoint file, written by Python, reads through the engine's reader
+    LlamaConfig from_file;
+    int ck_step = -1;
+    checkpoint_read_model_header(MODEL_PATH, "-e", &from_file, &ck_step);
+    test_check("model_checkpoint_header", llama_config_equal(&from_file, &lc) && ck_step == 0, "config %s", llama_config_string(&from_file).c_str());
+
+    LlamaModel m;
+    llama_model_alloc(&m, &lc, B, T);
+    checkpoint_read_model(MODEL_PATH, "-e", &lc, m.params);
+    test_check("model_checkpoint_payload", memcmp(m.params, fx.f("params"), P * sizeof(float)) == 0, "weights differ from fixture params");
+
+    const int* inputs = fx.i("inputs");
+    const int* targets = fx.i("targets");
+    size_t NV = (size_t)B * T * lc.Vp;
+
+    // forward: logits and loss
+    llama_forward(&m, inputs, B, T);
+    double e_logits = test_rel_err(m.acts.logits, fx.f("logits"), NV);
+    test_check("model_logits_vs_hf", e_logits < 1e-5, "rel err %.3e", e_logits);
+    float loss = llama_loss(&m, targets, B, T);
+    double e_loss = fabs(loss - fx.scalar("loss")) / fabs(fx.scalar("loss"));
+    test_check("model_loss_vs_hf", e_loss < 1e-6, "loss %.8f vs %.8f (rel %.3e)", loss, fx.scalar("loss"), e_loss);
+    printf("  logits rel err %.3e, loss %.7f vs %.7f\n", e_logits, loss, fx.scalar("loss"));
+
+    // backward: every parameter gradient
+    memset(m.grads, 0, P * sizeof(float));
+    float loss_b = llama_backward(&m, inputs, targets, B, T, 1.0f);
+    test_check("model_backward_loss", fabs(loss_b - loss) <= 1e-6f * fabs(loss), "%.8f vs %.8f", loss_b, loss);
+    std::string worst;
+    double e_grads = max_tensor_err(&lc, m.grads, fx.f("grads"), &worst);
+    test_check("model_grads_vs_hf", e_grads < 1e-5, "max per-tensor rel err %.3e (%s)", e_grads, worst.c_str());
+    printf("  grads max per-tensor rel err %.3e (%s)\n", e_grads, worst.c_str());
+    test_check("model_grads_finite", test_all_finite(m.grads, P));
+
+    // gradient accumulation: 2 micro-steps of B/2 equal one step of B (same mean loss)
+    if (B % 2 == 0) {
+        std::vector<float> full(m.grads, m.grads + P);
+        memset(m.grads, 0, P * sizeof(float));
+        int half = B / 2;
+        for (int k = 0; k < 2; k++) {
+            const int* in = inputs + (size_t)k * half * T;
+            const int* tg = targets + (size_t)k * half * T;
+            llama_forward(&m, in, half, T);
+            llama_backward(&m, in, tg, half, T, 0.5f);
+        }
+        double e = test_rel_err(m.grads, full.data(), P);
+        test_check("model_grad_accumulation", e < 1e-6, "rel err %.3e", e);
+    }
+
+    // 10 training steps per optimizer configuration
+    const float* hp = fx.f("train.hparams");
+    const char* configs[] = {"muon_moonlight", "muon_keller", "muon_megatron_core", "adamw"};
+    CommGrid grid = {0, 1, MPI_COMM_WORLD};  // one rank: no MPI call is made
+    for (const char* name : configs) {
+        std::string key = std::string("train.") + name;
+        if (!fx.has(key + ".losses")) { test_check((key + "_present").c_str(), false, "missing in fixture"); continue; }
+        TrainConfig tc;
+        train_config_defaults(&tc);
+        tc.B = B; tc.T = T;
+        tc.lr = hp[0]; tc.final_lr_frac = hp[1]; tc.warmup = (int)hp[2]; tc.steps = (int)hp[3];
+        tc.weight_decay = hp[4]; tc.grad_clip = hp[5];
+        tc.optimizer = strcmp(name, "adamw") == 0 ? "adamw" : "muon";
+        if (tc.optimizer == "muon") tc.muon = name + 5;
+        MuonPreset preset = MUON_MOONLIGHT;
+        muon_preset_from_name(tc.muon.c_str(), &preset);
+        MuonConfig mc = muon_config(preset);
+        memcpy(m.params, fx.f("params"), P * sizeof(float));
+        memset(m.opt_m, 0, P * sizeof(float));
+        memset(m.opt_v, 0, P * sizeof(float));
+        FixedBatches fb = {inputs, targets, B * T, 0, 1};
+        const float* want_losses = fx.f(key + ".losses");
+        double worst_loss = 0.0, worst_norm = 0.0;
+        for (int step = 0; step < tc.steps; step++) {
+            StepStats st = llama_train_step(&m, &tc, &mc, SCHEDULER_COSINE, &grid, 1, step, fixed_next, &fb);
+            worst_loss = std::max(worst_loss, fabs(st.loss - want_losses[step]) / fabs(want_losses[step]));
+            if (fx.has(key + ".gradnorms")) {
+                float wn = fx.f(key + ".gradnorms")[step];
+                worst_norm = std::max(worst_norm, fabs(st.grad_norm - wn) / fabs(wn));
+            }
+        }
+        // compare the change of the weights, so the tolerance is relative to what training did
+        std::vector<float> got(P), want(P);
+        for (size_t i = 0; i < P; i++) {
+            got[i] = m.params[i] - fx.f("params")[i];
+            want[i] = fx.f(key + ".params")[i] - fx.f("params")[i];
+        }
+        std::string w;
+        double e_w = max_tensor_err(&lc, got.data(), want.data(), &w);
+        printf("  %s: losses rel err %.3e, grad norms %.3e, weight updates max per-tensor rel err %.3e (%s)\n",
+               name, worst_loss, worst_norm, e_w, w.c_str());
+        test_check((key + "_losses").c_str(), worst_loss < 1e-5, "rel err %.3e", worst_loss);
+        test_check((key + "_gradnorms").c_str(), worst_norm < 1e-4, "rel err %.3e", worst_norm);
+        test_check((key + "_weights").c_str(), e_w < 1e-3, "rel err %.3e (%s)", e_w, w.c_str());
+    }
+
+    // checkpoint round trip: model and state files read back bitwise
+    char dir[] = "/tmp/test_model_ckpt_XXXXXX";
+    if (mkdtemp(dir)) {
+        std::string d = dir;
+        checkpoint_write_model(checkpoint_model_path(d, 7), &lc, m.params, 7);
+        CheckpointState st;
+        st.step = 7; st.rank = 0; st.world_size = 1;
+        st.data_state[0] = 1; st.data_state[1] = 12345; st.data_state[2] = 2; st.skipped_steps = 0;
+        st.settings = "B=2\nT=32\n";
+        st.m.assign(m.opt_m, m.opt_m + P);
+        st.v.assign(m.opt_v, m.opt_v + P);
+        st.extras.push_back({"geofp8.layers.1.fc2.residual", std::vector<float>{1.5f, -2.0f, 3.25f}});
+        checkpoint_write_state(checkpoint_state_path(d, 7, 0), &st);
+        checkpoint_write_done(d, 7);
+        std::vector<float> back(P);
+        LlamaConfig c2;
+        int s2 = 0;
+        checkpoint_read_model_header(checkpoint_model_path(d, 7).c_str(), "-y", &c2, &s2);
+        checkpoint_read_model(checkpoint_model_path(d, 7).c_str(), "-y", &c2, back.data());
+        CheckpointState st2;
+        checkpoint_read_state(checkpoint_state_path(d, 7, 0), &st2);
+        bool ok = s2 == 7 && llama_config_equal(&c2, &lc) && memcmp(back.data(), m.params, P * 4) == 0 &&
+                  st2.step == 7 && st2.data_state[1] == 12345 && st2.settings == st.settings &&
+                  st2.m == st.m && st2.v == st.v && st2.extras.size() == 1 &&
+                  st2.extras[0].name == st.extras[0].name && st2.extras[0].data == st.extras[0].data;
+        test_check("checkpoint_round_trip_bitwise", ok);
+        std::vector<int> steps = checkpoint_complete_steps(d);
+        test_check("checkpoint_done_marker", steps.size() == 1 && steps[0] == 7);
+        checkpoint_delete(d, 7, 1);
+        rmdir(dir);
+    }
+
+    llama_model_free(&m);
+    return test_exit_code();
+}
