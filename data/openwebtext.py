@@ -148,6 +148,8 @@ def main(argv=None):
         for p in writer.paths:
             os.remove(p)
         raise
+    if n_docs == 0:
+        die(f"input: expected documents, found none in {args.local or HF_DATASET}")
     if n_docs <= args.val_docs:
         die(f"input: found {n_docs} document(s), need more than --val-docs {args.val_docs} "
             f"so that some go to train")

@@ -123,7 +123,6 @@ static inline void dataloader_load_shard(DataLoader* l, int s) {
     fclose(f);
     for (size_t i = 0; i < count; i++) {
         if ((int)l->tokens[i] >= l->vocab_size) {
-            l->loaded_shard = -1;
             user_error("%s: shard '%s': token %zu has id %d, expected < vocab size %d "
                        "(hint: the shard was made with a different tokenizer)",
                        l->flag.c_str(), path, i, (int)l->tokens[i], l->vocab_size);

@@ -21,8 +21,10 @@
 //
 // Conventions: every function writes (=) in place; nothing accumulates. The math is pure
 // functions of their arguments: no globals, no allocation; the caller owns the scratch buffer
-// (muon_scratch_floats). Deterministic: fixed-order reductions and BLAS calls whose results do
-// not depend on timing. Precision: fp32 storage and fp32 BLAS, the Frobenius norm in double.
+// (muon_scratch_floats). Deterministic for a given thread count: fixed-order reductions, BLAS
+// products whose results do not depend on timing; OpenBLAS chooses its kernels by thread count,
+// so 1 and 2 threads agree to rounding, not bit for bit. Precision: fp32 storage and fp32 BLAS,
+// the Frobenius norm in double.
 // Matrix products use OpenBLAS (cblas_ssyrk for the symmetric Gram matrices, cblas_sgemm for
 // the polynomial times X); its thread count is set by the caller (openblas_set_num_threads or
 // OPENBLAS_NUM_THREADS).

@@ -80,16 +80,15 @@ def is_one_error_line(stderr):
 # ----------------------------------------------------------------------------
 
 def test_tokenizer(enc):
-    cases = {
-        "Hello world": [15496, 995],
-        " the": [262],
-        "Hello, world!\n": [15496, 11, 995, 0, 198],
-        " tokenization": [11241, 1634],
-    }
-    for text, ids in cases.items():
+    cases = [
+        ("hello_world", "Hello world", [15496, 995]),
+        ("space_the", " the", [262]),
+        ("punctuation_newline", "Hello, world!\n", [15496, 11, 995, 0, 198]),
+        ("multi_token_word", " tokenization", [11241, 1634]),
+    ]
+    for name, text, ids in cases:
         got = enc.encode_ordinary(text)
-        check(f"tokenizer_encode_{text.strip().replace(' ', '_').replace(',', '').replace('!', '')}",
-              got == ids, f"{text!r} -> {got}, expected {ids}")
+        check(f"tokenizer_encode_{name}", got == ids, f"{text!r} -> {got}, expected {ids}")
     check("tokenizer_eot", enc.eot_token == tu.EOT and enc.n_vocab == tu.GPT2_VOCAB_SIZE and
           enc.encode("<|endoftext|>", allowed_special="all") == [tu.EOT],
           f"eot {enc.eot_token} n_vocab {enc.n_vocab}")
@@ -302,12 +301,17 @@ def test_openwebtext(enc, tmp):
         ok = np.array_equal(val, expected_stream(enc, docs[:5])) and np.array_equal(train, expected_stream(enc, docs[5:40]))
     check("openwebtext_val_docs_txt_dir", ok, f"rc {rc} {se.strip()}")
 
+    # a bad line after shards were already written: one error line and no shard left behind
     bad = os.path.join(tmp, "bad.jsonl")
     with open(bad, "w") as f:
-        f.write(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "no text"}) + "\n")
+        for doc in docs:
+            f.write(json.dumps({"text": doc}) + "\n")
+        f.write(json.dumps({"body": "no text"}) + "\n")
     out = os.path.join(tmp, "owt3")
-    rc, _, se = run_script("openwebtext.py", "--local", bad, "--out-dir", out, "--workers", "2", "--shard-size", "3")
-    check("openwebtext_error_bad_jsonl", rc == 1 and is_one_error_line(se) and bad in se and "line 2" in se and
+    rc, so, se = run_script("openwebtext.py", "--local", bad, "--out-dir", out, "--workers", "2",
+                            "--chunksize", "4", "--shard-size", "500")
+    check("openwebtext_error_bad_jsonl", rc == 1 and is_one_error_line(se) and bad in se and
+          f"line {len(docs) + 1}" in se and "wrote" in so and
           not (os.path.isdir(out) and os.listdir(out)), f"rc {rc} stderr {se!r}")
 
 

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# test_cli.sh — the trainer's command line end to end: every bad input gets exactly one error
+# line on stderr that names the flag or file, exit status 1, and nothing written to -o;
+# a run resumed from a checkpoint is bitwise identical to an uninterrupted one.
+# Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
+cd "$(dirname "$0")/.." || exit 1
+BIN=./train_llama_cpu
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# expect_error NAME PATTERN ARGS...: exit 1, one stderr line matching PATTERN, no -o dir created
+expect_error() {
+    local name=$1 pattern=$2; shift 2
+    local out="$TMP/never_written"
+    rm -rf "$out"
+    local oflag=(-o "$out")
+    [ -n "${NO_OUT:-}" ] && oflag=()
+    timeout 120 "$BIN" "${oflag[@]}" "$@" >"$TMP/stdout" 2>"$TMP/stderr"
+    local rc=$?
+    local lines
+    lines=$(wc -l <"$TMP/stderr")
+    if [ "$rc" -ne 1 ]; then fail "$name" "exit status $rc, expected 1; stderr: $(head -c 300 "$TMP/stderr")"
+    elif [ "$lines" -ne 1 ]; then fail "$name" "$lines stderr lines, expected 1: $(head -c 300 "$TMP/stderr")"
+    elif ! grep -q -- "$pattern" "$TMP/stderr"; then fail "$name" "stderr does not mention '$pattern': $(cat "$TMP/stderr")"
+    elif [ -e "$out" ]; then fail "$name" "the output directory was created"
+    else pass "$name"; fi
+}
+
+# small fast runs: tiny preset, short sequences
+FAST=(-e tiny -b 2 -t 32 -v 0)
+
+# --- flags
+expect_error cli_unknown_flag "--bogus" --bogus 3
+expect_error cli_missing_value "-b" "${FAST[@]}" -x 1 -b
+expect_error cli_bad_integer "-b" -b abc
+expect_error cli_zero_batch "-b" -b 0
+expect_error cli_negative_steps "-x" -x -5
+expect_error cli_bad_float "-l" -l 1e-3x
+expect_error cli_bad_comm_mode "-c" -c fp7
+expect_error cli_bad_muon_preset "--muon" --muon adam
+expect_error cli_bad_schedule "-k" -k cosine2
+expect_error cli_seq_len_over_model "-t" -e tiny -t 4096
+expect_error cli_total_batch_not_multiple "-d" "${FAST[@]}" -d 100
+expect_error cli_unknown_preset "nonexistent_model" -e nonexistent_model
+NO_OUT=1 expect_error cli_resume_without_output "-o" -y 1
+
+# --- shards
+python3 - "$TMP" <<'EOF'
+import sys, numpy as np
+d = sys.argv[1]
+def shard(name, tokens, magic=20240520, version=1, count=None, cut=0):
+    h = np.zeros(256, dtype=np.int32)
+    h[0], h[1], h[2] = magic, version, len(tokens) if count is None else count
+    data = h.tobytes() + np.asarray(tokens, dtype=np.uint16).tobytes()
+    open(f"{d}/{name}", "wb").write(data[: len(data) - cut])
+rng = np.random.default_rng(0)
+good = rng.integers(0, 50257, size=5000)
+shard("good.bin", good)
+shard("magic.bin", good, magic=12345)
+shard("version.bin", good, version=7)
+shard("truncated.bin", good, cut=100)
+bad = good.copy(); bad[1234] = 50300
+shard("badtoken.bin", bad)
+shard("small.bin", good[:50])
+shard("vocab500.bin", rng.integers(0, 500, size=5000))
+EOF
+expect_error shard_missing "-i" "${FAST[@]}" -i "$TMP/nothing_*.bin"
+expect_error shard_wrong_magic "magic.bin" "${FAST[@]}" -i "$TMP/magic.bin"
+expect_error shard_wrong_version "version.bin" "${FAST[@]}" -i "$TMP/version.bin"
+expect_error shard_truncated "truncated.bin" "${FAST[@]}" -i "$TMP/truncated.bin"
+expect_error shard_token_out_of_vocab "badtoken.bin" "${FAST[@]}" -x 1 -i "$TMP/badtoken.bin"
+expect_error shard_batch_larger_than_shard "small.bin" "${FAST[@]}" -i "$TMP/small.bin"
+expect_error shard_val_missing "-j" -e tiny -b 2 -t 32 -v 1 -j "$TMP/none_*.bin"
+
+# --- model checkpoints given to -e
+python3 - "$TMP" <<'EOF'
+import sys
+d = sys.argv[1]
+src = open("test/fixtures/model_small.bin", "rb").read()
+open(f"{d}/ck_magic.bin", "wb").write(b"\x00\x00\x00\x00" + src[4:])
+open(f"{d}/ck_truncated.bin", "wb").write(src[:-64])
+b = bytearray(src); b[2000] ^= 0xFF
+open(f"{d}/ck_corrupt.bin", "wb").write(bytes(b))
+open(f"{d}/ck_short.bin", "wb").write(src[:100])
+EOF
+expect_error ckpt_wrong_magic "ck_magic.bin" -e "$TMP/ck_magic.bin"
+expect_error ckpt_truncated "ck_truncated.bin" -e "$TMP/ck_truncated.bin"
+expect_error ckpt_header_truncated "ck_short.bin" -e "$TMP/ck_short.bin"
+expect_error ckpt_corrupted_payload "ck_corrupt.bin" "${FAST[@]}" -x 1 -i "$TMP/vocab500.bin" -e "$TMP/ck_corrupt.bin"
+# the fixture model has V=500: the GPT-2 shards hold larger ids
+expect_error ckpt_vocab_vs_data "good.bin" -b 2 -t 32 -v 0 -x 1 -i "$TMP/good.bin" -e test/fixtures/model_small.bin
+
+# --- resume: 6 steps straight == 3 steps + resume + 3 steps, bitwise
+RUN=("${FAST[@]}" -x 6 -n 3 -l 3e-3 -u 1)
+if timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/straight" >"$TMP/straight.out" 2>&1; then
+    cp -r "$TMP/straight" "$TMP/resumed"
+    # drop the final checkpoint: the newest complete one is now step 3
+    rm -f "$TMP/resumed/DONE_00000006" "$TMP/resumed/model_00000006.bin" "$TMP/resumed/state_00000006_00000.bin"
+    head -n 3 "$TMP/straight/main.log" >"$TMP/resumed/main.log"
+    if timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/resumed" -y 1 >"$TMP/resumed.out" 2>&1; then
+        if cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
+           cmp -s "$TMP/straight/state_00000006_00000.bin" "$TMP/resumed/state_00000006_00000.bin"; then
+            pass resume_bitwise_weights_and_state
+        else
+            fail resume_bitwise_weights_and_state "step-6 checkpoint files differ"
+        fi
+        if diff -q <(grep trl "$TMP/straight/main.log") <(grep trl "$TMP/resumed/main.log") >/dev/null; then
+            pass resume_same_losses
+        else
+            fail resume_same_losses "$(diff <(grep trl "$TMP/straight/main.log") <(grep trl "$TMP/resumed/main.log") | head -5)"
+        fi
+        grep -q '"train_loss"' "$TMP/straight/metrics.jsonl" && pass metrics_jsonl_written || fail metrics_jsonl_written "no train_loss in metrics.jsonl"
+    else
+        fail resume_bitwise_weights_and_state "resumed run failed: $(tail -3 "$TMP/resumed.out")"
+    fi
+    # resume refuses a checkpoint written with other settings or another model
+    expect_error resume_different_settings "settings" "${FAST[@]}" -x 6 -n 3 -l 1e-3 -u 1 -y 1 -o "$TMP/straight"
+    rm -rf "$TMP/never_written"
+    expect_error resume_different_model "model" -e d12 -b 2 -t 32 -v 0 -x 6 -y 1 -o "$TMP/straight"
+    # damaged state / model files of the newest checkpoint
+    cp -r "$TMP/straight" "$TMP/damaged"
+    truncate -s 1000 "$TMP/damaged/state_00000006_00000.bin"
+    timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/damaged" -y 1 >"$TMP/d.out" 2>"$TMP/d.err"
+    rc=$?
+    if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/d.err")" -eq 1 ] && grep -q "state_00000006_00000.bin" "$TMP/d.err"; then
+        pass resume_truncated_state
+    else fail resume_truncated_state "rc=$rc: $(cat "$TMP/d.err")"; fi
+    cp "$TMP/straight/state_00000006_00000.bin" "$TMP/damaged/"
+    python3 -c "
+import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[5000]^=0x55; open(p,'wb').write(bytes(b))" "$TMP/damaged/model_00000006.bin"
+    timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/damaged" -y 1 >"$TMP/d.out" 2>"$TMP/d.err"
+    rc=$?
+    if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/d.err")" -eq 1 ] && grep -q "corrupted" "$TMP/d.err"; then
+        pass resume_corrupted_model
+    else fail resume_corrupted_model "rc=$rc: $(cat "$TMP/d.err")"; fi
+else
+    fail resume_bitwise_weights_and_state "straight run failed: $(tail -3 "$TMP/straight.out")"
+fi
+
+[ "$failures" -eq 0 ]
