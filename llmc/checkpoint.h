@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <string>
@@ -45,6 +47,20 @@ static inline void checkpoint_commit(const std::string& tmp, const std::string& 
     }
 }
 
+// Test hook: TRAIN_LLAMA_TEST_CRASH="WHAT:STEP" kills this process with SIGKILL at that point
+// of writing the checkpoint of STEP (WHAT = model: before the model file is renamed into place;
+// done: after every file is written, before the DONE marker), to test that an interrupted
+// checkpoint never damages the previous one.
+static inline void checkpoint_test_crash(const char* what, int step) {
+    const char* env = getenv("TRAIN_LLAMA_TEST_CRASH");
+    char w[16];
+    int s = -1;
+    if (env && sscanf(env, "%15[^:]:%d", w, &s) == 2 && s == step && strcmp(w, what) == 0) {
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // model file
 
@@ -62,6 +78,7 @@ static inline void checkpoint_write_model(const std::string& path, const LlamaCo
     fwrite_check(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
     fwrite_check(params, sizeof(float), n, f);
     fclose_check(f);
+    checkpoint_test_crash("model", step);
     checkpoint_commit(tmp, path);
 }
 
@@ -240,6 +257,19 @@ static inline std::vector<int> checkpoint_complete_steps(const std::string& dir)
     closedir(d);
     std::sort(steps.begin(), steps.end());
     return steps;
+}
+
+// True if dir holds any model or state file (complete or not).
+static inline bool checkpoint_any_files(const std::string& dir) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) return false;
+    struct dirent* e;
+    bool any = false;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "model_", 6) == 0 || strncmp(e->d_name, "state_", 6) == 0) { any = true; break; }
+    }
+    closedir(d);
+    return any;
 }
 
 // Deletes the files of step (DONE first, so a half-deleted checkpoint never looks complete).

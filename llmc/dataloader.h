@@ -258,3 +258,20 @@ static inline void dataloader_free(DataLoader* l) {
     std::vector<size_t>().swap(l->shard_tokens);
     l->num_shards = 0;
 }
+
+// "N shards, M tokens, crc XXXXXXXX" over the shard names and sizes: ranks (and a resumed run)
+// compare it to make sure they read the same data.
+static inline std::string dataloader_fingerprint(const DataLoader* l) {
+    uint32_t crc = 0;
+    for (int s = 0; s < l->num_shards; s++) {
+        const std::string& p = l->shard_paths[s];
+        size_t slash = p.find_last_of('/');
+        std::string base = slash == std::string::npos ? p : p.substr(slash + 1);
+        crc = crc32_update(crc, base.data(), base.size());
+        uint64_t n = l->shard_tokens[s];
+        crc = crc32_update(crc, &n, sizeof(n));
+    }
+    char buf[96];
+    snprintf(buf, sizeof(buf), "%d shards, %zu tokens, crc %08x", l->num_shards, l->total_tokens, crc);
+    return buf;
+}

@@ -142,7 +142,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, "also all-reduce in fp32 every N steps and log the error"),
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, "GPT-2 decode table for samples"),
-    TOPT(NULL, "--max-skips", OPT_INT, max_skips, 1, INT_MAX, NULL, "stop after this many consecutive non-finite steps"),
+    TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, "stop after this many consecutive non-finite steps"),
 };
 #undef TOPT
 #pragma GCC diagnostic pop

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# test_mpi.sh — data-parallel training of the CPU engine with real Open MPI ranks on one machine:
+# rank-count equivalence, bf16 communication, bitwise resume with 2 ranks, a rank killed with
+# SIGKILL, a crash while a checkpoint is written, checkpoints from another rank count, an
+# injected non-finite gradient, and ranks that disagree on a flag.
+# Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
+cd "$(dirname "$0")/.." || exit 1
+BIN=./train_llama_cpu
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(timeout 240 mpirun --oversubscribe)
+if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP test_mpi: mpirun not found"; exit 0; fi
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+FAST=(-e tiny -b 2 -t 32 -v 0 -l 3e-3 -u 2)
+
+# train losses of a run dir as "step loss" lines at full precision, from metrics.jsonl; the last
+# occurrence of each step wins (a resumed run appends)
+losses() { python3 - "$1" <<'EOF'
+import json, sys
+v = {}
+for line in open(sys.argv[1].replace("main.log", "metrics.jsonl")):
+    r = json.loads(line)
+    if "train_loss" in r:
+        v[r["step"]] = r["train_loss"]
+for k in sorted(v):
+    print(int(k), repr(v[k]))
+EOF
+}
+
+# max relative difference of two loss lists / two model files (python: numpy)
+compare_losses() { python3 - "$1" "$2" <<'EOF'
+import sys
+a = dict(l.split() for l in open(sys.argv[1]))
+b = dict(l.split() for l in open(sys.argv[2]))
+assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
+print(max(abs(float(a[k]) - float(b[k])) / abs(float(b[k])) for k in a))
+EOF
+}
+compare_models() { python3 - "$1" "$2" <<'EOF'
+import sys, numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32, offset=1024)
+b = np.fromfile(sys.argv[2], dtype=np.float32, offset=1024)
+print(np.abs(a - b).max() / np.abs(b).max())
+EOF
+}
+
+# --- fp32: 1 rank x 4 micro-steps == 2 ranks x 2 == 4 ranks x 1 (same global batch of 256 tokens)
+for n in 1 2 4; do
+    "${MPIRUN[@]}" -np $n "$BIN" "${FAST[@]}" -d 256 -x 10 -o "$TMP/fp32_np$n" >"$TMP/fp32_np$n.out" 2>&1 ||
+        fail "mpi_fp32_np${n}_runs" "$(tail -3 "$TMP/fp32_np$n.out")"
+    losses "$TMP/fp32_np$n/main.log" >"$TMP/l$n"
+done
+for n in 2 4; do
+    d=$(compare_losses "$TMP/l$n" "$TMP/l1" 2>&1)
+    if python3 -c "import sys; sys.exit(0 if float('$d') <= 1e-6 else 1)" 2>/dev/null; then pass "mpi_fp32_losses_np${n}_vs_np1"
+    else fail "mpi_fp32_losses_np${n}_vs_np1" "max rel diff $d (tolerance 1e-6)"; fi
+    d=$(compare_models "$TMP/fp32_np$n/model_00000010.bin" "$TMP/fp32_np1/model_00000010.bin" 2>&1)
+    if python3 -c "import sys; sys.exit(0 if float('$d') <= 1e-5 else 1)" 2>/dev/null; then pass "mpi_fp32_weights_np${n}_vs_np1"
+    else fail "mpi_fp32_weights_np${n}_vs_np1" "max diff / max|w| = $d (tolerance 1e-5)"; fi
+    echo "  fp32 np$n vs np1: losses max rel diff $(compare_losses "$TMP/l$n" "$TMP/l1"), weights $d"
+done
+grep -q '"comm_bytes": 0' "$TMP/fp32_np1/metrics.jsonl" && pass mpi_comm_bytes_zero_single_rank || fail mpi_comm_bytes_zero_single_rank "metrics.jsonl"
+
+# --- bf16 communication stays near fp32 over 20 steps (2 ranks)
+"${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -d 256 -x 20 -o "$TMP/f32" >"$TMP/f32.out" 2>&1
+"${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -d 256 -x 20 -c bf16 -o "$TMP/b16" >"$TMP/b16.out" 2>&1
+losses "$TMP/f32/main.log" >"$TMP/lf32"; losses "$TMP/b16/main.log" >"$TMP/lb16"
+d=$(compare_losses "$TMP/lb16" "$TMP/lf32" 2>&1)
+echo "  bf16 vs fp32, 20 steps: max rel loss diff $d"
+if python3 -c "import sys; sys.exit(0 if 0 < float('$d') <= 2e-3 else 1)" 2>/dev/null; then pass mpi_bf16_within_2e-3_of_fp32
+else fail mpi_bf16_within_2e-3_of_fp32 "max rel diff $d"; fi
+b32=$(grep -o '"comm_bytes": [0-9.e+]*' "$TMP/f32/metrics.jsonl" | head -1 | awk '{print $2}')
+b16=$(grep -o '"comm_bytes": [0-9.e+]*' "$TMP/b16/metrics.jsonl" | head -1 | awk '{print $2}')
+echo "  bytes per step per rank: fp32 $b32, bf16 $b16"
+python3 -c "import sys; sys.exit(0 if abs(float('$b16') / float('$b32') - 0.5) < 1e-9 else 1)" && pass mpi_bf16_half_the_bytes || fail mpi_bf16_half_the_bytes "$b16 vs $b32"
+
+# --- resume with 2 ranks: 8 steps straight == 4 + resume + 4, bitwise
+RUN=("${FAST[@]}" -x 8 -n 4)
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -o "$TMP/straight" >"$TMP/s.out" 2>&1
+cp -r "$TMP/straight" "$TMP/resumed"
+rm -f "$TMP/resumed/DONE_00000008" "$TMP/resumed/model_00000008.bin" "$TMP/resumed/state_00000008_"*
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/resumed" >"$TMP/r.out" 2>&1
+if cmp -s "$TMP/straight/model_00000008.bin" "$TMP/resumed/model_00000008.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/resumed/state_00000008_00001.bin"; then
+    pass mpi_resume_bitwise_np2
+else fail mpi_resume_bitwise_np2 "step-8 files differ: $(tail -2 "$TMP/r.out")"; fi
+
+# --- a checkpoint from another rank count is refused
+"${MPIRUN[@]}" -np 1 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/straight" >"$TMP/o.out" 2>"$TMP/o.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "ranks" "$TMP/o.err"; then pass mpi_resume_other_rank_count_refused
+else fail mpi_resume_other_rank_count_refused "rc=$rc: $(head -3 "$TMP/o.err")"; fi
+"$BIN" "${RUN[@]}" -y 1 -o "$TMP/straight" >"$TMP/o.out" 2>"$TMP/o.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/o.err")" -eq 1 ] && grep -q "2 ranks" "$TMP/o.err"; then pass resume_state_from_2_ranks_one_line
+else fail resume_state_from_2_ranks_one_line "rc=$rc: $(head -3 "$TMP/o.err")"; fi
+
+# --- a checkpoint directory with files but no DONE marker
+mkdir -p "$TMP/nodone"
+cp "$TMP/straight/model_00000004.bin" "$TMP/straight/state_00000004_0000"* "$TMP/nodone/"
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/nodone" >"$TMP/n.out" 2>"$TMP/n.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "DONE" "$TMP/n.err"; then pass mpi_resume_missing_done_refused
+else fail mpi_resume_missing_done_refused "rc=$rc: $(head -3 "$TMP/n.err")"; fi
+
+# --- a rank killed with SIGKILL mid-run: the job ends, the last complete checkpoint resumes,
+#     and the losses equal the uninterrupted run's
+KRUN=("${FAST[@]}" -x 12 -n 3)
+"${MPIRUN[@]}" -np 2 "$BIN" "${KRUN[@]}" -o "$TMP/whole" >"$TMP/w.out" 2>&1
+(
+    "${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_SLOW=1 "$BIN" "${KRUN[@]}" -o "$TMP/killed" >"$TMP/k.out" 2>&1
+    echo $? >"$TMP/k.rc"
+) &
+for _ in $(seq 1 600); do [ -e "$TMP/killed/DONE_00000006" ] && break; sleep 0.1; done
+victim=$(pgrep -f -- "-o $TMP/killed" | while read -r p; do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = "train_llama_cpu" ] && echo "$p"; done | tail -n 1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait
+if [ -n "$victim" ] && [ -s "$TMP/k.rc" ] && [ "$(cat "$TMP/k.rc")" -ne 0 ] && [ "$(cat "$TMP/k.rc")" -ne 124 ]; then
+    pass mpi_sigkill_ends_job
+else fail mpi_sigkill_ends_job "victim=$victim rc=$(cat "$TMP/k.rc" 2>/dev/null)"; fi
+"${MPIRUN[@]}" -np 2 "$BIN" "${KRUN[@]}" -y 1 -o "$TMP/killed" >"$TMP/k2.out" 2>&1
+if cmp -s "$TMP/whole/model_00000012.bin" "$TMP/killed/model_00000012.bin" &&
+   [ "$(losses "$TMP/whole/main.log")" = "$(losses "$TMP/killed/main.log")" ]; then
+    pass mpi_sigkill_resume_same_losses_and_weights
+else fail mpi_sigkill_resume_same_losses_and_weights "$(tail -2 "$TMP/k2.out")"; fi
+
+# --- a crash while the step-6 checkpoint is written leaves step 3 intact and resumable
+for what in model done; do
+    "${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_CRASH=$what:6 "$BIN" "${KRUN[@]}" -o "$TMP/crash_$what" >"$TMP/c.out" 2>&1
+    rc=$?
+    latest=$(ls "$TMP/crash_$what" | grep '^DONE_' | sort | tail -n 1)
+    "${MPIRUN[@]}" -np 2 "$BIN" "${KRUN[@]}" -y 1 -o "$TMP/crash_$what" >"$TMP/c2.out" 2>&1
+    if [ $rc -ne 0 ] && [ "$latest" = "DONE_00000003" ] && grep -q "steps" "$TMP/c2.out" &&
+       cmp -s "$TMP/whole/model_00000012.bin" "$TMP/crash_$what/model_00000012.bin"; then
+        pass "mpi_crash_during_checkpoint_${what}_resumes"
+    else fail "mpi_crash_during_checkpoint_${what}_resumes" "rc=$rc latest=$latest $(tail -2 "$TMP/c2.out")"; fi
+done
+
+# --- an injected NaN gradient on rank 1 at step 3: every rank skips that step and training goes on
+"${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_NAN=3:1 "$BIN" "${FAST[@]}" -x 6 -o "$TMP/nan" >"$TMP/nan.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "step     3/6 | skipped: non-finite loss or gradient on rank 1" "$TMP/nan.out" &&
+   grep -q '"skipped": 1' "$TMP/nan/metrics.jsonl" && [ "$(grep -c ' trl:' "$TMP/nan/main.log")" -eq 5 ] &&
+   ! grep ' trl:' "$TMP/nan/main.log" | grep -qi nan; then
+    pass mpi_nan_step_skipped_by_all_ranks
+else fail mpi_nan_step_skipped_by_all_ranks "rc=$rc $(grep -i skip "$TMP/nan.out" | head -2)"; fi
+"${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_NAN=3:0 "$BIN" "${FAST[@]}" -x 6 --max-skips 0 >"$TMP/nan2.out" 2>"$TMP/nan2.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "consecutive steps had a non-finite" "$TMP/nan2.err"; then pass mpi_max_skips_stops_run
+else fail mpi_max_skips_stops_run "rc=$rc $(head -2 "$TMP/nan2.err")"; fi
+
+# --- ranks started with different flags stop, naming the setting
+timeout 120 mpirun --oversubscribe -np 1 "$BIN" "${FAST[@]}" -x 2 -l 1e-3 : -np 1 "$BIN" "${FAST[@]}" -x 2 -l 2e-3 \
+    >"$TMP/dis.out" 2>"$TMP/dis.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on lr" "$TMP/dis.err"; then pass mpi_rank_settings_mismatch
+else fail mpi_rank_settings_mismatch "rc=$rc $(head -3 "$TMP/dis.err")"; fi
+
+[ "$failures" -eq 0 ]
