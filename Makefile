@@ -16,7 +16,7 @@ LLMC_H  = $(wildcard llmc/*.h)
 TEST_H  = test/test_util.h test/fixture.h
 NPROC  ?= $(shell nproc)
 
-.PHONY: all deps test test-cpu test-gpu demo clean bench
+.PHONY: all deps test test-cpu test-gpu demo clean bench fuzz
 
 all: train_llama_cpu
 
@@ -54,3 +54,12 @@ demo: deps
 
 clean:
 	rm -rf $(BUILD) train_llama_cpu train_llama out
+
+# libFuzzer target for the shard and checkpoint parsers (not part of make test)
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz_parsers: dev/fuzz/fuzz_parsers.cpp $(LLMC_H) | $(BUILD)
+	clang++ -g -O1 -std=c++17 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $< -o $@
+
+fuzz: $(BUILD)/fuzz_parsers
+	@python3 dev/fuzz/make_seeds.py $(BUILD)/fuzz_corpus
+	$(BUILD)/fuzz_parsers $(BUILD)/fuzz_corpus -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1

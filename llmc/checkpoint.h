@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +83,30 @@ static inline void checkpoint_write_model(const std::string& path, const LlamaCo
     checkpoint_commit(tmp, path);
 }
 
+// Validates a model header against the file size without exiting (also the fuzzing entry
+// point); fills the config. On failure *why completes "model checkpoint 'X' ...".
+static inline bool checkpoint_check_model_header(const int32_t h[CHECKPOINT_HEADER_INTS], long long size, LlamaConfig* c, std::string* why) {
+    char b[512];
+    *c = LlamaConfig{h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]};
+    const char* problem = NULL;
+    if (h[0] != CHECKPOINT_MODEL_MAGIC) {
+        snprintf(b, sizeof(b), "is not a model checkpoint: expected magic %d, found %d", CHECKPOINT_MODEL_MAGIC, h[0]);
+    } else if (h[1] != CHECKPOINT_VERSION) {
+        snprintf(b, sizeof(b), "has version %d, expected %d", h[1], CHECKPOINT_VERSION);
+    } else if ((problem = llama_config_problem(c)) != NULL) {
+        snprintf(b, sizeof(b), "has an invalid config (%s): %s", llama_config_string(c).c_str(), problem);
+    } else if (h[12] != 0) {
+        snprintf(b, sizeof(b), "has payload dtype %d, expected 0 (fp32)", h[12]);
+    } else if ((double)llama_num_params(c) * 4.0 + CHECKPOINT_HEADER_INTS * 4 != (double)size) {
+        snprintf(b, sizeof(b), "has %lld bytes, expected %.0f for %s (truncated or corrupted)", size,
+                 (double)llama_num_params(c) * 4.0 + CHECKPOINT_HEADER_INTS * 4, llama_config_string(c).c_str());
+    } else {
+        return true;
+    }
+    *why = b;
+    return false;
+}
+
 // Reads and validates the header; fills the config and step. Exits (user_error) on anything wrong.
 static inline void checkpoint_read_model_header(const char* path, const char* flag, LlamaConfig* c, int* step) {
     FILE* f = fopen(path, "rb");
@@ -92,17 +117,8 @@ static inline void checkpoint_read_model_header(const char* path, const char* fl
     fclose(f);
     if (got != CHECKPOINT_HEADER_INTS)
         user_error("%s: model checkpoint '%s' is truncated: expected a %d-byte header, found a %lld-byte file", flag, path, CHECKPOINT_HEADER_INTS * 4, size);
-    if (h[0] != CHECKPOINT_MODEL_MAGIC)
-        user_error("%s: '%s' is not a model checkpoint: expected magic %d, found %d", flag, path, CHECKPOINT_MODEL_MAGIC, h[0]);
-    if (h[1] != CHECKPOINT_VERSION)
-        user_error("%s: model checkpoint '%s' has version %d, expected %d", flag, path, h[1], CHECKPOINT_VERSION);
-    *c = LlamaConfig{h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]};
-    const char* problem = llama_config_problem(c);
-    if (problem) user_error("%s: model checkpoint '%s' has an invalid config (%s): %s", flag, path, llama_config_string(c).c_str(), problem);
-    if (h[12] != 0) user_error("%s: model checkpoint '%s' has payload dtype %d, expected 0 (fp32)", flag, path, h[12]);
-    long long expect = (long long)CHECKPOINT_HEADER_INTS * 4 + (long long)llama_num_params(c) * 4;
-    if (size != expect)
-        user_error("%s: model checkpoint '%s' has %lld bytes, expected %lld for %s (truncated or corrupted)", flag, path, size, expect, llama_config_string(c).c_str());
+    std::string why;
+    if (!checkpoint_check_model_header(h, size, c, &why)) user_error("%s: model checkpoint '%s' %s", flag, path, why.c_str());
     if (step) *step = h[10];
 }
 
@@ -142,13 +158,7 @@ typedef struct {
 
 static inline void checkpoint_crc_i64(uint32_t* crc, int64_t x) { *crc = crc32_update(*crc, &x, 8); }
 
-static inline void checkpoint_write_state(const std::string& path, const CheckpointState* s) {
-    int64_t h[CHECKPOINT_STATE_HEADER_INTS] = {0};
-    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
-    h[5] = s->data_state[0]; h[6] = s->data_state[1]; h[7] = s->data_state[2]; h[8] = s->skipped_steps;
-    h[9] = (int64_t)s->settings.size(); h[10] = (int64_t)s->m.size(); h[11] = (int64_t)s->v.size();
-    h[12] = (int64_t)s->extras.size();
-    // CRC over everything after the header, in write order
+static inline uint32_t checkpoint_state_crc(const CheckpointState* s) {
     uint32_t crc = crc32_update(0, s->settings.data(), s->settings.size());
     crc = crc32_update(crc, s->m.data(), s->m.size() * 4);
     crc = crc32_update(crc, s->v.data(), s->v.size() * 4);
@@ -158,6 +168,16 @@ static inline void checkpoint_write_state(const std::string& path, const Checkpo
         checkpoint_crc_i64(&crc, (int64_t)a.data.size());
         crc = crc32_update(crc, a.data.data(), a.data.size() * 4);
     }
+    return crc;
+}
+
+static inline void checkpoint_write_state(const std::string& path, const CheckpointState* s) {
+    int64_t h[CHECKPOINT_STATE_HEADER_INTS] = {0};
+    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
+    h[5] = s->data_state[0]; h[6] = s->data_state[1]; h[7] = s->data_state[2]; h[8] = s->skipped_steps;
+    h[9] = (int64_t)s->settings.size(); h[10] = (int64_t)s->m.size(); h[11] = (int64_t)s->v.size();
+    h[12] = (int64_t)s->extras.size();
+    uint32_t crc = checkpoint_state_crc(s);  // over everything after the header, in write order
     h[13] = crc;
     std::string tmp = path + ".tmp";
     FILE* f = fopen_check(tmp.c_str(), "wb");
@@ -176,27 +196,24 @@ static inline void checkpoint_write_state(const std::string& path, const Checkpo
     checkpoint_commit(tmp, path);
 }
 
-// Reads and validates a state file; every problem is a user_error naming the file.
-static inline void checkpoint_read_state(const std::string& path, CheckpointState* s) {
-    const char* p = path.c_str();
-    FILE* f = fopen(p, "rb");
-    if (!f) user_error("-y: missing state file '%s' (the checkpoint is incomplete or was written by another number of ranks)", p);
-    long long size = file_size_bytes(f);
+// Parses a state file of `size` bytes from f without exiting (also the fuzzing entry point).
+// On failure *why completes "state file 'X' ...".
+static inline bool checkpoint_parse_state(FILE* f, long long size, CheckpointState* s, std::string* why) {
+    char b[256];
     int64_t h[CHECKPOINT_STATE_HEADER_INTS];
     if (fread(h, 8, CHECKPOINT_STATE_HEADER_INTS, f) != CHECKPOINT_STATE_HEADER_INTS) {
-        fclose(f);
-        user_error("-y: state file '%s' is truncated: %lld bytes, shorter than its %d-byte header", p, size, CHECKPOINT_STATE_HEADER_INTS * 8);
+        snprintf(b, sizeof(b), "is truncated: %lld bytes, shorter than its %d-byte header", size, CHECKPOINT_STATE_HEADER_INTS * 8);
+        *why = b; return false;
     }
-    if (h[0] != CHECKPOINT_STATE_MAGIC) { fclose(f); user_error("-y: '%s' is not a state file: expected magic %d, found %lld", p, CHECKPOINT_STATE_MAGIC, (long long)h[0]); }
-    if (h[1] != CHECKPOINT_VERSION) { fclose(f); user_error("-y: state file '%s' has version %lld, expected %d", p, (long long)h[1], CHECKPOINT_VERSION); }
-    const int64_t LIMIT = (int64_t)1 << 40;
+    if (h[0] != CHECKPOINT_STATE_MAGIC) { snprintf(b, sizeof(b), "is not a state file: expected magic %d, found %lld", CHECKPOINT_STATE_MAGIC, (long long)h[0]); *why = b; return false; }
+    if (h[1] != CHECKPOINT_VERSION) { snprintf(b, sizeof(b), "has version %lld, expected %d", (long long)h[1], CHECKPOINT_VERSION); *why = b; return false; }
     for (int k = 9; k <= 12; k++) {
-        if (h[k] < 0 || h[k] > LIMIT) { fclose(f); user_error("-y: state file '%s' is corrupted (section size %lld)", p, (long long)h[k]); }
+        if (h[k] < 0 || h[k] > size) { snprintf(b, sizeof(b), "is corrupted (section size %lld in a %lld-byte file)", (long long)h[k], size); *why = b; return false; }
     }
     s->step = h[2]; s->rank = h[3]; s->world_size = h[4];
     s->data_state[0] = h[5]; s->data_state[1] = h[6]; s->data_state[2] = h[7]; s->skipped_steps = h[8];
     long long fixed = CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9] + 4LL * (h[10] + h[11]);
-    if (size < fixed) { fclose(f); user_error("-y: state file '%s' is truncated: %lld bytes, expected at least %lld", p, size, fixed); }
+    if (size < fixed) { snprintf(b, sizeof(b), "is truncated: %lld bytes, expected at least %lld", size, fixed); *why = b; return false; }
     s->settings.assign((size_t)h[9], '\0');
     s->m.resize((size_t)h[10]);
     s->v.resize((size_t)h[11]);
@@ -213,20 +230,23 @@ static inline void checkpoint_read_state(const std::string& path, CheckpointStat
         if (ok) { a.data.resize((size_t)nd); ok = fread(a.data.data(), 4, (size_t)nd, f) == (size_t)nd; }
         if (ok) s->extras.push_back(std::move(a));
     }
-    bool at_end = ok && ftell(f) == size;
+    if (!ok) { snprintf(b, sizeof(b), "is truncated or corrupted (%lld bytes)", size); *why = b; return false; }
+    if (ftell(f) != size) { snprintf(b, sizeof(b), "has trailing bytes (%lld bytes in all); corrupted?", size); *why = b; return false; }
+    uint32_t crc = checkpoint_state_crc(s);
+    if ((int64_t)crc != h[13]) { snprintf(b, sizeof(b), "is corrupted: CRC-32 %08x, the header says %08llx", crc, (unsigned long long)h[13]); *why = b; return false; }
+    return true;
+}
+
+// Reads and validates a state file; every problem is a user_error naming the file.
+static inline void checkpoint_read_state(const std::string& path, CheckpointState* s) {
+    const char* p = path.c_str();
+    FILE* f = fopen(p, "rb");
+    if (!f) user_error("-y: missing state file '%s' (the checkpoint is incomplete or was written by another number of ranks)", p);
+    long long size = file_size_bytes(f);
+    std::string why;
+    bool ok = checkpoint_parse_state(f, size, s, &why);
     fclose(f);
-    if (!ok) user_error("-y: state file '%s' is truncated or corrupted (%lld bytes)", p, size);
-    if (!at_end) user_error("-y: state file '%s' has trailing bytes (%lld bytes in all); corrupted?", p, size);
-    uint32_t crc = crc32_update(0, s->settings.data(), s->settings.size());
-    crc = crc32_update(crc, s->m.data(), s->m.size() * 4);
-    crc = crc32_update(crc, s->v.data(), s->v.size() * 4);
-    for (const CheckpointArray& a : s->extras) {
-        checkpoint_crc_i64(&crc, (int64_t)a.name.size());
-        crc = crc32_update(crc, a.name.data(), a.name.size());
-        checkpoint_crc_i64(&crc, (int64_t)a.data.size());
-        crc = crc32_update(crc, a.data.data(), a.data.size() * 4);
-    }
-    if ((int64_t)crc != h[13]) user_error("-y: state file '%s' is corrupted: CRC-32 %08x, the header says %08llx", p, crc, (unsigned long long)h[13]);
+    if (!ok) user_error("-y: state file '%s' %s", p, why.c_str());
 }
 
 static inline const CheckpointArray* checkpoint_find_extra(const CheckpointState* s, const std::string& name) {
@@ -286,12 +306,15 @@ static inline void checkpoint_prune(const std::string& dir, int keep, int world_
     for (size_t i = 0; i + (size_t)keep < steps.size(); i++) checkpoint_delete(dir, steps[i], world_size);
 }
 
-// mkdir -p for one level; a user error if the path exists and is not a directory.
+// mkdir -p; a user error if the path (or a parent) exists and is not a directory.
 static inline void checkpoint_make_dir(const std::string& dir) {
     struct stat st;
     if (stat(dir.c_str(), &st) == 0) {
         if (!S_ISDIR(st.st_mode)) user_error("-o: '%s' exists and is not a directory", dir.c_str());
         return;
     }
-    if (mkdir(dir.c_str(), 0755) != 0) user_error("-o: cannot create directory '%s' (does its parent exist?)", dir.c_str());
+    size_t slash = dir.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) checkpoint_make_dir(dir.substr(0, slash));
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+        user_error("-o: cannot create directory '%s' (%s)", dir.c_str(), strerror(errno));
 }

@@ -61,6 +61,26 @@ typedef struct DataLoader {
     int* targets;                 // (B, T) inputs shifted by one token
 } DataLoader;
 
+// Validates a shard header against the file size, without exiting (also the fuzzing entry
+// point). On failure *why completes the sentence "shard 'X' ...".
+static inline bool dataloader_check_header(const int32_t header[DATA_SHARD_HEADER_INTS], long long size, std::string* why) {
+    char b[512];
+    if (header[0] != DATA_SHARD_MAGIC) {
+        snprintf(b, sizeof(b), "has magic %d, expected %d (not an llm.c token shard; %s)", header[0], DATA_SHARD_MAGIC, DATA_SHARD_HINT);
+    } else if (header[1] != DATA_SHARD_VERSION) {
+        snprintf(b, sizeof(b), "has version %d, expected %d (%s)", header[1], DATA_SHARD_VERSION, DATA_SHARD_HINT);
+    } else if (header[2] < 0) {
+        snprintf(b, sizeof(b), "has token count %d in its header, expected a count >= 0 (%s)", header[2], DATA_SHARD_HINT);
+    } else {
+        long long expected = (long long)DATA_SHARD_HEADER_BYTES + 2LL * header[2];
+        if (size == expected) return true;
+        snprintf(b, sizeof(b), "is %lld bytes, expected %lld = %d + 2*%d for the %d tokens its header counts (%s; hint: regenerate it)",
+                 size, expected, DATA_SHARD_HEADER_BYTES, header[2], header[2], size < expected ? "truncated" : "oversized");
+    }
+    *why = b;
+    return false;
+}
+
 // Opens a shard and checks its header and size; returns the file positioned at the first
 // token and sets *count.
 static inline FILE* dataloader_open_shard(const DataLoader* l, const char* path, size_t* count) {
@@ -81,25 +101,8 @@ static inline FILE* dataloader_open_shard(const DataLoader* l, const char* path,
     }
     int32_t header[DATA_SHARD_HEADER_INTS];
     fread_check(header, sizeof(int32_t), DATA_SHARD_HEADER_INTS, f);
-    if (header[0] != DATA_SHARD_MAGIC) {
-        user_error("%s: shard '%s' has magic %d, expected %d (not an llm.c token shard; %s)",
-                   flag, path, header[0], DATA_SHARD_MAGIC, DATA_SHARD_HINT);
-    }
-    if (header[1] != DATA_SHARD_VERSION) {
-        user_error("%s: shard '%s' has version %d, expected %d (%s)",
-                   flag, path, header[1], DATA_SHARD_VERSION, DATA_SHARD_HINT);
-    }
-    if (header[2] < 0) {
-        user_error("%s: shard '%s' has token count %d in its header, expected a count >= 0 (%s)",
-                   flag, path, header[2], DATA_SHARD_HINT);
-    }
-    long long expected = (long long)DATA_SHARD_HEADER_BYTES + 2LL * header[2];
-    if (size != expected) {
-        user_error("%s: shard '%s' is %lld bytes, expected %lld = %d + 2*%d for the %d tokens its "
-                   "header counts (%s; hint: regenerate it)",
-                   flag, path, size, expected, DATA_SHARD_HEADER_BYTES, header[2], header[2],
-                   size < expected ? "truncated" : "oversized");
-    }
+    std::string why;
+    if (!dataloader_check_header(header, size, &why)) user_error("%s: shard '%s' %s", flag, path, why.c_str());
     *count = (size_t)header[2];
     return f;
 }

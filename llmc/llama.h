@@ -61,6 +61,10 @@ static inline int llama_preset(const char* name, LlamaConfig* out) {
 static inline const char* llama_config_problem(const LlamaConfig* c) {
     if (c->V <= 0 || c->Vp < c->V) return "need 0 < V <= Vp";
     if (c->C <= 0 || c->L <= 0 || c->NH <= 0 || c->NKV <= 0 || c->FF <= 0 || c->T <= 0) return "all sizes must be positive";
+    // bounds keep every size computation below within int / size_t (headers come from files)
+    if (c->Vp > (1 << 24) || c->C > (1 << 16) || c->L > 4096 || c->FF > (1 << 20) || c->T > (1 << 20))
+        return "sizes out of range (Vp <= 2^24, C <= 65536, L <= 4096, FF <= 2^20, T <= 2^20)";
+    if (c->NH > c->C || c->NKV > c->NH) return "need NKV <= NH <= C";
     if (c->C % c->NH != 0) return "C must be divisible by NH";
     if (c->NH % c->NKV != 0) return "NH must be divisible by NKV";
     if ((c->C / c->NH) % 2 != 0) return "head size C/NH must be even (RoPE rotates pairs)";

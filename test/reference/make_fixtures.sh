@@ -9,3 +9,5 @@ python test/reference/make_layer_fixtures.py --seed 1234 --out test/fixtures/lay
 python test/reference/make_model_fixtures.py --seed 4321 --out test/fixtures/model.fix \
     --checkpoint test/fixtures/model_small.bin
 python test/reference/make_optim_fixtures.py --seed 2718 --out test/fixtures/optim.fix
+# ml_dtypes 0.6.0 (numpy only, no torch)
+python test/reference/make_fp8_fixtures.py --seed 8080 --out test/fixtures/fp8.fix

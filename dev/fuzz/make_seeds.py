@@ -1,0 +1,22 @@
+"""Writes a small seed corpus for build/fuzz_parsers: one valid input per parser."""
+import os
+import struct
+import sys
+import zlib
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+# 0: a shard of 10 tokens
+h = struct.pack("<3i", 20240520, 1, 10) + b"\0" * (1024 - 12)
+open(os.path.join(out, "shard"), "wb").write(b"\0" + h + bytes(20))
+# 1: a model header of a 1-layer toy model, no payload (size mismatch path)
+h = struct.pack("<10i", 20250301, 1, 8, 8, 4, 1, 2, 1, 4, 4) + b"\0" * (1024 - 40)
+open(os.path.join(out, "model"), "wb").write(b"\1" + h)
+# 2: a valid state file: 64 int64 header, settings, m, v, one extra
+settings = b"B=1\n"
+m = struct.pack("<2f", 1.0, 2.0)
+v = struct.pack("<2f", 3.0, 4.0)
+extra = struct.pack("<q", 1) + b"r" + struct.pack("<q", 1) + struct.pack("<f", 5.0)
+crc = zlib.crc32(settings + m + v + extra)
+hdr = [20250302, 1, 3, 0, 1, 0, 0, 0, 0, len(settings), 2, 2, 1, crc] + [0] * 50
+open(os.path.join(out, "state"), "wb").write(b"\2" + struct.pack("<64q", *hdr) + settings + m + v + extra)

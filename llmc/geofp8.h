@@ -1,0 +1,778 @@
+// geofp8.h — the numerical core of GeoFP8 gradient communication (DESIGN §5, §6), host only.
+//
+// What it defines, in the order a step uses it:
+//   1. FP8 scales and quantization (§5.1): geofp8_amax, geofp8_scale_exponent (s = 2^e with
+//      e = floor(log2(448/a)) - ceil(log2 N) - 1), geofp8_quantize_ef (q = e4m3(s x), optional
+//      error-feedback residual x - decode(q)/s), geofp8_dequantize (decode(q_sum)/(s N)), the
+//      per-block variants of fp8block (GEOFP8_BLOCK = 512) and the saturation / underflow
+//      counts behind the layer-selection score.
+//   2. The sketch of A = E[h hᵀ] and the stable Nyström step (§6 "Factor"):
+//      geofp8_test_matrix (Ω), geofp8_sketch_accumulate (Y += w hᵀ(hΩ), tr(A) += w Σ‖h‖²),
+//      geofp8_nystrom (U, λ, σ² from the all-reduced Y and tr(A)).
+//   3. The transform T = U D Uᵀ + c (I - U Uᵀ) (§6 "Transform"): GeoFP8Factor,
+//      geofp8_whiten (G T), geofp8_unwhiten (G̃ T⁻¹), geofp8_carry_residual (R T_old⁻¹ T_new).
+//   4. The two-sided K-FAC ablation: geofp8_kfac_accumulate / _factor / _whiten / _unwhiten.
+//   5. The fidelity analysis of the paper's Tables I and II: geofp8_fidelity_roundtrip / _all.
+//   6. Layer selection: geofp8_rank_scores, geofp8_select_top.
+//
+// Shapes: every matrix is row-major fp32 unless said otherwise. A gradient G is (d_out, d_in)
+// (the weight layout (out, in)), activations h are (n, d_in), output gradients δ are (n, d_out),
+// Ω and Y are (d_in, k) with k = r + GEOFP8_OVERSAMPLE (at most d_in), U is (d_in, r).
+//
+// The MPI plumbing lives elsewhere. Every function here is a pure function of its arguments
+// (no globals, no hidden state), so a caller can: build Ω on every rank from the shared seed,
+// accumulate Y and tr(A) locally, SUM all-reduce them, run geofp8_nystrom +
+// geofp8_factor_from_nystrom on rank 0, broadcast the packed factor (geofp8_factor_pack), and
+// apply the transform on every rank with bitwise the same numbers.
+//
+// Conventions: outputs are written (=) unless the name says accumulate (+=). Where a function
+// takes `float* scratch`, NULL means "allocate internally"; the *_scratch_floats helpers give
+// the size for callers that keep a buffer. The whiten / unwhiten / K-FAC transforms may run in
+// place (out == G). Precision: large products in fp32 (OpenBLAS sgemm / strsm), every small
+// k×k or d×d factorization in double (LAPACKE dgeqrf, dpotrf, dsyevd), reductions in double in
+// a fixed order. Elementwise loops use OpenMP and are deterministic; BLAS results are
+// deterministic for a fixed OpenBLAS thread count (1 and 2 threads agree to rounding only).
+#pragma once
+#include <algorithm>
+#include <cassert>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <cblas.h>
+#include <lapacke.h>
+#include "fp8.h"
+#include "rand.h"
+
+// Elements per scale in the fp8block mode (the paper's per-block ablation).
+static const int GEOFP8_BLOCK = 512;
+// Extra sketch columns beyond the kept rank r: k = r + 8.
+static const int GEOFP8_OVERSAMPLE = 8;
+// Nyström stabilizing shift ν = 1e-6 ‖Y‖_F: about 10 fp32 ulps of the sketch, so Ωᵀ Y_ν is
+// positive definite despite the fp32 rounding of Y, yet far below the eigenvalues we keep.
+static const double GEOFP8_NYSTROM_SHIFT = 1e-6;
+// Damping ε = 1e-3 tr(A) / d (the low-rank transform and the K-FAC Cholesky factors).
+static const double GEOFP8_DAMPING = 1e-3;
+// When a Cholesky factorization fails, the shift (Nyström) or damping (K-FAC) is multiplied by
+// this much and the factorization retried, at most GEOFP8_MAX_RETRIES times.
+static const double GEOFP8_RETRY_GROWTH = 100.0;
+static const int GEOFP8_MAX_RETRIES = 3;
+// geofp8_scale_exponent's answer for a non-finite amax: every rank skips the step.
+static const int GEOFP8_EXP_SKIP = INT_MIN;
+// Exponent range of the scale: 2^-149 is the smallest positive float (subnormal), 2^127 the
+// largest power of two. Only absurd amax values (> 2^110 or < 2^-118) reach the clamps.
+static const int GEOFP8_EXP_MIN = -149;
+static const int GEOFP8_EXP_MAX = 127;
+
+// ---------------------------------------------------------------------------------------------
+// 1. Scales and quantization (DESIGN §5.1)
+
+// smallest m with 2^m >= n (n >= 1)
+static inline int geofp8_ceil_log2(int n) {
+    int m = 0;
+    while ((1LL << m) < (long long)n) m++;
+    return m;
+}
+
+// max |x_i| over x (n); +Inf if any element is non-finite (NaN or ±Inf). 0 for n == 0.
+static inline float geofp8_amax(const float* x, size_t n) {
+    float m = 0.0f;
+    int bad = 0;
+    #pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (!(a <= FLT_MAX)) bad = 1;  // NaN compares false
+        else if (a > m) m = a;
+    }
+    return bad ? INFINITY : m;
+}
+
+// Exponent e of the power-of-two scale s = 2^e for a tensor with max magnitude amax that is
+// summed over world_size ranks:
+//   e = floor(log2(448 / amax)) - ceil(log2 N) - 1
+// so s·amax <= 224 / 2^ceil(log2 N) <= 224 / N and the exact sum of N codes is at most 224.
+// The SUM all-reduce rounds every partial sum back to E4M3 (relative error <= 2^-4 per
+// combine), so the rounded sum stays <= 224 (1 + 2^-4)^(N-1) <= 448 (no saturation) for
+// N <= 12; beyond 12 ranks saturation is possible and must be counted.
+// floor(log2(448/amax)) is found exactly (ldexp comparisons, no rounded logarithm).
+// amax == 0 (the zero tensor) returns 0, so s = 1 and zeros encode to zeros.
+// amax non-finite (or negative) returns GEOFP8_EXP_SKIP: the caller skips the step.
+// The result is clamped to [GEOFP8_EXP_MIN, GEOFP8_EXP_MAX].
+static inline int geofp8_scale_exponent(float amax, int world_size) {
+    assert(world_size >= 1);
+    if (!(amax >= 0.0f) || !(amax <= FLT_MAX)) return GEOFP8_EXP_SKIP;
+    if (amax == 0.0f) return 0;
+    const double a = (double)amax;  // ldexp of a double is exact over the whole float range
+    int e;
+    frexp(E4M3_MAX / a, &e);  // 448/a in [2^(e-1), 2^e), up to the rounding of the division
+    e -= 1;
+    while (ldexp(a, e) > (double)E4M3_MAX) e--;
+    while (ldexp(a, e + 1) <= (double)E4M3_MAX) e++;
+    e -= geofp8_ceil_log2(world_size) + 1;
+    if (e < GEOFP8_EXP_MIN) e = GEOFP8_EXP_MIN;
+    if (e > GEOFP8_EXP_MAX) e = GEOFP8_EXP_MAX;
+    return e;
+}
+
+// s = 2^e (exact; e in [GEOFP8_EXP_MIN, GEOFP8_EXP_MAX])
+static inline float geofp8_scale_from_exponent(int e) { return ldexpf(1.0f, e); }
+
+// q (n) = e4m3_satfinite(scale * x (n)). If residual is not NULL:
+//   residual (n) = x - decode(q) / scale        (the local error-feedback residual)
+// x is the error-fed input (G T + R_old for a whitened unit). residual may alias x (each
+// element is read before it is written). With a power-of-two scale and no saturation the
+// residual is exact (decode(q)/scale is within a factor 2 of x, Sterbenz), so
+// decode(q)/scale + residual == x bit for bit; a saturated element rounds once.
+static inline void geofp8_quantize_ef(uint8_t* q, float* residual, const float* x, size_t n, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        uint8_t code = fp8_e4m3_encode(scale * v);
+        q[i] = code;
+        if (residual) residual[i] = v - fp8_e4m3_decode(code) / scale;
+    }
+}
+
+// out (n) = decode(q (n)) / (scale * world_size): the average of a SUM all-reduce of codes that
+// were made with the same scale on every rank. scale * N is exact (power of two times an
+// integer < 2^24), so there is one rounding. out is fp32; it may not alias q.
+static inline void geofp8_dequantize(float* out, const uint8_t* q, size_t n, float scale, int world_size) {
+    const float denom = scale * (float)world_size;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(q[i]) / denom;
+}
+
+// Number of blocks of `block` elements covering n (the last one may be short).
+static inline size_t geofp8_num_blocks(size_t n, int block) { return (n + (size_t)block - 1) / (size_t)block; }
+
+// amax (geofp8_num_blocks(n, block)) = geofp8_amax of each block of x (n).
+static inline void geofp8_block_amax(float* amax, const float* x, size_t n, int block) {
+    const size_t nb = geofp8_num_blocks(n, block);
+    #pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        size_t i0 = b * (size_t)block, i1 = std::min(n, i0 + (size_t)block);
+        float m = 0.0f;
+        int bad = 0;
+        for (size_t i = i0; i < i1; i++) {
+            float a = fabsf(x[i]);
+            if (!(a <= FLT_MAX)) bad = 1;
+            else if (a > m) m = a;
+        }
+        amax[b] = bad ? INFINITY : m;
+    }
+}
+
+// scale (nb) = 2^geofp8_scale_exponent(amax (nb), N). Returns the number of blocks whose amax
+// is non-finite (their scale is set to 1); a nonzero answer means: skip the step.
+static inline size_t geofp8_block_scales(float* scale, const float* amax, size_t nb, int world_size) {
+    size_t bad = 0;
+    for (size_t b = 0; b < nb; b++) {
+        int e = geofp8_scale_exponent(amax[b], world_size);
+        if (e == GEOFP8_EXP_SKIP) { bad++; e = 0; }
+        scale[b] = geofp8_scale_from_exponent(e);
+    }
+    return bad;
+}
+
+// geofp8_quantize_ef with one scale per block: scale (geofp8_num_blocks(n, block)).
+static inline void geofp8_quantize_ef_block(uint8_t* q, float* residual, const float* x, size_t n, int block, const float* scale) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float s = scale[i / (size_t)block];
+        float v = x[i];
+        uint8_t code = fp8_e4m3_encode(s * v);
+        q[i] = code;
+        if (residual) residual[i] = v - fp8_e4m3_decode(code) / s;
+    }
+}
+
+// geofp8_dequantize with one scale per block.
+static inline void geofp8_dequantize_block(float* out, const uint8_t* q, size_t n, int block, const float* scale, int world_size) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(q[i]) / (scale[i / (size_t)block] * (float)world_size);
+}
+
+// Boundary hits of x (n) encoded with `scale`, the raw material of the vulnerability score:
+//   *saturated = #{i : |code_i| == 448}   (the code sits at the top of the range; this includes
+//                                           every |scale x| >= 448 and values that round to 448)
+//   *underflow = #{i : x_i != 0 and code_i == ±0}
+//   *nonzero   = #{i : x_i != 0}           (optional, NULL to skip)
+// NaN elements count in neither (and as nonzero).
+static inline void geofp8_count_saturated_underflow(const float* x, size_t n, float scale, long* saturated, long* underflow, long* nonzero = NULL) {
+    long sat = 0, und = 0, nz = 0;
+    #pragma omp parallel for reduction(+ : sat, und, nz) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint8_t mag = fp8_e4m3_encode(scale * x[i]) & 0x7Fu;
+        if (mag == E4M3_MAX_CODE) sat++;
+        if (x[i] != 0.0f) {
+            nz++;
+            if (mag == 0) und++;
+        }
+    }
+    *saturated = sat;
+    *underflow = und;
+    if (nonzero) *nonzero = nz;
+}
+
+// One step's vulnerability of a unit (DESIGN §6 "Layer selection"): the fraction of elements
+// whose code saturates plus the fraction of nonzero elements that quantize to zero. The layer
+// score is the mean of this over the profiling window.
+static inline double geofp8_vulnerability(long saturated, long underflow, long nonzero, size_t n) {
+    double v = n ? (double)saturated / (double)n : 0.0;
+    if (nonzero > 0) v += (double)underflow / (double)nonzero;
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Sketch and Nyström (DESIGN §6 "Factor")
+
+// Sketch width for rank r on a d_in-wide input: k = min(r + 8, d_in).
+static inline int geofp8_sketch_width(int r, int d_in) { return std::min(r + GEOFP8_OVERSAMPLE, d_in); }
+
+// omega (d_in, k) = orthonormal columns (Householder QR in double, LAPACKE dgeqrf + dorgqr):
+//   U_prev == NULL: Q of a Gaussian (d_in, k) matrix (first refresh);
+//   otherwise:      Q of [U_prev (d_in, r) | Gaussian (d_in, k - r)], whose first r columns
+//                   span U_prev exactly, so successive refreshes are a subspace iteration.
+// The Gaussian entries come from rand_normal on Rng(seed), drawn row by row (element (i, j) is
+// draw i * width + j, width = k or k - r). Requires 1 <= k <= d_in and r <= k when U_prev is
+// given. Every rank that passes the same (seed, U_prev) gets the same Ω; the QR runs through
+// OpenBLAS, so to be independent of thread counts a caller may instead broadcast rank 0's Ω
+// (d_in·k floats).
+static inline void geofp8_test_matrix(float* omega, int d_in, int k, const float* U_prev, int r, uint64_t seed) {
+    assert(k >= 1 && k <= d_in);
+    const int r0 = U_prev ? r : 0;
+    assert(r0 >= 0 && r0 <= k);
+    const int w = k - r0;
+    std::vector<double> a((size_t)d_in * k), tau(k);
+    Rng rng;
+    rand_init(&rng, seed);
+    for (int i = 0; i < d_in; i++) {
+        for (int j = 0; j < r0; j++) a[(size_t)i * k + j] = (double)U_prev[(size_t)i * r + j];
+        for (int j = 0; j < w; j++) a[(size_t)i * k + r0 + j] = rand_normal(&rng);
+    }
+    lapack_int info = LAPACKE_dgeqrf(LAPACK_ROW_MAJOR, d_in, k, a.data(), k, tau.data());
+    assert(info == 0);
+    info = LAPACKE_dorgqr(LAPACK_ROW_MAJOR, d_in, k, k, a.data(), k, tau.data());
+    assert(info == 0);
+    (void)info;
+    for (size_t i = 0; i < (size_t)d_in * k; i++) omega[i] = (float)a[i];
+}
+
+// Scratch floats for geofp8_sketch_accumulate: the (n_tokens, k) product hΩ.
+static inline size_t geofp8_sketch_scratch_floats(int n_tokens, int k) { return (size_t)n_tokens * k; }
+
+// Accumulates one micro-batch into the sketch of A = E[h hᵀ]:
+//   Y (d_in, k) += weight * hᵀ (h Ω)       h (n_tokens, d_in), Ω (d_in, k)
+//   *trA        += weight * Σ_t ‖h_t‖²     (double; skipped if trA is NULL)
+// weight = 1 / (total tokens of the step over all ranks), so that after the SUM all-reduce
+// Y = A Ω and trA = tr(A). The trace sums rows in double, serially in row order.
+static inline void geofp8_sketch_accumulate(float* Y, double* trA, const float* h, int n_tokens, int d_in, const float* omega, int k, float weight, float* scratch = NULL) {
+    if (n_tokens <= 0) return;
+    std::vector<float> own;
+    if (!scratch) { own.resize(geofp8_sketch_scratch_floats(n_tokens, k)); scratch = own.data(); }
+    float* Z = scratch;  // (n_tokens, k)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_tokens, k, d_in, 1.0f, h, d_in, omega, k, 0.0f, Z, k);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_in, k, n_tokens, weight, h, d_in, Z, k, 1.0f, Y, k);
+    if (trA) {
+        std::vector<double> rows(n_tokens);
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < n_tokens; t++) {
+            const float* ht = h + (size_t)t * d_in;
+            double s = 0.0;
+            for (int j = 0; j < d_in; j++) s += (double)ht[j] * (double)ht[j];
+            rows[t] = s;
+        }
+        double s = 0.0;
+        for (int t = 0; t < n_tokens; t++) s += rows[t];
+        *trA += (double)weight * s;
+    }
+}
+
+// σ² = max(trA - Σλ, 0) / (d_in - r); 0 when r == d_in (nothing is left over).
+static inline float geofp8_residual_variance(double trA, const float* lambda, int d_in, int r) {
+    if (r >= d_in || !std::isfinite(trA)) return 0.0f;
+    double s = 0.0;
+    for (int i = 0; i < r; i++) s += (double)lambda[i];
+    double rest = trA - s;
+    return (float)(rest > 0.0 ? rest / (double)(d_in - r) : 0.0);
+}
+
+// Stable Nyström approximation A ≈ U diag(λ) Uᵀ from the all-reduced sketch Y = A Ω:
+//   ν = 1e-6 ‖Y‖_F;  Y_ν = Y + ν Ω;  C = chol(Ωᵀ Y_ν) (upper, Ωᵀ Y_ν symmetrized first);
+//   B = Y_ν C⁻¹ (d_in, k);  BᵀB = V Σ² Vᵀ (dsyevd);  keep the top r:
+//   U = B V_r Σ_r⁻¹ (d_in, r),  λ_i = max(σ_i² - ν, 0) (descending),
+//   σ² = max(trA - Σλ, 0) / (d_in - r).
+// Y, Ω (d_in, k); U (d_in, r), lambda (r), *sigma2 written. All of it in double; U is
+// orthonormal to double rounding before it is stored as fp32. Requires 1 <= r <= k <= d_in.
+// Returns 0 on success; i > 0 if the Cholesky factorization needed i retries, each with the
+// shift multiplied by 100 (fp32 noise can make Ωᵀ Y_ν indefinite when A is nearly singular;
+// the shift actually used is subtracted from the eigenvalues); -1 if Y or trA is non-finite,
+// Y is zero, or every retry failed: then the isotropic model is returned (U = Ω's first r
+// columns, λ_i = σ² = max(trA, 0) / d_in), whose transform is a multiple of the identity.
+static inline int geofp8_nystrom(float* U, float* lambda, float* sigma2, const float* Y, const float* omega, double trA, int d_in, int k, int r) {
+    assert(r >= 1 && r <= k && k <= d_in);
+    const size_t dk = (size_t)d_in * k;
+    double ss = 0.0;
+    for (size_t i = 0; i < dk; i++) ss += (double)Y[i] * (double)Y[i];
+    const double normY = sqrt(ss);
+
+    auto fallback = [&]() {
+        double iso = std::isfinite(trA) && trA > 0.0 ? trA / d_in : 0.0;
+        for (int i = 0; i < d_in; i++)
+            for (int j = 0; j < r; j++) U[(size_t)i * r + j] = omega[(size_t)i * k + j];
+        for (int j = 0; j < r; j++) lambda[j] = (float)iso;
+        *sigma2 = (float)iso;
+        return -1;
+    };
+    if (!std::isfinite(normY) || !std::isfinite(trA) || normY == 0.0) return fallback();
+
+    std::vector<double> Om(dk), Yv(dk), M((size_t)k * k), K((size_t)k * k), w(k);
+    for (size_t i = 0; i < dk; i++) Om[i] = (double)omega[i];
+    double shift = GEOFP8_NYSTROM_SHIFT * normY;
+    int attempt = 0;
+    for (;; attempt++) {
+        if (attempt > GEOFP8_MAX_RETRIES) return fallback();
+        for (size_t i = 0; i < dk; i++) Yv[i] = (double)Y[i] + shift * Om[i];
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, k, d_in, 1.0, Om.data(), k, Yv.data(), k, 0.0, M.data(), k);
+        for (int i = 0; i < k; i++)
+            for (int j = i + 1; j < k; j++) {
+                double s = 0.5 * (M[(size_t)i * k + j] + M[(size_t)j * k + i]);
+                M[(size_t)i * k + j] = s;
+                M[(size_t)j * k + i] = s;
+            }
+        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', k, M.data(), k) == 0) break;
+        shift *= GEOFP8_RETRY_GROWTH;
+    }
+    // B = Y_ν C⁻¹ in place of Y_ν (C upper: M = Cᵀ C, so B Bᵀ = Y_ν M⁻¹ Y_νᵀ)
+    cblas_dtrsm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, d_in, k, 1.0, M.data(), k, Yv.data(), k);
+    double* B = Yv.data();
+    // BᵀB = V diag(w) Vᵀ, eigenvalues ascending, eigenvectors in the columns of K
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, k, d_in, 1.0, B, k, 0.0, K.data(), k);
+    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', k, K.data(), k, w.data()) != 0) return fallback();
+    // Vs (k, r): the top r eigenvectors, descending, each divided by its singular value, so
+    // U = B Vs. A column with σ = 0 (impossible in exact arithmetic: Y_ν has full column rank)
+    // becomes 0, which the transform treats as "no special direction".
+    std::vector<double> Vs((size_t)k * r), Ud((size_t)d_in * r);
+    for (int t = 0; t < r; t++) {
+        int j = k - 1 - t;
+        double s2 = w[j] > 0.0 ? w[j] : 0.0;
+        double inv = s2 > 0.0 ? 1.0 / sqrt(s2) : 0.0;
+        for (int i = 0; i < k; i++) Vs[(size_t)i * r + t] = K[(size_t)i * k + j] * inv;
+        double lam = s2 - shift;
+        lambda[t] = (float)(lam > 0.0 ? lam : 0.0);
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d_in, r, k, 1.0, B, k, Vs.data(), r, 0.0, Ud.data(), r);
+    for (size_t i = 0; i < (size_t)d_in * r; i++) U[i] = (float)Ud[i];
+    *sigma2 = geofp8_residual_variance(trA, lambda, d_in, r);
+    return attempt;
+}
+
+// Exact counterpart of geofp8_nystrom from an explicit symmetric A (d, d) (only its upper
+// triangle is read): the top r eigenpairs (dsyevd in double) and σ² = mean of the other d - r
+// eigenvalues ((tr(A) - Σλ) / (d - r), with negative rounding clamped to 0). Used by the
+// fidelity analysis ("exact" low rank) and the tests. Returns 0, or -1 if dsyevd failed.
+static inline int geofp8_topr_exact(float* U, float* lambda, float* sigma2, const float* A, int d, int r) {
+    assert(r >= 1 && r <= d);
+    std::vector<double> a((size_t)d * d), w(d);
+    double tr = 0.0;
+    for (int i = 0; i < d; i++) {
+        tr += (double)A[(size_t)i * d + i];
+        for (int j = i; j < d; j++) a[(size_t)i * d + j] = (double)A[(size_t)i * d + j];
+    }
+    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', d, a.data(), d, w.data()) != 0) return -1;
+    for (int t = 0; t < r; t++) {
+        int j = d - 1 - t;
+        lambda[t] = (float)(w[j] > 0.0 ? w[j] : 0.0);
+        for (int i = 0; i < d; i++) U[(size_t)i * r + t] = (float)a[(size_t)i * d + j];
+    }
+    *sigma2 = geofp8_residual_variance(tr, lambda, d, r);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The low-rank-plus-isotropic transform (DESIGN §6 "Transform")
+//
+// T = U D Uᵀ + c (I - U Uᵀ) = A_r^(-1/2) for A_r = U Λ Uᵀ + σ² (I - U Uᵀ), with
+// D = diag((λ + ε)^(-1/2)), c = (σ² + ε)^(-1/2), ε = 1e-3 tr(A) / d_in. T is symmetric, so
+// the whitened gradient G T is also G Tᵀ.
+
+struct GeoFP8Factor {
+    int d_in = 0, r = 0;
+    std::vector<float> U;  // (d_in, r) orthonormal columns (all zero for the identity)
+    std::vector<float> D;  // (r) (λ + ε)^(-1/2)
+    float c = 1.0f;        // (σ² + ε)^(-1/2)
+    float eps = 0.0f;      // ε = 1e-3 tr(A) / d_in
+};
+
+// f = the identity transform (U = 0, D = c = 1): what a unit uses before its first factor.
+static inline void geofp8_factor_identity(GeoFP8Factor* f, int d_in, int r) {
+    f->d_in = d_in;
+    f->r = r;
+    f->U.assign((size_t)d_in * r, 0.0f);
+    f->D.assign(r, 1.0f);
+    f->c = 1.0f;
+    f->eps = 0.0f;
+}
+
+// f from a Nyström (or exact) result: U (d_in, r), lambda (r), sigma2 and tr(A). A zero or
+// non-finite tr(A) (a unit whose inputs are all zero) gives the identity transform, since
+// ε = 0 would make D infinite. Computed in double, stored fp32.
+static inline void geofp8_factor_from_nystrom(GeoFP8Factor* f, const float* U, const float* lambda, float sigma2, double trA, int d_in, int r) {
+    geofp8_factor_identity(f, d_in, r);
+    if (!(trA > 0.0) || !std::isfinite(trA)) return;
+    const double eps = GEOFP8_DAMPING * trA / d_in;
+    memcpy(f->U.data(), U, (size_t)d_in * r * sizeof(float));
+    for (int i = 0; i < r; i++) {
+        double l = lambda[i] > 0.0f ? (double)lambda[i] : 0.0;
+        f->D[i] = (float)(1.0 / sqrt(l + eps));
+    }
+    double s2 = sigma2 > 0.0f ? (double)sigma2 : 0.0;
+    f->c = (float)(1.0 / sqrt(s2 + eps));
+    f->eps = (float)eps;
+}
+
+// Packed factor, for the broadcast from rank 0 and for checkpoints:
+// [U (d_in*r) | D (r) | c | eps], floats.
+static inline size_t geofp8_factor_floats(int d_in, int r) { return (size_t)d_in * r + (size_t)r + 2; }
+
+static inline void geofp8_factor_pack(float* buf, const GeoFP8Factor* f) {
+    size_t nu = (size_t)f->d_in * f->r;
+    memcpy(buf, f->U.data(), nu * sizeof(float));
+    memcpy(buf + nu, f->D.data(), (size_t)f->r * sizeof(float));
+    buf[nu + f->r] = f->c;
+    buf[nu + f->r + 1] = f->eps;
+}
+
+static inline void geofp8_factor_unpack(GeoFP8Factor* f, const float* buf, int d_in, int r) {
+    size_t nu = (size_t)d_in * r;
+    f->d_in = d_in;
+    f->r = r;
+    f->U.assign(buf, buf + nu);
+    f->D.assign(buf + nu, buf + nu + r);
+    f->c = buf[nu + r];
+    f->eps = buf[nu + r + 1];
+}
+
+// Scratch floats for geofp8_whiten / geofp8_unwhiten on a (d_out, d_in) gradient with rank r:
+// the (d_out, r) product G U and the r diagonal coefficients.
+static inline size_t geofp8_transform_scratch_floats(int d_out, int r) { return (size_t)d_out * r + (size_t)r; }
+
+// out (d_out, d_in) = alpha G + (G U) diag(beta) Uᵀ, U (d_in, r), beta (r). out may equal G:
+// G U is formed first. scratch: at least d_out * r floats.
+static inline void geofp8_lowrank_update(float* out, const float* G, int d_out, int d_in, const float* U, int r, float alpha, const float* beta, float* scratch) {
+    float* P = scratch;  // (d_out, r)
+    if (r > 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d_out, r, d_in, 1.0f, G, d_in, U, r, 0.0f, P, r);
+    const size_t n = (size_t)d_out * d_in;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = alpha * G[i];
+    if (r == 0) return;
+    for (int i = 0; i < d_out; i++)
+        for (int j = 0; j < r; j++) P[(size_t)i * r + j] *= beta[j];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d_out, d_in, r, 1.0f, P, r, U, r, 1.0f, out, d_in);
+}
+
+// out (d_out, d_in) = G T = c G + (G U)(D - c I) Uᵀ. out may equal G (in place).
+// scratch: geofp8_transform_scratch_floats(d_out, f->r) floats, or NULL.
+// fp32 note: along U the result c G_U + (D - c) G_U cancels, so the relative rounding error of
+// a whiten/unwhiten round trip is about 6e-8 · c / min(D) = 6e-8 · sqrt((λ_1 + ε)/(σ² + ε)),
+// at most 6e-8 · sqrt(1000 d_in) because of the damping; far below the FP8 error either way.
+static inline void geofp8_whiten(float* out, const float* G, int d_out, int d_in, const GeoFP8Factor* f, float* scratch) {
+    assert(f->d_in == d_in);
+    const int r = f->r;
+    std::vector<float> own;
+    if (!scratch) { own.resize(geofp8_transform_scratch_floats(d_out, r)); scratch = own.data(); }
+    float* beta = scratch + (size_t)d_out * r;
+    for (int j = 0; j < r; j++) beta[j] = (float)((double)f->D[j] - (double)f->c);
+    geofp8_lowrank_update(out, G, d_out, d_in, f->U.data(), r, f->c, beta, scratch);
+}
+
+// out (d_out, d_in) = Gt T⁻¹ = Gt / c + (Gt U)(D⁻¹ - I / c) Uᵀ. out may equal Gt (in place).
+// scratch as for geofp8_whiten.
+static inline void geofp8_unwhiten(float* out, const float* Gt, int d_out, int d_in, const GeoFP8Factor* f, float* scratch) {
+    assert(f->d_in == d_in);
+    const int r = f->r;
+    std::vector<float> own;
+    if (!scratch) { own.resize(geofp8_transform_scratch_floats(d_out, r)); scratch = own.data(); }
+    float* beta = scratch + (size_t)d_out * r;
+    const double inv_c = 1.0 / (double)f->c;
+    for (int j = 0; j < r; j++) beta[j] = (float)(1.0 / (double)f->D[j] - inv_c);
+    geofp8_lowrank_update(out, Gt, d_out, d_in, f->U.data(), r, (float)inv_c, beta, scratch);
+}
+
+// At a refresh, carries the error-feedback buffer R (d_out, d_in) into the new coordinates, in
+// place: R <- R T_old⁻¹ T_new (the residual is a whitened-space quantity; this keeps the
+// Euclidean error R T_old⁻¹ it stands for). scratch: geofp8_transform_scratch_floats(d_out,
+// max(r_old, r_new)) floats, or NULL.
+static inline void geofp8_carry_residual(float* R, int d_out, int d_in, const GeoFP8Factor* f_old, const GeoFP8Factor* f_new, float* scratch) {
+    geofp8_unwhiten(R, R, d_out, d_in, f_old, scratch);
+    geofp8_whiten(R, R, d_out, d_in, f_new, scratch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Two-sided K-FAC ablation (DESIGN §6 "kfac")
+//
+// A = E[h hᵀ] (d_in, d_in) and G = E[δ δᵀ] (d_out, d_out); both are accumulated with
+// geofp8_kfac_accumulate (h for A, δ for G). Whiten: L_G⁻¹ G L_A⁻ᵀ; unwhiten: L_G X L_Aᵀ.
+
+// Upper triangle (j >= i, row-major) of S (d, d) += weight * xᵀ x, x (n, d). The lower triangle
+// is never written or read by the K-FAC functions (ssyrk: half the flops of a full product).
+static inline void geofp8_kfac_accumulate(float* S, const float* x, int n, int d, float weight) {
+    if (n <= 0) return;
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, n, weight, x, d, 1.0f, S, d);
+}
+
+// L (d, d) = block-diagonal lower Cholesky factor of sym(S) + ε I, ε = 1e-3 tr(S) / d, using
+// only the diagonal blocks of size `block` (the last one may be short; everything outside the
+// blocks, and the upper triangle of L, is 0). block >= d: full Cholesky (K-FAC, input_full);
+// block = 1: diag(sqrt(S_ii + ε)) (diag_A). Reads the upper triangle of S. In double.
+// Returns 0, i > 0 after i retries of a failed block with ε multiplied by 100, or -1 (and
+// L = I, the identity transform) if tr(S) is zero or non-finite or every retry failed.
+static inline int geofp8_kfac_factor_block(float* L, const float* S, int d, int block) {
+    const size_t dd = (size_t)d * d;
+    memset(L, 0, dd * sizeof(float));
+    auto identity = [&]() {
+        memset(L, 0, dd * sizeof(float));
+        for (int i = 0; i < d; i++) L[(size_t)i * d + i] = 1.0f;
+        return -1;
+    };
+    double tr = 0.0;
+    for (int i = 0; i < d; i++) tr += (double)S[(size_t)i * d + i];
+    if (!(tr > 0.0) || !std::isfinite(tr)) return identity();
+    if (block > d) block = d;
+    const double eps0 = GEOFP8_DAMPING * tr / d;
+    int retries = 0;
+    std::vector<double> a((size_t)block * block);
+    for (int b0 = 0; b0 < d; b0 += block) {
+        const int m = std::min(block, d - b0);
+        double eps = eps0;
+        for (int attempt = 0;; attempt++) {
+            if (attempt > GEOFP8_MAX_RETRIES) return identity();
+            // lower triangle of the block from the upper triangle of S
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j <= i; j++) a[(size_t)i * m + j] = (double)S[(size_t)(b0 + j) * d + (b0 + i)];
+            for (int i = 0; i < m; i++) a[(size_t)i * m + i] += eps;
+            if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', m, a.data(), m) == 0) break;
+            eps *= GEOFP8_RETRY_GROWTH;
+            retries++;
+        }
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j <= i; j++) L[(size_t)(b0 + i) * d + (b0 + j)] = (float)a[(size_t)i * m + j];
+    }
+    return retries;
+}
+
+// L (d, d) = chol(sym(S) + ε I), lower; see geofp8_kfac_factor_block.
+static inline int geofp8_kfac_factor(float* L, const float* S, int d) { return geofp8_kfac_factor_block(L, S, d, d); }
+
+// out (d_out, d_in) = LG⁻¹ G LA⁻ᵀ; LG (d_out, d_out) and LA (d_in, d_in) lower triangular,
+// either may be NULL (that side is skipped: output-side or input-side only). out may equal G.
+static inline void geofp8_kfac_whiten(float* out, const float* G, int d_out, int d_in, const float* LG, const float* LA) {
+    if (out != G) memcpy(out, G, (size_t)d_out * d_in * sizeof(float));
+    if (LG) cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, d_out, d_in, 1.0f, LG, d_out, out, d_in);
+    if (LA) cblas_strsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, d_out, d_in, 1.0f, LA, d_in, out, d_in);
+}
+
+// out (d_out, d_in) = LG Gt LAᵀ (the inverse of geofp8_kfac_whiten). out may equal Gt.
+static inline void geofp8_kfac_unwhiten(float* out, const float* Gt, int d_out, int d_in, const float* LG, const float* LA) {
+    if (out != Gt) memcpy(out, Gt, (size_t)d_out * d_in * sizeof(float));
+    if (LG) cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, d_out, d_in, 1.0f, LG, d_out, out, d_in);
+    if (LA) cblas_strmm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, d_out, d_in, 1.0f, LA, d_in, out, d_in);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Fidelity analysis (the paper's Tables I and II; DESIGN §6 "Fidelity analysis")
+
+typedef struct {
+    double rel_l2;   // ‖ĝ - g‖₂ / ‖g‖₂
+    double cos;      // <ĝ, g> / (‖ĝ‖₂ ‖g‖₂)
+    double max_err;  // ‖ĝ - g‖∞
+    double mse;      // ‖ĝ - g‖₂² / n
+} GeoFP8Fidelity;
+
+// The methods, in the order of the paper's tables.
+static const char* const GEOFP8_FIDELITY_METHODS[] = {
+    "euclidean", "output_side", "input_full", "kfac", "diag_A", "block_A_32", "block_A_64",
+    "block_A_128", "lowrank_A_8", "lowrank_A_16", "lowrank_A_32"};
+static const int GEOFP8_FIDELITY_NUM_METHODS = 11;
+
+// m = the four metrics of ghat against the reference g (n), in double, serially (fixed order).
+static inline void geofp8_fidelity_metrics(GeoFP8Fidelity* m, const float* ghat, const float* g, size_t n) {
+    double ee = 0.0, gg = 0.0, hh = 0.0, hg = 0.0, mx = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double a = ghat[i], b = g[i], e = a - b;
+        ee += e * e;
+        gg += b * b;
+        hh += a * a;
+        hg += a * b;
+        if (!(fabs(e) <= mx)) mx = fabs(e);  // NaN propagates
+    }
+    m->rel_l2 = sqrt(ee) / sqrt(gg);
+    m->cos = hg / (sqrt(hh) * sqrt(gg));
+    m->max_err = mx;
+    m->mse = n ? ee / (double)n : 0.0;
+}
+
+// out (n) = decode(encode(s x)) / s with one per-tensor power-of-two scale for one rank
+// (geofp8_scale_exponent(amax, 1)): a single-rank FP8 round trip. out may equal x. A
+// non-finite x gives an all-NaN out.
+static inline void geofp8_fp8_roundtrip(float* out, const float* x, size_t n) {
+    int e = geofp8_scale_exponent(geofp8_amax(x, n), 1);
+    if (e == GEOFP8_EXP_SKIP) {
+        for (size_t i = 0; i < n; i++) out[i] = NAN;
+        return;
+    }
+    const float s = geofp8_scale_from_exponent(e);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(fp8_e4m3_encode(s * x[i])) / s;
+}
+
+// One method of the fidelity analysis on precomputed statistics:
+// A (d_in, d_in) and Gs (d_out, d_out) upper triangles of E[hhᵀ] and E[δδᵀ] (Gs may be NULL
+// unless the method is output_side or kfac). Returns 0, or -1 for an unknown method name.
+static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* method, const float* G, int d_out, int d_in,
+                                               const float* A, const float* Gs, const float* h, int n, int lowrank_exact, uint64_t seed) {
+    const std::string m(method);
+    const size_t nn = (size_t)d_out * d_in;
+    std::vector<float> x(nn);
+    if (m == "euclidean") {
+        geofp8_fp8_roundtrip(x.data(), G, nn);
+    } else if (m == "output_side" || m == "kfac" || m == "input_full" || m == "diag_A" || m.rfind("block_A_", 0) == 0) {
+        std::vector<float> LA, LG;
+        if (m == "output_side" || m == "kfac") {
+            if (!Gs) return -1;
+            LG.resize((size_t)d_out * d_out);
+            geofp8_kfac_factor(LG.data(), Gs, d_out);
+        }
+        if (m != "output_side") {
+            int block = d_in;
+            if (m == "diag_A") block = 1;
+            else if (m.rfind("block_A_", 0) == 0) block = atoi(m.c_str() + 8);
+            if (block < 1) return -1;
+            LA.resize((size_t)d_in * d_in);
+            geofp8_kfac_factor_block(LA.data(), A, d_in, block);
+        }
+        const float* lg = LG.empty() ? NULL : LG.data();
+        const float* la = LA.empty() ? NULL : LA.data();
+        geofp8_kfac_whiten(x.data(), G, d_out, d_in, lg, la);
+        geofp8_fp8_roundtrip(x.data(), x.data(), nn);
+        geofp8_kfac_unwhiten(x.data(), x.data(), d_out, d_in, lg, la);
+    } else if (m.rfind("lowrank_A_", 0) == 0) {
+        int r = atoi(m.c_str() + 10);
+        if (r < 1 || r > d_in) return -1;
+        double tr = 0.0;
+        for (int i = 0; i < d_in; i++) tr += (double)A[(size_t)i * d_in + i];
+        std::vector<float> U((size_t)d_in * r), lam(r);
+        float s2 = 0.0f;
+        if (lowrank_exact) {
+            geofp8_topr_exact(U.data(), lam.data(), &s2, A, d_in, r);
+        } else {
+            // the deployed path: one refresh of the sketch from this batch's activations
+            const int k = geofp8_sketch_width(r, d_in);
+            std::vector<float> om((size_t)d_in * k), Y((size_t)d_in * k, 0.0f);
+            geofp8_test_matrix(om.data(), d_in, k, NULL, r, seed);
+            double trs = 0.0;
+            geofp8_sketch_accumulate(Y.data(), &trs, h, n, d_in, om.data(), k, 1.0f / (float)n);
+            geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), trs, d_in, k, r);
+            tr = trs;
+        }
+        GeoFP8Factor f;
+        geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, tr, d_in, r);
+        geofp8_whiten(x.data(), G, d_out, d_in, &f, NULL);
+        geofp8_fp8_roundtrip(x.data(), x.data(), nn);
+        geofp8_unwhiten(x.data(), x.data(), d_out, d_in, &f, NULL);
+    } else {
+        return -1;
+    }
+    geofp8_fidelity_metrics(out, x.data(), G, nn);
+    return 0;
+}
+
+// One-step FP8 round trip of the gradient G (d_out, d_in) in the coordinates of `method` (one
+// of GEOFP8_FIDELITY_METHODS), mapped back and compared with G:
+//   euclidean    FP8(G)
+//   output_side  L_G FP8(L_G⁻¹ G)                  L_G = chol(E[δδᵀ] + ε I)
+//   input_full   FP8(G L_A⁻ᵀ) L_Aᵀ                 L_A = chol(E[hhᵀ] + ε I)
+//   kfac         L_G FP8(L_G⁻¹ G L_A⁻ᵀ) L_Aᵀ
+//   diag_A       as input_full with diag(A); block_A_b with the diagonal b×b blocks of A
+//   lowrank_A_r  FP8(G T) T⁻¹ with the rank-r transform of §6: from one sketch refresh of this
+//                batch (Ω from `seed`, geofp8_nystrom) or, if lowrank_exact, from the exact top r
+//                eigenpairs of A (geofp8_topr_exact)
+// h (n, d_in) and delta (n, d_out) are the batch's activations and output gradients (delta may
+// be NULL unless output_side or kfac); A = hᵀh / n, E[δδᵀ] = δᵀδ / n, ε = 1e-3 tr / d. The FP8
+// scale is one per-tensor power of two, geofp8_scale_exponent(amax, 1). Returns 0, or -1 for an
+// unknown method. Runs every method in turn with geofp8_fidelity_all, which shares A and E[δδᵀ].
+static inline int geofp8_fidelity_roundtrip(GeoFP8Fidelity* out, const char* method, const float* G, int d_out, int d_in,
+                                            const float* h, const float* delta, int n, int lowrank_exact, uint64_t seed) {
+    const std::string m(method);
+    std::vector<float> A((size_t)d_in * d_in, 0.0f), Gs;
+    geofp8_kfac_accumulate(A.data(), h, n, d_in, 1.0f / (float)n);
+    if ((m == "output_side" || m == "kfac") && delta) {
+        Gs.assign((size_t)d_out * d_out, 0.0f);
+        geofp8_kfac_accumulate(Gs.data(), delta, n, d_out, 1.0f / (float)n);
+    }
+    return geofp8_fidelity_method_stats(out, method, G, d_out, d_in, A.data(), Gs.empty() ? NULL : Gs.data(), h, n, lowrank_exact, seed);
+}
+
+// out (GEOFP8_FIDELITY_NUM_METHODS), in the order of GEOFP8_FIDELITY_METHODS. delta may be NULL:
+// then output_side and kfac are NaN. Methods that need more columns than d_in (block_A_128 on a
+// narrow unit) degrade gracefully (a block wider than d_in is the full A; lowrank r > d_in is NaN).
+static inline void geofp8_fidelity_all(GeoFP8Fidelity* out, const float* G, int d_out, int d_in, const float* h, const float* delta, int n,
+                                       int lowrank_exact, uint64_t seed) {
+    std::vector<float> A((size_t)d_in * d_in, 0.0f), Gs;
+    geofp8_kfac_accumulate(A.data(), h, n, d_in, 1.0f / (float)n);
+    if (delta) {
+        Gs.assign((size_t)d_out * d_out, 0.0f);
+        geofp8_kfac_accumulate(Gs.data(), delta, n, d_out, 1.0f / (float)n);
+    }
+    for (int i = 0; i < GEOFP8_FIDELITY_NUM_METHODS; i++) {
+        if (geofp8_fidelity_method_stats(&out[i], GEOFP8_FIDELITY_METHODS[i], G, d_out, d_in, A.data(), Gs.empty() ? NULL : Gs.data(), h, n,
+                                         lowrank_exact, seed) != 0)
+            out[i].rel_l2 = out[i].cos = out[i].max_err = out[i].mse = NAN;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Layer selection (DESIGN §6 "Layer selection")
+
+// All indices of scores, by score descending. Ties keep the lower index first (stable sort);
+// NaN scores go last.
+static inline std::vector<int> geofp8_rank_scores(const std::vector<double>& scores) {
+    std::vector<int> idx(scores.size());
+    for (size_t i = 0; i < idx.size(); i++) idx[i] = (int)i;
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
+        double x = scores[a], y = scores[b];
+        if (std::isnan(x)) return false;
+        if (std::isnan(y)) return true;
+        return x > y;
+    });
+    return idx;
+}
+
+// The selected units: the first k indices of geofp8_rank_scores(scores), where
+//   k = min(top_k, n)                    if top_k > 0;
+//   k = (position of the largest drop) otherwise: with sorted scores s_0 >= s_1 >= ..., the
+//       largest s_i - s_(i+1) over i in [0, n-2] gives k = i + 1; equal drops pick the first
+//       (smallest k); a single score gives k = 1; all-equal scores give k = 1 (drop 0 at i = 0).
+// An empty list selects nothing. NaN scores take no part in the drop search.
+static inline std::vector<int> geofp8_select_top(const std::vector<double>& scores, int top_k) {
+    std::vector<int> idx = geofp8_rank_scores(scores);
+    size_t k;
+    if (idx.empty()) return idx;
+    if (top_k > 0) {
+        k = std::min((size_t)top_k, idx.size());
+    } else {
+        size_t finite = 0;
+        while (finite < idx.size() && !std::isnan(scores[idx[finite]])) finite++;
+        k = 1;
+        double best = -1.0;
+        for (size_t i = 0; i + 1 < finite; i++) {
+            double drop = scores[idx[i]] - scores[idx[i + 1]];
+            if (drop > best) { best = drop; k = i + 1; }
+        }
+    }
+    idx.resize(k);
+    return idx;
+}

@@ -1,0 +1,56 @@
+// global_norm.cuh — the global L2 norm of the flat fp32 gradient buffer and the clip that
+// scales it, on the GPU. CPU reference: llama_grad_norm / llama_clip_grads in train_llama_cpu.cpp.
+// Shapes: x (n) fp32; partials (GLOBAL_NORM_BLOCKS) fp64 scratch; out (1) fp64 = sum x².
+// Conventions: global_norm_squared writes *out (=); global_norm_clip scales x in place.
+// Determinism: a fixed grid of GLOBAL_NORM_BLOCKS blocks (independent of the device), each a
+// grid-stride loop in a fixed order into a fixed tree, then one block sums the partials in a fixed
+// tree: bitwise reproducible run to run, no atomics.
+// Precision: squares and sums in fp64 (as the CPU), cheap next to the fp32 loads on Hopper.
+// Stream: the stream argument.
+#pragma once
+#include "cuda_common.cuh"
+
+static const int GLOBAL_NORM_BLOCKS = 1024;
+static const int GLOBAL_NORM_BLOCK = 512;
+
+__global__ void global_norm_squared_kernel(double* partials, const float* x, size_t n) {
+    double acc = 0.0;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        double v = (double)x[i];
+        acc += v * v;
+    }
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void global_norm_finish_kernel(double* out, const double* partials, int count) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+// *out = sum_i x[i]² (device scalar; read it back when the host needs the norm)
+static inline void global_norm_squared(double* out,       // (1)
+                                       double* partials,  // (GLOBAL_NORM_BLOCKS)
+                                       const float* x,    // (n)
+                                       size_t n, cudaStream_t stream) {
+    global_norm_squared_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_BLOCK, 0, stream>>>(partials, x, n);
+    KERNEL_CHECK();
+    global_norm_finish_kernel<<<1, 1024, 0, stream>>>(out, partials, GLOBAL_NORM_BLOCKS);
+    KERNEL_CHECK();
+}
+
+__global__ void global_norm_clip_kernel(float* x, size_t n, float coef) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] *= coef;
+}
+
+// x *= coef, with coef = max_norm / (norm + 1e-6) computed by the caller as the CPU does; the
+// caller skips the call when coef >= 1.
+static inline void global_norm_clip(float* x,  // (n)
+                                    size_t n, float coef, cudaStream_t stream) {
+    global_norm_clip_kernel<<<cuda_grid_for(n, 256), 256, 0, stream>>>(x, n, coef);
+    KERNEL_CHECK();
+}

@@ -1,0 +1,254 @@
+// muon.cuh — Muon on the GPU: momentum, Newton–Schulz orthogonalization and the weight update for
+// a batch of same-shape 2-D hidden matrices (one per layer), the three presets of muon.h
+// (MuonConfig, muon_lr_scale and the coefficients come from there). CPU reference: muon.h.
+//
+// Step, per matrix l of the batch, on the (averaged, clipped) gradient G (rows, cols):
+//   M <- beta*M + (1-beta)*G;  U = (1-beta)*G + beta*M if nesterov else M          (fp32)
+//   X = U / max(‖U‖_F, 1e-7), transposed to the wide (m, n) orientation if rows > cols   (bf16)
+//   ns_steps times: S = X Xᵀ;  P = b S + c S S;  X <- a X + P X                       (bf16, fp32 acc)
+//   W <- W*(1 - lr*wd) - lr*s*X (transposed back), and the bf16 compute copy of W      (fp32)
+// Shapes: W, G, M (batch matrices (rows, cols), matrix l at offset l*batch_stride of the flat
+// buffers: per-layer slices of one stacked tensor, or one row block of each layer's qkv);
+// W_bf16 likewise in the bf16 copy (or NULL).
+// Conventions: W, M (and W_bf16) updated in place (=); G read only. Zero G with zero M gives an
+// exactly zero update (U = 0, X = 0 / 1e-7 = 0, every GEMM of zeros is zero): no NaN.
+// Batching: the whole Newton–Schulz loop runs on all matrices of the batch at once, each GEMM a
+// cublasGemmStridedBatchedEx over the batch (bf16 A/B/C, CUBLAS_COMPUTE_32F), so L small GEMMs
+// become one launch that fills the GPU.
+// Precision: momentum and the weight update in fp32 (as the CPU); the Frobenius norm in fp64
+// with a fixed reduction order; the iteration in bf16 with fp32 accumulation, as Keller Jordan's
+// reference runs it. The output's singular values land in roughly [0.7, 1.2] either way, so bf16
+// and fp32 orthogonalizations differ by ~1e-2 relative per element (dev/cuda/muon.cu measures it).
+// Stream: the stream argument; the workspace's cuBLAS handle is bound to it on every call.
+#pragma once
+#include "cuda_common.cuh"
+#include "muon.h"
+
+static const int MUON_BLOCK = 256;
+static const int MUON_NORM_CHUNKS = 64;  // partial sums per matrix of the Frobenius norm
+static const int MUON_TILE = 32;         // transpose tile (MUON_TILE x MUON_TILE, 8 rows of threads)
+
+// Scratch for one batched update; grown on demand (muon_workspace_reserve at setup keeps the
+// training loop free of allocations).
+typedef struct {
+    cublasHandle_t blas;
+    float* u;           // (batch, rows, cols) fp32 U
+    bf16* x0;           // (batch, m, n) Newton–Schulz iterate (m = min(rows, cols), n = max)
+    bf16* x1;           // (batch, m, n) the other iterate
+    bf16* s;            // (batch, m, m) X Xᵀ
+    bf16* p;            // (batch, m, m) b S + c S²
+    double* partials;   // (batch, MUON_NORM_CHUNKS)
+    float* norms;       // (batch) max(‖U‖_F, 1e-7)
+    size_t cap_mn, cap_mm;
+    int cap_batch;
+} MuonWorkspace;
+
+static inline void muon_workspace_init(MuonWorkspace* ws) {
+    memset(ws, 0, sizeof(*ws));
+    CUBLAS_CHECK(cublasCreate(&ws->blas));
+}
+
+static inline void muon_workspace_free(MuonWorkspace* ws) {
+    void* bufs[] = {ws->u, ws->x0, ws->x1, ws->s, ws->p, ws->partials, ws->norms};
+    for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
+    if (ws->blas) CUBLAS_CHECK(cublasDestroy(ws->blas));
+    memset(ws, 0, sizeof(*ws));
+}
+
+// Makes the workspace large enough for a batch of (rows, cols) matrices.
+static inline void muon_workspace_reserve(MuonWorkspace* ws, int rows, int cols, int batch) {
+    size_t m = (size_t)std::min(rows, cols), n = (size_t)std::max(rows, cols);
+    size_t mn = (size_t)batch * m * n, mm = (size_t)batch * m * m;
+    if (mn > ws->cap_mn) {
+        void* bufs[] = {ws->u, ws->x0, ws->x1};
+        for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
+        ws->u = cuda_malloc<float>(mn);
+        ws->x0 = cuda_malloc<bf16>(mn);
+        ws->x1 = cuda_malloc<bf16>(mn);
+        ws->cap_mn = mn;
+    }
+    if (mm > ws->cap_mm) {
+        if (ws->s) CUDA_CHECK(cudaFree(ws->s));
+        if (ws->p) CUDA_CHECK(cudaFree(ws->p));
+        ws->s = cuda_malloc<bf16>(mm);
+        ws->p = cuda_malloc<bf16>(mm);
+        ws->cap_mm = mm;
+    }
+    if (batch > ws->cap_batch) {
+        if (ws->partials) CUDA_CHECK(cudaFree(ws->partials));
+        if (ws->norms) CUDA_CHECK(cudaFree(ws->norms));
+        ws->partials = cuda_malloc<double>((size_t)batch * MUON_NORM_CHUNKS);
+        ws->norms = cuda_malloc<float>(batch);
+        ws->cap_batch = batch;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// kernels
+
+__global__ void muon_momentum_kernel(float* u, float* M, const float* G, size_t rc, int batch, size_t batch_stride,
+                                     float beta, int nesterov) {
+    size_t total = rc * batch;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    float one_minus_beta = 1.0f - beta;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        size_t off = (idx / rc) * batch_stride + idx % rc;
+        float g = G[off];
+        float m = beta * M[off] + one_minus_beta * g;
+        M[off] = m;
+        u[idx] = nesterov ? one_minus_beta * g + beta * m : m;
+    }
+}
+
+// U (batch, rows, cols) -> u (batch) for each matrix, in fixed-order fp64 partials.
+__global__ void muon_frobenius_norm_kernel(double* partials, const float* u, size_t rc) {
+    int l = blockIdx.y;
+    size_t chunk = (rc + gridDim.x - 1) / gridDim.x;
+    size_t begin = (size_t)blockIdx.x * chunk, end = begin + chunk < rc ? begin + chunk : rc;
+    const float* x = u + (size_t)l * rc;
+    double acc = 0.0;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) partials[(size_t)l * gridDim.x + blockIdx.x] = acc;
+}
+
+__global__ void muon_frobenius_norm_finish_kernel(float* norms, const double* partials, int chunks) {
+    int l = blockIdx.x;
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < chunks; i += blockDim.x) acc += partials[(size_t)l * chunks + i];
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) {
+        float norm = (float)sqrt(acc);
+        norms[l] = norm < MUON_NORM_EPS ? MUON_NORM_EPS : norm;
+    }
+}
+
+// norms (batch) = max(‖U_l‖_F, 1e-7) of U (batch, rows*cols)
+static inline void muon_frobenius_norm(float* norms, double* partials, const float* u, size_t rc, int batch,
+                                       cudaStream_t stream) {
+    dim3 grid(MUON_NORM_CHUNKS, batch);
+    muon_frobenius_norm_kernel<<<grid, MUON_BLOCK, 0, stream>>>(partials, u, rc);
+    KERNEL_CHECK();
+    muon_frobenius_norm_finish_kernel<<<batch, 64, 0, stream>>>(norms, partials, MUON_NORM_CHUNKS);
+    KERNEL_CHECK();
+}
+
+// x (batch, m, n) bf16 = U / norm, transposed to (cols, rows) when TALL. One 32x32 tile per block,
+// staged in shared memory so both the read and the write are coalesced.
+template <bool TALL>
+__global__ void muon_normalize_kernel(bf16* x, const float* u, const float* norms, int rows, int cols) {
+    __shared__ float tile[MUON_TILE][MUON_TILE + 1];
+    int l = blockIdx.z;
+    int r0 = blockIdx.y * MUON_TILE, c0 = blockIdx.x * MUON_TILE;
+    size_t base = (size_t)l * rows * cols;
+    float norm = norms[l];
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        int r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[k][threadIdx.x] = u[base + (size_t)r * cols + c] / norm;
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        if (TALL) {
+            int c = c0 + k, r = r0 + threadIdx.x;  // x[l][c][r]
+            if (r < rows && c < cols) x[base + (size_t)c * rows + r] = __float2bfloat16(tile[threadIdx.x][k]);
+        } else {
+            int r = r0 + k, c = c0 + threadIdx.x;
+            if (r < rows && c < cols) x[base + (size_t)r * cols + c] = __float2bfloat16(tile[k][threadIdx.x]);
+        }
+    }
+}
+
+// W <- W*decay - step*X (X read transposed when TALL); W_bf16 gets the rounded result.
+template <bool TALL>
+__global__ void muon_apply_kernel(float* W, bf16* W_bf16, const bf16* x, int rows, int cols, size_t batch_stride,
+                                  float decay, float step) {
+    __shared__ float tile[MUON_TILE][MUON_TILE + 1];
+    int l = blockIdx.z;
+    int r0 = blockIdx.y * MUON_TILE, c0 = blockIdx.x * MUON_TILE;
+    size_t xbase = (size_t)l * rows * cols, wbase = (size_t)l * batch_stride;
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        if (TALL) {
+            int c = c0 + k, r = r0 + threadIdx.x;  // tile[c - c0][r - r0] = x[l][c][r]
+            if (r < rows && c < cols) tile[k][threadIdx.x] = __bfloat162float(x[xbase + (size_t)c * rows + r]);
+        } else {
+            int r = r0 + k, c = c0 + threadIdx.x;  // tile[r - r0][c - c0]
+            if (r < rows && c < cols) tile[k][threadIdx.x] = __bfloat162float(x[xbase + (size_t)r * cols + c]);
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        int r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) {
+            float xv = TALL ? tile[threadIdx.x][k] : tile[k][threadIdx.x];
+            size_t i = wbase + (size_t)r * cols + c;
+            float w = W[i] * decay - step * xv;
+            W[i] = w;
+            if (W_bf16 != NULL) W_bf16[i] = __float2bfloat16(w);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Newton–Schulz and the update
+
+// bf16 batched GEMM, column-major (cuBLAS's own convention), fp32 accumulation.
+static inline void muon_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                             float alpha, const bf16* A, int lda, long long sa, const bf16* B, int ldb, long long sb,
+                             float beta, bf16* C, int ldc, long long sc, int batch) {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb,
+                                            &beta, C, CUDA_R_16BF, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// Orthogonalizes ws->u (batch, rows, cols) fp32 in place of nothing: returns the bf16 result in
+// the wide orientation (batch, m, n), one of ws->x0 / ws->x1; (cols, rows) per matrix if rows > cols.
+// A row-major (m, n) iterate X is cuBLAS's column-major Y = Xᵀ (n x m, ld n), so
+//   S = X Xᵀ = Yᵀ Y           -> gemm(T, N, m, m, n)
+//   P = c S S + b S           -> P <- S (copy), gemm(N, N, m, m, m, alpha c, beta b)
+//   X' = a X + P X, Y' = Y Pᵀ -> X' <- X (copy), gemm(N, N, n, m, m, alpha 1, beta a) with the P
+//                                buffer read as column-major, which is Pᵀ of the row-major P
+static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, int batch, const MuonConfig* cfg,
+                                       cudaStream_t stream) {
+    const bool tall = rows > cols;
+    const int m = tall ? cols : rows, n = tall ? rows : cols;
+    const size_t rc = (size_t)rows * cols;
+    const long long smn = (long long)m * n, smm = (long long)m * m;
+    muon_frobenius_norm(ws->norms, ws->partials, ws->u, rc, batch, stream);
+    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
+    if (tall) muon_normalize_kernel<true><<<tgrid, tblock, 0, stream>>>(ws->x0, ws->u, ws->norms, rows, cols);
+    else muon_normalize_kernel<false><<<tgrid, tblock, 0, stream>>>(ws->x0, ws->u, ws->norms, rows, cols);
+    KERNEL_CHECK();
+    CUBLAS_CHECK(cublasSetStream(ws->blas, stream));
+    bf16* cur = ws->x0;
+    bf16* nxt = ws->x1;
+    for (int it = 0; it < cfg->ns_steps; it++) {
+        muon_gemm(ws->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, cur, n, smn, cur, n, smn, 0.0f, ws->s, m, smm, batch);
+        CUDA_CHECK(cudaMemcpyAsync(ws->p, ws->s, (size_t)batch * smm * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+        muon_gemm(ws->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, cfg->c, ws->s, m, smm, ws->s, m, smm, cfg->b, ws->p, m, smm, batch);
+        CUDA_CHECK(cudaMemcpyAsync(nxt, cur, (size_t)batch * smn * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+        muon_gemm(ws->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, 1.0f, cur, n, smn, ws->p, m, smm, cfg->a, nxt, n, smn, batch);
+        bf16* t = cur; cur = nxt; nxt = t;
+    }
+    return cur;
+}
+
+// One Muon step on `batch` matrices (rows, cols); see the header for the math and the layout.
+static inline void muon_update(float* W,            // batch x (rows, cols), matrix l at l*batch_stride
+                               bf16* W_bf16,        // same layout in the bf16 copy, or NULL
+                               const float* G,      // same layout
+                               float* M,            // same layout
+                               int rows, int cols, int batch, size_t batch_stride,
+                               const MuonConfig* cfg, float lr, float weight_decay,
+                               MuonWorkspace* ws, cudaStream_t stream) {
+    muon_workspace_reserve(ws, rows, cols, batch);
+    size_t rc = (size_t)rows * cols;
+    muon_momentum_kernel<<<cuda_grid_for(rc * batch, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
+        ws->u, M, G, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
+    KERNEL_CHECK();
+    bf16* x = muon_newton_schulz(ws, rows, cols, batch, cfg, stream);
+    const float decay = 1.0f - lr * weight_decay;
+    const float step = lr * muon_lr_scale(cfg, rows, cols);
+    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
+    if (rows > cols) muon_apply_kernel<true><<<tgrid, tblock, 0, stream>>>(W, W_bf16, x, rows, cols, batch_stride, decay, step);
+    else muon_apply_kernel<false><<<tgrid, tblock, 0, stream>>>(W, W_bf16, x, rows, cols, batch_stride, decay, step);
+    KERNEL_CHECK();
+}

@@ -1,0 +1,815 @@
+// test_geofp8.cpp — the GeoFP8 numerical core (llmc/geofp8.h) against independent references:
+// exact power-of-two arithmetic, simulated FP8 all-reduce sums, LAPACKE's exact eigensolver on
+// the explicit A = hᵀh / n, and algebraic identities of the transforms.
+// Build: g++ -O2 -march=native -std=c++17 -fopenmp -Wall -Wextra test/test_geofp8.cpp \
+//        -o build/test_geofp8 -lopenblas -llapacke -lm
+#include <cstdio>
+#include <vector>
+#include "../llmc/geofp8.h"
+#include "test_util.h"
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+static std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f) {
+    std::vector<float> v(n);
+    Rng r;
+    rand_init(&r, seed);
+    rand_fill_normal(&r, v.data(), n, std);
+    return v;
+}
+
+// h (n, d) = Z diag(sqrt(lam)) Qᵀ with Z standard normal and Q a random orthogonal matrix, so
+// E[h hᵀ] = Q diag(lam) Qᵀ. Q (d, d) is returned too.
+static std::vector<float> make_h(int n, int d, const std::vector<double>& lam, uint64_t seed, std::vector<float>* Q_out = NULL) {
+    std::vector<float> Z = randn((size_t)n * d, seed), Q((size_t)d * d), h((size_t)n * d);
+    geofp8_test_matrix(Q.data(), d, d, NULL, 0, seed ^ 0x5151);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < d; j++) Z[(size_t)t * d + j] *= (float)sqrt(lam[j]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d, d, 1.0f, Z.data(), d, Q.data(), d, 0.0f, h.data(), d);
+    if (Q_out) *Q_out = Q;
+    return h;
+}
+
+// The explicit A = hᵀh / n (d, d) in double and its exact eigendecomposition (LAPACKE_dsyevd):
+// w descending, V (d, d) with eigenvector j in column j.
+struct Exact {
+    int d;
+    std::vector<double> A, w, V;
+    double tr;
+};
+
+static Exact exact_eig(const float* h, int n, int d) {
+    Exact e;
+    e.d = d;
+    std::vector<double> hd((size_t)n * d);
+    for (size_t i = 0; i < hd.size(); i++) hd[i] = h[i];
+    e.A.assign((size_t)d * d, 0.0);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, d, n, 1.0 / n, hd.data(), d, 0.0, e.A.data(), d);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < i; j++) e.A[(size_t)i * d + j] = e.A[(size_t)j * d + i];
+    e.tr = 0.0;
+    for (int i = 0; i < d; i++) e.tr += e.A[(size_t)i * d + i];
+    std::vector<double> a = e.A, w(d);
+    LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', d, a.data(), d, w.data());
+    e.w.resize(d);
+    e.V.resize((size_t)d * d);
+    for (int j = 0; j < d; j++) {
+        e.w[j] = w[d - 1 - j];
+        for (int i = 0; i < d; i++) e.V[(size_t)i * d + j] = a[(size_t)i * d + (d - 1 - j)];
+    }
+    return e;
+}
+
+// sin of the largest principal angle between span(U (d, r)) and the top-r exact eigenvectors.
+static double subspace_sin(const float* U, const Exact& e, int r) {
+    const int d = e.d;
+    std::vector<double> M((size_t)r * r, 0.0), MtM((size_t)r * r), w(r);
+    for (int a = 0; a < r; a++)
+        for (int b = 0; b < r; b++) {
+            double s = 0.0;
+            for (int i = 0; i < d; i++) s += (double)U[(size_t)i * r + a] * e.V[(size_t)i * d + b];
+            M[(size_t)a * r + b] = s;
+        }
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, r, r, 1.0, M.data(), r, M.data(), r, 0.0, MtM.data(), r);
+    LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'N', 'U', r, MtM.data(), r, w.data());
+    double s2 = 1.0 - w[0];
+    return sqrt(s2 > 0.0 ? s2 : 0.0);
+}
+
+// max_ij |(UᵀU - I)_ij| for U (d, r)
+static double orth_err(const float* U, int d, int r) {
+    double worst = 0.0;
+    for (int a = 0; a < r; a++)
+        for (int b = 0; b < r; b++) {
+            double s = 0.0;
+            for (int i = 0; i < d; i++) s += (double)U[(size_t)i * r + a] * U[(size_t)i * r + b];
+            worst = std::max(worst, fabs(s - (a == b ? 1.0 : 0.0)));
+        }
+    return worst;
+}
+
+// One Nyström refresh on activations h (n, d): Ω from seed (and U_prev), Y and tr(A) from the
+// sketch accumulated in two micro-batches (as a trainer would), then geofp8_nystrom.
+struct Sketch {
+    std::vector<float> U, lam;
+    float s2 = 0.0f;
+    double tr = 0.0;
+    int status = 0;
+};
+
+static Sketch run_nystrom(const float* h, int n, int d, int r, uint64_t seed, const float* U_prev = NULL) {
+    const int k = geofp8_sketch_width(r, d);
+    std::vector<float> om((size_t)d * k), Y((size_t)d * k, 0.0f);
+    geofp8_test_matrix(om.data(), d, k, U_prev, r, seed);
+    Sketch s;
+    const int n1 = n / 2;
+    geofp8_sketch_accumulate(Y.data(), &s.tr, h, n1, d, om.data(), k, 1.0f / n);
+    geofp8_sketch_accumulate(Y.data(), &s.tr, h + (size_t)n1 * d, n - n1, d, om.data(), k, 1.0f / n);
+    s.U.resize((size_t)d * r);
+    s.lam.resize(r);
+    s.status = geofp8_nystrom(s.U.data(), s.lam.data(), &s.s2, Y.data(), om.data(), s.tr, d, k, r);
+    return s;
+}
+
+// ‖A - U diag(λ) Uᵀ‖_F in double
+static double lowrank_err(const Exact& e, const Sketch& s, int r) {
+    const int d = e.d;
+    double ss = 0.0;
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) {
+            double a = e.A[(size_t)i * d + j];
+            for (int t = 0; t < r; t++) a -= (double)s.U[(size_t)i * r + t] * s.lam[t] * s.U[(size_t)j * r + t];
+            ss += a * a;
+        }
+    return sqrt(ss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. scales
+
+// Sums N E4M3 codes as the all-reduce would: each combine adds in float and rounds back to
+// E4M3. ring: sequential left to right; otherwise a pairwise tree. Returns the largest
+// magnitude any combine produced before rounding (> 448 means the combine saturated).
+static float fp8_sum_worst(const std::vector<float>& vals, bool ring) {
+    float worst = 0.0f;
+    std::vector<float> cur = vals;
+    if (ring) {
+        float s = cur[0];
+        for (size_t i = 1; i < cur.size(); i++) {
+            float t = s + cur[i];
+            worst = std::max(worst, fabsf(t));
+            s = fp8_e4m3_decode(fp8_e4m3_encode(t));
+        }
+        return std::max(worst, fabsf(cur[0]));
+    }
+    while (cur.size() > 1) {
+        std::vector<float> nxt;
+        for (size_t i = 0; i + 1 < cur.size(); i += 2) {
+            float t = cur[i] + cur[i + 1];
+            worst = std::max(worst, fabsf(t));
+            nxt.push_back(fp8_e4m3_decode(fp8_e4m3_encode(t)));
+        }
+        if (cur.size() % 2) nxt.push_back(cur.back());
+        cur.swap(nxt);
+    }
+    return std::max(worst, fabsf(cur[0]));
+}
+
+static void test_scales() {
+    // known values: e = floor(log2(448/a)) - ceil(log2 N) - 1
+    struct { float a; int N; int e; } known[] = {
+        {448.0f, 1, -1}, {448.0f, 2, -2}, {1.0f, 1, 7}, {1.0f, 2, 6}, {1.0f, 3, 5}, {1.0f, 4, 5},
+        {1.0f, 12, 3}, {1.0f, 13, 3}, {1.0f, 16, 3}, {1.0f, 17, 2}, {1.0f, 64, 1},
+        {nextafterf(448.0f, 1e9f), 1, -2}, {224.0f, 1, 0}, {nextafterf(224.0f, 0.0f), 1, 0},
+        {nextafterf(224.0f, 1e9f), 1, -1}, {3.5f, 1, 6}, {1e-3f, 8, 14}};
+    bool ok = true;
+    for (auto& kv : known) {
+        int e = geofp8_scale_exponent(kv.a, kv.N);
+        if (e != kv.e) { ok = false; printf("  a=%.9g N=%d: e=%d, want %d\n", kv.a, kv.N, e, kv.e); }
+    }
+    test_check("scale_exponent_known_values", ok);
+
+    // over a sweep of amax (log-uniform over 1e-30..1e30) and N = 1..64: s is a power of two,
+    // s*a <= 448 / 2^(m+1) and the floor is tight (2 s a > 448 / 2^(m+1)), scaling is exact
+    Rng rng;
+    rand_init(&rng, 7);
+    bool pow2 = true, bound = true, tight = true, exact = true;
+    for (int it = 0; it < 4000; it++) {
+        float a = (float)pow(10.0, -30.0 + 60.0 * rand_uniform(&rng));
+        int N = 1 + (int)(rand_u64(&rng) % 64);
+        int m = geofp8_ceil_log2(N);
+        int e = geofp8_scale_exponent(a, N);
+        float s = geofp8_scale_from_exponent(e);
+        int ex;
+        double mant = frexp((double)s, &ex);
+        if (mant != 0.5 || ex - 1 != e) pow2 = false;
+        double lim = 448.0 / ldexp(1.0, m + 1);
+        if (!((double)s * a <= lim)) bound = false;
+        if (!(2.0 * (double)s * a > lim)) tight = false;
+        float x = a * (float)rand_uniform(&rng);
+        if ((x * s) / s != x || (double)(x * s) != (double)x * (double)s) exact = false;
+    }
+    test_check("scale_is_power_of_two", pow2);
+    test_check("scale_bound_s_amax_le_224_over_2m", bound);
+    test_check("scale_floor_is_tight", tight);
+    test_check("scaling_is_exact", exact);
+
+    // N-rank sums of the codes never saturate for N <= 12 (adversarial: every rank holds +-amax
+    // at the same positions, with amax swept so s*amax covers every mantissa; random: uniform
+    // values with one shared extreme position), in ring and tree order
+    bool nosat = true;
+    float worst_le12 = 0.0f, worst_gt12 = 0.0f;
+    int first_sat_N = 0;
+    for (int N = 1; N <= 64; N++) {
+        float worst = 0.0f;
+        for (int ai = 0; ai < 200; ai++) {
+            float a = ldexpf(1.0f + ai / 200.0f, -3 + ai % 7);
+            float s = geofp8_scale_from_exponent(geofp8_scale_exponent(a, N));
+            float c = fp8_e4m3_decode(fp8_e4m3_encode(s * a));
+            std::vector<float> vals(N, c);
+            worst = std::max(worst, fp8_sum_worst(vals, true));
+            worst = std::max(worst, fp8_sum_worst(vals, false));
+        }
+        // random: each rank n values uniform in [-a, a]; position 0 is +a on every rank
+        const int n = 512;
+        const float a = 3.7f;
+        float s = geofp8_scale_from_exponent(geofp8_scale_exponent(a, N));
+        Rng rr;
+        rand_init(&rr, 100 + N);
+        std::vector<std::vector<float>> codes(n, std::vector<float>(N));
+        for (int rk = 0; rk < N; rk++)
+            for (int i = 0; i < n; i++) {
+                float x = i == 0 ? a : a * (float)(2.0 * rand_uniform(&rr) - 1.0);
+                codes[i][rk] = fp8_e4m3_decode(fp8_e4m3_encode(s * x));
+            }
+        for (int i = 0; i < n; i++) {
+            worst = std::max(worst, fp8_sum_worst(codes[i], true));
+            worst = std::max(worst, fp8_sum_worst(codes[i], false));
+        }
+        if (N <= 12) {
+            worst_le12 = std::max(worst_le12, worst);
+            if (worst > E4M3_MAX) nosat = false;
+        } else {
+            worst_gt12 = std::max(worst_gt12, worst);
+            if (worst > E4M3_MAX && !first_sat_N) first_sat_N = N;
+        }
+    }
+    test_check("fp8_sum_no_saturation_N_le_12", nosat, "largest partial sum %g > 448", worst_le12);
+    printf("  note: largest partial sum before rounding: %g for N <= 12, %g for 13 <= N <= 64 (%s); "
+           "the guarantee holds only up to 12 ranks, beyond it saturation must be counted\n",
+           worst_le12, worst_gt12, first_sat_N ? "saturation observed" : "no saturation observed on these inputs");
+
+    // zero tensor: exponent 0, every code +0, residual 0
+    std::vector<float> z(1000, 0.0f), res(1000, 1.0f);
+    std::vector<uint8_t> q(1000, 0xFF);
+    float az = geofp8_amax(z.data(), z.size());
+    int ez = geofp8_scale_exponent(az, 8);
+    geofp8_quantize_ef(q.data(), res.data(), z.data(), z.size(), geofp8_scale_from_exponent(ez));
+    bool zok = az == 0.0f && ez == 0;
+    for (size_t i = 0; i < z.size(); i++) zok = zok && q[i] == 0 && res[i] == 0.0f;
+    test_check("zero_tensor_encodes_to_zeros", zok);
+
+    // non-finite: amax is +Inf, the exponent is the skip sentinel; blocks report their own
+    std::vector<float> x = randn(2000, 3);
+    bool nf = geofp8_amax(x.data(), x.size()) < INFINITY;
+    x[1234] = NAN;
+    nf = nf && geofp8_amax(x.data(), x.size()) == INFINITY;
+    x[1234] = -INFINITY;
+    nf = nf && geofp8_amax(x.data(), x.size()) == INFINITY;
+    nf = nf && geofp8_scale_exponent(INFINITY, 4) == GEOFP8_EXP_SKIP && geofp8_scale_exponent(NAN, 1) == GEOFP8_EXP_SKIP;
+    std::vector<float> bam(geofp8_num_blocks(x.size(), GEOFP8_BLOCK)), bs(bam.size());
+    geofp8_block_amax(bam.data(), x.data(), x.size(), GEOFP8_BLOCK);
+    nf = nf && bam.size() == 4 && bam[2] == INFINITY && bam[0] < INFINITY && bam[3] < INFINITY;
+    nf = nf && geofp8_block_scales(bs.data(), bam.data(), bam.size(), 2) == 1;
+    test_check("nonfinite_amax_skips", nf);
+}
+
+// ---------------------------------------------------------------------------------------------
+// error feedback, dequantize, per-block, counts
+
+static void test_error_feedback() {
+    const size_t n = 20000;
+    // log-uniform magnitudes over 8 decades: some elements underflow, most are normal
+    Rng rng;
+    rand_init(&rng, 11);
+    std::vector<float> r(n, 0.0f), x(n), deq(n), r2(n);
+    std::vector<uint8_t> q(n);
+    std::vector<double> sum_g(n, 0.0), sum_sent(n, 0.0);
+    bool exact = true;
+    long und_total = 0;
+    for (int step = 0; step < 6; step++) {
+        for (size_t i = 0; i < n; i++) {
+            double mag = pow(10.0, -8.0 * rand_uniform(&rng));
+            float g = (float)(rand_uniform(&rng) < 0.5 ? -mag : mag);
+            sum_g[i] += g;
+            x[i] = g + r[i];
+        }
+        int e = geofp8_scale_exponent(geofp8_amax(x.data(), n), 1);
+        float s = geofp8_scale_from_exponent(e);
+        // residual written over x itself (the aliasing the header allows) into r2
+        std::vector<float> xa = x;
+        geofp8_quantize_ef(q.data(), xa.data(), xa.data(), n, s);
+        geofp8_quantize_ef(q.data(), r.data(), x.data(), n, s);
+        geofp8_dequantize(deq.data(), q.data(), n, s, 1);
+        long sat, und;
+        geofp8_count_saturated_underflow(x.data(), n, s, &sat, &und);
+        und_total += und;
+        for (size_t i = 0; i < n; i++) {
+            // decode(q)/s + new residual == error-fed input, bit for bit (no saturation here)
+            if (deq[i] + r[i] != x[i] || xa[i] != r[i]) exact = false;
+            sum_sent[i] += deq[i];
+        }
+    }
+    test_check("error_feedback_exact_per_step", exact);
+    // over the steps: Σ sent + final residual == Σ g up to the fp32 roundings of x = g + r
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        worst = std::max(worst, fabs(sum_sent[i] + r[i] - sum_g[i]));
+        scale = std::max(scale, fabs(sum_g[i]));
+    }
+    test_check("error_feedback_conserves_mass", worst <= 6 * 6e-8 * scale && und_total > 0, "err %g (scale %g), underflows %ld", worst,
+               scale, und_total);
+
+    // a saturating scale: x = decode(q)/s + residual holds to one rounding
+    std::vector<float> y = randn(4096, 12, 10.0f);
+    std::vector<uint8_t> qy(y.size());
+    std::vector<float> ry(y.size());
+    float s = 64.0f;  // |s y| up to ~2500: many saturate
+    geofp8_quantize_ef(qy.data(), ry.data(), y.data(), y.size(), s);
+    long sat, und;
+    geofp8_count_saturated_underflow(y.data(), y.size(), s, &sat, &und);
+    bool one_round = sat > 100;
+    for (size_t i = 0; i < y.size(); i++) {
+        float back = fp8_e4m3_decode(qy[i]) / s + ry[i];
+        if (fabsf(back - y[i]) > fabsf(y[i]) * 6e-8f) one_round = false;
+    }
+    test_check("error_feedback_saturated_one_rounding", one_round, "saturated %ld", sat);
+
+    // dequantize of an N-rank code sum: decode / (s N)
+    std::vector<uint8_t> qs = {fp8_e4m3_encode(96.0f), fp8_e4m3_encode(-3.0f), 0x00};
+    std::vector<float> dq(3);
+    geofp8_dequantize(dq.data(), qs.data(), 3, 8.0f, 3);
+    test_check("dequantize_divides_by_s_times_N", dq[0] == 4.0f && dq[1] == -0.125f && dq[2] == 0.0f, "%g %g %g", dq[0], dq[1], dq[2]);
+
+    // per-block: block scales follow each block's amax; conservation as above
+    const size_t nb_n = 3 * GEOFP8_BLOCK + 100;
+    std::vector<float> xb = randn(nb_n, 13);
+    for (size_t i = 0; i < nb_n; i++) xb[i] *= (float)pow(10.0, (double)(i / GEOFP8_BLOCK) - 2.0);  // blocks differ by 10x
+    size_t nb = geofp8_num_blocks(nb_n, GEOFP8_BLOCK);
+    std::vector<float> am(nb), sc(nb), rb(nb_n), db(nb_n);
+    std::vector<uint8_t> qb(nb_n);
+    geofp8_block_amax(am.data(), xb.data(), nb_n, GEOFP8_BLOCK);
+    size_t bad = geofp8_block_scales(sc.data(), am.data(), nb, 4);
+    geofp8_quantize_ef_block(qb.data(), rb.data(), xb.data(), nb_n, GEOFP8_BLOCK, sc.data());
+    geofp8_dequantize_block(db.data(), qb.data(), nb_n, GEOFP8_BLOCK, sc.data(), 1);
+    bool bok = nb == 4 && bad == 0;
+    for (size_t b = 0; b < nb; b++) {
+        size_t i0 = b * GEOFP8_BLOCK, i1 = std::min(nb_n, i0 + GEOFP8_BLOCK);
+        float m = 0.0f;
+        for (size_t i = i0; i < i1; i++) m = std::max(m, fabsf(xb[i]));
+        bok = bok && am[b] == m && sc[b] == geofp8_scale_from_exponent(geofp8_scale_exponent(m, 4));
+    }
+    for (size_t i = 0; i < nb_n; i++) bok = bok && db[i] + rb[i] == xb[i];
+    test_check("block_scales_and_error_feedback", bok);
+
+    // counts on hand-made values, scale 1: 500, -460, 448, 440 and 432 (tie, rounds to the even
+    // 448) hit the top; 420 rounds to 416; 1e-4 and 2^-10 (tie with 0) underflow; 1e-3 -> 2^-9
+    std::vector<float> cv = {500.0f, -460.0f, 448.0f, 440.0f, 432.0f, 420.0f, 1e-4f, 0.0f, -1e-3f, 0.0009765625f, 1.0f};
+    long cs, cu, cn;
+    geofp8_count_saturated_underflow(cv.data(), cv.size(), 1.0f, &cs, &cu, &cn);
+    test_check("count_saturated_underflow", cs == 5 && cu == 2 && cn == 10, "sat %ld und %ld nz %ld", cs, cu, cn);
+    double v = geofp8_vulnerability(cs, cu, cn, cv.size());
+    test_check("vulnerability_score", fabs(v - (5.0 / 11.0 + 2.0 / 10.0)) < 1e-15, "%g", v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. test matrix, sketch, Nyström against the exact eigendecomposition
+
+static void test_test_matrix() {
+    const int d = 200, k = 40, r = 32;
+    std::vector<float> om((size_t)d * k), om2((size_t)d * k);
+    geofp8_test_matrix(om.data(), d, k, NULL, r, 42);
+    geofp8_test_matrix(om2.data(), d, k, NULL, r, 42);
+    test_check("test_matrix_orthonormal", orth_err(om.data(), d, k) < 1e-6, "%g", orth_err(om.data(), d, k));
+    test_check("test_matrix_deterministic", memcmp(om.data(), om2.data(), om.size() * sizeof(float)) == 0);
+    // with U_prev: orthonormal, and span(Ω) contains span(U_prev)
+    std::vector<float> Up((size_t)d * r), om3((size_t)d * k);
+    geofp8_test_matrix(Up.data(), d, r, NULL, 0, 5);
+    geofp8_test_matrix(om3.data(), d, k, Up.data(), r, 43);
+    double worst = 0.0;
+    for (int j = 0; j < r; j++) {
+        std::vector<double> c(k, 0.0);
+        for (int i = 0; i < d; i++)
+            for (int t = 0; t < k; t++) c[t] += (double)om3[(size_t)i * k + t] * Up[(size_t)i * r + j];
+        for (int i = 0; i < d; i++) {
+            double p = 0.0;
+            for (int t = 0; t < k; t++) p += (double)om3[(size_t)i * k + t] * c[t];
+            worst = std::max(worst, fabs(p - Up[(size_t)i * r + j]));
+        }
+    }
+    test_check("test_matrix_contains_U_prev", orth_err(om3.data(), d, k) < 1e-6 && worst < 1e-6, "orth %g span %g",
+               orth_err(om3.data(), d, k), worst);
+}
+
+static void test_sketch() {
+    // Y = hᵀ(hΩ)/n and tr(A) against double references
+    const int n = 300, d = 64, k = 20;
+    std::vector<float> h = randn((size_t)n * d, 21), om((size_t)d * k), Y((size_t)d * k, 0.0f);
+    geofp8_test_matrix(om.data(), d, k, NULL, 0, 22);
+    double tr = 0.0;
+    geofp8_sketch_accumulate(Y.data(), &tr, h.data(), 100, d, om.data(), k, 1.0f / n);
+    std::vector<float> scratch(geofp8_sketch_scratch_floats(200, k));
+    geofp8_sketch_accumulate(Y.data(), &tr, h.data() + 100 * d, 200, d, om.data(), k, 1.0f / n, scratch.data());
+    std::vector<float> ref((size_t)d * k);
+    double tref = 0.0;
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < k; j++) {
+            double s = 0.0;
+            for (int t = 0; t < n; t++) {
+                double ho = 0.0;
+                for (int l = 0; l < d; l++) ho += (double)h[(size_t)t * d + l] * om[(size_t)l * k + j];
+                s += (double)h[(size_t)t * d + i] * ho;
+            }
+            ref[(size_t)i * k + j] = (float)(s / n);
+        }
+    for (size_t i = 0; i < h.size(); i++) tref += (double)h[i] * h[i];
+    tref /= n;
+    double e = test_rel_err(Y.data(), ref.data(), ref.size());
+    test_check("sketch_accumulate", e < 1e-5 && fabs(tr - tref) < 1e-6 * tref, "Y rel %g, tr %g vs %g", e, tr, tref);
+}
+
+static void test_nystrom() {
+    const int n = 4096, d = 256;
+    // (a) fast decay: λ_i = 0.6^i
+    {
+        const int r = 16;
+        std::vector<double> lam(d);
+        for (int i = 0; i < d; i++) lam[i] = pow(0.6, i) + 1e-7;
+        std::vector<float> h = make_h(n, d, lam, 31);
+        Exact ex = exact_eig(h.data(), n, d);
+        Sketch s = run_nystrom(h.data(), n, d, r, 32);
+        double worst = 0.0;
+        for (int i = 0; i < r; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]) / ex.w[i]);
+        double ang = subspace_sin(s.U.data(), ex, r);
+        test_check("nystrom_fast_decay_eigenvalues", s.status == 0 && worst < 1e-3, "status %d, worst rel err %g", s.status, worst);
+        test_check("nystrom_fast_decay_subspace", ang < 1e-2, "sin angle %g", ang);
+        test_check("nystrom_U_orthonormal", orth_err(s.U.data(), d, r) < 1e-6, "%g", orth_err(s.U.data(), d, r));
+        test_check("nystrom_trace", fabs(s.tr - ex.tr) < 1e-6 * ex.tr, "%g vs %g", s.tr, ex.tr);
+    }
+    // (b) flat spectrum plus spikes: 4 spikes over a flat floor, r = 4
+    {
+        const int r = 4;
+        std::vector<double> lam(d, 1.0);
+        lam[0] = 1000.0; lam[1] = 400.0; lam[2] = 150.0; lam[3] = 60.0;
+        std::vector<float> h = make_h(n, d, lam, 41);
+        Exact ex = exact_eig(h.data(), n, d);
+        Sketch s = run_nystrom(h.data(), n, d, r, 42);
+        double worst = 0.0;
+        for (int i = 0; i < r; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]) / ex.w[i]);
+        double mean_rest = 0.0;
+        for (int i = r; i < d; i++) mean_rest += ex.w[i];
+        mean_rest /= (d - r);
+        double ang = subspace_sin(s.U.data(), ex, r);
+        test_check("nystrom_spikes_eigenvalues", s.status == 0 && worst < 1e-2, "worst rel err %g", worst);
+        test_check("nystrom_spikes_subspace", ang < 0.1, "sin angle %g", ang);
+        test_check("nystrom_spikes_sigma2", fabs(s.s2 - mean_rest) < 1e-2 * mean_rest, "sigma2 %g vs mean residual eigenvalue %g", s.s2,
+                   mean_rest);
+        // the exact top r captured: σ² is exactly the mean of the other eigenvalues
+        std::vector<float> A((size_t)d * d), Ue((size_t)d * r), le(r);
+        for (size_t i = 0; i < A.size(); i++) A[i] = (float)ex.A[i];
+        float s2e;
+        geofp8_topr_exact(Ue.data(), le.data(), &s2e, A.data(), d, r);
+        test_check("topr_exact_sigma2_is_mean_residual", fabs(s2e - mean_rest) < 1e-5 * mean_rest && fabs(le[0] - ex.w[0]) < 1e-5 * ex.w[0],
+                   "sigma2 %.9g vs %.9g", s2e, mean_rest);
+    }
+    // (c) exactly rank deficient: rank 10 < r = 16
+    {
+        const int r = 16, m = 10;
+        std::vector<float> Zm = randn((size_t)n * m, 51), W = randn((size_t)m * d, 52), h((size_t)n * d);
+        for (int j = 0; j < m; j++)
+            for (int t = 0; t < n; t++) Zm[(size_t)t * m + j] *= (float)pow(2.0, -j * 0.5);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, m, 1.0f, Zm.data(), m, W.data(), d, 0.0f, h.data(), d);
+        Exact ex = exact_eig(h.data(), n, d);
+        Sketch s = run_nystrom(h.data(), n, d, r, 53);
+        double worst = 0.0, tail = 0.0;
+        for (int i = 0; i < m; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]) / ex.w[i]);
+        for (int i = m; i < r; i++) tail = std::max(tail, (double)s.lam[i]);
+        bool finite = test_all_finite(s.U.data(), s.U.size()) && test_all_finite(s.lam.data(), r) && std::isfinite(s.s2);
+        test_check("nystrom_rank_deficient", s.status >= 0 && finite && worst < 1e-3 && tail <= 1e-5 * ex.w[0] && s.s2 <= 1e-5 * ex.tr / d,
+                   "status %d worst %g tail %g sigma2 %g", s.status, worst, tail, s.s2);
+    }
+    // (d) slow decay λ_i = 1/(i+1): a second refresh from U_prev (subspace iteration) is better
+    {
+        const int r = 16;
+        std::vector<double> lam(d);
+        for (int i = 0; i < d; i++) lam[i] = 1.0 / (i + 1);
+        std::vector<float> h = make_h(n, d, lam, 61);
+        Exact ex = exact_eig(h.data(), n, d);
+        Sketch s1 = run_nystrom(h.data(), n, d, r, 62);
+        Sketch s2 = run_nystrom(h.data(), n, d, r, 63, s1.U.data());
+        Sketch s3 = run_nystrom(h.data(), n, d, r, 64, s2.U.data());
+        double opt = 0.0;
+        for (int i = r; i < d; i++) opt += ex.w[i] * ex.w[i];
+        opt = sqrt(opt);
+        double e1 = lowrank_err(ex, s1, r), e2 = lowrank_err(ex, s2, r), e3 = lowrank_err(ex, s3, r);
+        printf("  note: slow decay ‖A - UΛUᵀ‖_F / optimum: refresh 1 %.4f, 2 %.4f, 3 %.4f\n", e1 / opt, e2 / opt, e3 / opt);
+        test_check("nystrom_subspace_iteration_improves", e2 < e1 && e3 <= e2 * 1.001 && (e2 - opt) < 0.5 * (e1 - opt), "%g %g %g (opt %g)",
+                   e1, e2, e3, opt);
+    }
+    // degenerate inputs: indefinite sketch (retries with larger shifts), zero sketch (fallback)
+    {
+        const int d2 = 64, r = 4, k = 12;
+        std::vector<float> om((size_t)d2 * k), Y((size_t)d2 * k), U((size_t)d2 * r), lam(r);
+        geofp8_test_matrix(om.data(), d2, k, NULL, r, 71);
+        for (size_t i = 0; i < Y.size(); i++) Y[i] = -om[i];  // Y = -Ω: Ωᵀ Y = -I
+        float s2;
+        int st = geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), 1.0, d2, k, r);
+        bool ok = st != 0 && test_all_finite(U.data(), U.size()) && test_all_finite(lam.data(), r) && std::isfinite(s2);
+        std::fill(Y.begin(), Y.end(), 0.0f);
+        int st0 = geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), 0.0, d2, k, r);
+        ok = ok && st0 == -1 && lam[0] == 0.0f && s2 == 0.0f;
+        // a zero-trace unit gets the identity transform: whitening changes nothing
+        GeoFP8Factor f;
+        geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, 0.0, d2, r);
+        std::vector<float> G = randn((size_t)8 * d2, 72), Gt(G.size());
+        geofp8_whiten(Gt.data(), G.data(), 8, d2, &f, NULL);
+        ok = ok && memcmp(Gt.data(), G.data(), G.size() * sizeof(float)) == 0;
+        test_check("nystrom_degenerate_inputs", ok, "indefinite status %d, zero status %d", st, st0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. transform: round trip, T⁻¹T = I, whitened covariance, carry-over
+
+static void make_factor(GeoFP8Factor* f, const float* h, int n, int d, int r, uint64_t seed, Sketch* s_out = NULL) {
+    Sketch s = run_nystrom(h, n, d, r, seed);
+    geofp8_factor_from_nystrom(f, s.U.data(), s.lam.data(), s.s2, s.tr, d, r);
+    if (s_out) *s_out = s;
+}
+
+static void test_transform() {
+    const int n = 4096, d = 256, r = 32, dout = 96;
+    std::vector<double> lam(d);
+    for (int i = 0; i < d; i++) lam[i] = 100.0 * pow(0.85, i) + 0.05;
+    std::vector<float> h = make_h(n, d, lam, 81);
+    GeoFP8Factor f;
+    Sketch s;
+    make_factor(&f, h.data(), n, d, r, 82, &s);
+    printf("  note: factor c/min(D) = %.1f (round-trip error bound ~ 6e-8 times this)\n", f.c / *std::min_element(f.D.begin(), f.D.end()));
+
+    // unwhiten(whiten(G)) == G, out of place and in place (bitwise the same)
+    std::vector<float> G = randn((size_t)dout * d, 83), Gt(G.size()), Gb(G.size()), Gi = G;
+    std::vector<float> scratch(geofp8_transform_scratch_floats(dout, r));
+    geofp8_whiten(Gt.data(), G.data(), dout, d, &f, scratch.data());
+    geofp8_unwhiten(Gb.data(), Gt.data(), dout, d, &f, scratch.data());
+    geofp8_whiten(Gi.data(), Gi.data(), dout, d, &f, scratch.data());
+    bool inplace = memcmp(Gi.data(), Gt.data(), G.size() * sizeof(float)) == 0;
+    geofp8_unwhiten(Gi.data(), Gi.data(), dout, d, &f, NULL);
+    inplace = inplace && memcmp(Gi.data(), Gb.data(), G.size() * sizeof(float)) == 0;
+    double e = test_rel_err(Gb.data(), G.data(), G.size());
+    test_check("whiten_unwhiten_round_trip", e < 1e-5, "rel %g", e);
+    test_check("whiten_unwhiten_in_place", inplace);
+
+    // against the explicit T = U D Uᵀ + c (I - U Uᵀ) in double
+    std::vector<double> T((size_t)d * d);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) {
+            double v = i == j ? f.c : 0.0;
+            for (int t = 0; t < r; t++) v += (double)f.U[(size_t)i * r + t] * ((double)f.D[t] - f.c) * f.U[(size_t)j * r + t];
+            T[(size_t)i * d + j] = v;
+        }
+    std::vector<float> Gref(G.size());
+    for (int i = 0; i < dout; i++)
+        for (int j = 0; j < d; j++) {
+            double v = 0.0;
+            for (int l = 0; l < d; l++) v += (double)G[(size_t)i * d + l] * T[(size_t)l * d + j];
+            Gref[(size_t)i * d + j] = (float)v;
+        }
+    e = test_rel_err(Gt.data(), Gref.data(), G.size());
+    test_check("whiten_matches_explicit_T", e < 1e-5, "rel %g", e);
+
+    // T⁻¹ T = I and T T⁻¹ = I, applied to the identity
+    std::vector<float> I((size_t)d * d, 0.0f), X((size_t)d * d), Y2((size_t)d * d);
+    for (int i = 0; i < d; i++) I[(size_t)i * d + i] = 1.0f;
+    geofp8_whiten(X.data(), I.data(), d, d, &f, NULL);
+    geofp8_unwhiten(X.data(), X.data(), d, d, &f, NULL);
+    geofp8_unwhiten(Y2.data(), I.data(), d, d, &f, NULL);
+    geofp8_whiten(Y2.data(), Y2.data(), d, d, &f, NULL);
+    double e1 = test_rel_err(X.data(), I.data(), I.size()), e2 = test_rel_err(Y2.data(), I.data(), I.size());
+    test_check("T_inverse_times_T_is_identity", e1 < 1e-5 && e2 < 1e-5, "%g %g", e1, e2);
+
+    // whitened covariance T A T: ≈ I on the top-r subspace (λ/(λ+ε) with λ >> ε); on the rest the
+    // isotropic model's trace c² (tr A - tr UᵀAU) ≈ (d - r) σ² / (σ² + ε)
+    std::vector<float> A((size_t)d * d, 0.0f);
+    geofp8_kfac_accumulate(A.data(), h.data(), n, d, 1.0f / n);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < i; j++) A[(size_t)i * d + j] = A[(size_t)j * d + i];
+    std::vector<float> AT((size_t)d * d), TAT((size_t)d * d);
+    geofp8_whiten(AT.data(), A.data(), d, d, &f, NULL);  // A T
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) TAT[(size_t)j * d + i] = AT[(size_t)i * d + j];  // (A T)ᵀ = T A
+    geofp8_whiten(TAT.data(), TAT.data(), d, d, &f, NULL);  // T A T
+    double top = 0.0, trTAT = 0.0, trtop = 0.0;
+    for (int a = 0; a < r; a++)
+        for (int b = 0; b < r; b++) {
+            double v = 0.0;
+            for (int i = 0; i < d; i++)
+                for (int j = 0; j < d; j++) v += (double)f.U[(size_t)i * r + a] * TAT[(size_t)i * d + j] * f.U[(size_t)j * r + b];
+            if (a == b) trtop += v;
+            top = std::max(top, fabs(v - (a == b ? 1.0 : 0.0)));
+        }
+    for (int i = 0; i < d; i++) trTAT += TAT[(size_t)i * d + i];
+    double rest = (trTAT - trtop) / (d - r), want = s.s2 / (s.s2 + f.eps);
+    test_check("whitened_covariance_identity_on_top_r", top < 0.05, "max |Uᵀ T A T U - I| = %g", top);
+    test_check("whitened_covariance_rest_isotropic", fabs(rest - want) < 0.02 * want, "mean %g, want %g", rest, want);
+
+    // carry-over: R' = R T_old⁻¹ T_new stands for the same Euclidean error R T_old⁻¹
+    std::vector<double> lam2(d);
+    for (int i = 0; i < d; i++) lam2[i] = 50.0 * pow(0.9, i) + 0.1;
+    std::vector<float> h2 = make_h(n, d, lam2, 91);
+    GeoFP8Factor f2;
+    make_factor(&f2, h2.data(), n, d, r, 92);
+    std::vector<float> R = randn((size_t)dout * d, 93, 1e-3f), Rc = R, E1(R.size()), E2(R.size());
+    std::vector<float> sc(geofp8_transform_scratch_floats(dout, r));
+    geofp8_carry_residual(Rc.data(), dout, d, &f, &f2, sc.data());
+    geofp8_unwhiten(E1.data(), R.data(), dout, d, &f, NULL);
+    geofp8_unwhiten(E2.data(), Rc.data(), dout, d, &f2, NULL);
+    double ec = test_rel_err(E2.data(), E1.data(), E1.size());
+    std::vector<float> Rb = Rc;
+    geofp8_carry_residual(Rb.data(), dout, d, &f2, &f, NULL);  // and back
+    double eb = test_rel_err(Rb.data(), R.data(), R.size());
+    // identity -> factor: carrying a Euclidean residual is just whitening it
+    GeoFP8Factor fid;
+    geofp8_factor_identity(&fid, d, r);
+    std::vector<float> Ri = R, Rw(R.size());
+    geofp8_carry_residual(Ri.data(), dout, d, &fid, &f, NULL);
+    geofp8_whiten(Rw.data(), R.data(), dout, d, &f, NULL);
+    double ei = test_rel_err(Ri.data(), Rw.data(), R.size());
+    test_check("carry_residual_consistent", ec < 1e-5 && eb < 1e-5 && ei < 1e-6, "euclidean %g, there and back %g, from identity %g", ec, eb, ei);
+
+    // pack / unpack
+    std::vector<float> buf(geofp8_factor_floats(d, r));
+    geofp8_factor_pack(buf.data(), &f);
+    GeoFP8Factor g;
+    geofp8_factor_unpack(&g, buf.data(), d, r);
+    test_check("factor_pack_unpack", g.U == f.U && g.D == f.D && g.c == f.c && g.eps == f.eps && g.d_in == d && g.r == r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. K-FAC
+
+static void test_kfac() {
+    const int n = 2048, din = 128, dout = 64;
+    std::vector<double> la(din), lg(dout);
+    for (int i = 0; i < din; i++) la[i] = pow(0.93, i) + 1e-3;
+    for (int i = 0; i < dout; i++) lg[i] = pow(0.9, i) + 1e-3;
+    std::vector<float> h = make_h(n, din, la, 101), dl = make_h(n, dout, lg, 102);
+    std::vector<float> A((size_t)din * din, 0.0f), Gs((size_t)dout * dout, 0.0f), LA(A.size()), LG(Gs.size());
+    geofp8_kfac_accumulate(A.data(), h.data(), n / 2, din, 1.0f / n);
+    geofp8_kfac_accumulate(A.data(), h.data() + (size_t)(n / 2) * din, n - n / 2, din, 1.0f / n);
+    geofp8_kfac_accumulate(Gs.data(), dl.data(), n, dout, 1.0f / n);
+    int sa = geofp8_kfac_factor(LA.data(), A.data(), din), sg = geofp8_kfac_factor(LG.data(), Gs.data(), dout);
+    // L Lᵀ = A + ε I, L lower
+    double tr = 0.0;
+    for (int i = 0; i < din; i++) tr += A[(size_t)i * din + i];
+    double eps = GEOFP8_DAMPING * tr / din, worst = 0.0, amax = 0.0;
+    bool lower = true;
+    for (int i = 0; i < din; i++)
+        for (int j = 0; j < din; j++) {
+            if (j > i && LA[(size_t)i * din + j] != 0.0f) lower = false;
+            double v = 0.0;
+            for (int t = 0; t < din; t++) v += (double)LA[(size_t)i * din + t] * LA[(size_t)j * din + t];
+            double ref = (double)A[(size_t)std::min(i, j) * din + std::max(i, j)] + (i == j ? eps : 0.0);
+            worst = std::max(worst, fabs(v - ref));
+            amax = std::max(amax, fabs(ref));
+        }
+    test_check("kfac_cholesky", sa == 0 && sg == 0 && lower && worst < 1e-5 * amax, "status %d %d, rel %g", sa, sg, worst / amax);
+
+    // round trip, out of place and in place
+    std::vector<float> G = randn((size_t)dout * din, 103), X(G.size()), Gb(G.size()), Gi = G;
+    geofp8_kfac_whiten(X.data(), G.data(), dout, din, LG.data(), LA.data());
+    geofp8_kfac_unwhiten(Gb.data(), X.data(), dout, din, LG.data(), LA.data());
+    geofp8_kfac_whiten(Gi.data(), Gi.data(), dout, din, LG.data(), LA.data());
+    bool inplace = memcmp(Gi.data(), X.data(), X.size() * sizeof(float)) == 0;
+    double e = test_rel_err(Gb.data(), G.data(), G.size());
+    test_check("kfac_round_trip", e < 1e-5 && inplace, "rel %g, in place equal %d", e, (int)inplace);
+    // whiten really is LG⁻¹ G LA⁻ᵀ: LG X LAᵀ computed by hand in double gives G back
+    double wr = 0.0, gm = 0.0;
+    for (int i = 0; i < dout; i++)
+        for (int j = 0; j < din; j++) {
+            double v = 0.0;
+            for (int a = 0; a <= i; a++)
+                for (int b = 0; b <= j; b++) v += (double)LG[(size_t)i * dout + a] * X[(size_t)a * din + b] * LA[(size_t)j * din + b];
+            wr = std::max(wr, fabs(v - G[(size_t)i * din + j]));
+            gm = std::max(gm, (double)fabsf(G[(size_t)i * din + j]));
+        }
+    test_check("kfac_whiten_matches_definition", wr < 1e-5 * gm, "rel %g", wr / gm);
+
+    // one-sided: NULL skips a side; block and diagonal factors; zero statistics -> identity
+    std::vector<float> Xo(G.size()), Xb(G.size());
+    geofp8_kfac_whiten(Xo.data(), G.data(), dout, din, NULL, LA.data());
+    geofp8_kfac_unwhiten(Xb.data(), Xo.data(), dout, din, NULL, LA.data());
+    double eo = test_rel_err(Xb.data(), G.data(), G.size());
+    std::vector<float> LD(A.size()), LB(A.size());
+    geofp8_kfac_factor_block(LD.data(), A.data(), din, 1);
+    geofp8_kfac_factor_block(LB.data(), A.data(), din, 32);
+    bool diag = true, blk = true;
+    for (int i = 0; i < din; i++)
+        for (int j = 0; j < din; j++) {
+            float v = LD[(size_t)i * din + j];
+            if (i == j) diag = diag && fabsf(v - (float)sqrt((double)A[(size_t)i * din + i] + eps)) <= 1e-6f * v;
+            else diag = diag && v == 0.0f;
+            if (i / 32 != j / 32 || j > i) blk = blk && LB[(size_t)i * din + j] == 0.0f;
+            else if (i < 32) blk = blk && fabsf(LB[(size_t)i * din + j] - LA[(size_t)i * din + j]) <= 1e-5f;  // first block = full L's
+        }
+    std::vector<float> Z((size_t)din * din, 0.0f), LZ(Z.size());
+    int sz = geofp8_kfac_factor(LZ.data(), Z.data(), din);
+    bool ident = sz == -1;
+    for (int i = 0; i < din; i++) ident = ident && LZ[(size_t)i * din + i] == 1.0f;
+    test_check("kfac_one_sided_block_diag_identity", eo < 1e-5 && diag && blk && ident, "one-sided %g diag %d block %d identity %d", eo, (int)diag,
+               (int)blk, (int)ident);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. fidelity
+
+static void print_fidelity(const char* title, const GeoFP8Fidelity* m) {
+    printf("  note: %s\n  %-14s %-12s %-12s %-12s %-12s\n", title, "method", "RelL2", "Cos", "MaxErr", "MSE");
+    for (int i = 0; i < GEOFP8_FIDELITY_NUM_METHODS; i++)
+        printf("  %-14s %.6e %.6e %.6e %.6e\n", GEOFP8_FIDELITY_METHODS[i], m[i].rel_l2, m[i].cos, m[i].max_err, m[i].mse);
+}
+
+static int method_index(const char* name) {
+    for (int i = 0; i < GEOFP8_FIDELITY_NUM_METHODS; i++)
+        if (strcmp(GEOFP8_FIDELITY_METHODS[i], name) == 0) return i;
+    return -1;
+}
+
+static void test_fidelity() {
+    // metrics on known vectors: g = (3, 4), ĝ = (3, 5): ‖e‖ = 1, ‖g‖ = 5
+    float g[2] = {3.0f, 4.0f}, gh[2] = {3.0f, 5.0f};
+    GeoFP8Fidelity m;
+    geofp8_fidelity_metrics(&m, gh, g, 2);
+    test_check("fidelity_metrics", fabs(m.rel_l2 - 0.2) < 1e-15 && fabs(m.cos - 29.0 / (5.0 * sqrt(34.0))) < 1e-15 && m.max_err == 1.0 && m.mse == 0.5);
+
+    // Synthetic anisotropic gradient: a least-squares linear layer, loss ½‖h Wᵀ - y‖² / n, whose
+    // output gradient is δ = h Wᵀ - y and weight gradient G = δᵀ h / n. The inputs h have a
+    // strongly decaying spectrum (λ_i = 0.9^i + 1e-4) in a random basis; W and the targets y are
+    // random and independent of h.
+    const int n = 2048, din = 256, dout = 128;
+    std::vector<double> lam(din);
+    for (int i = 0; i < din; i++) lam[i] = pow(0.9, i) + 1e-4;
+    std::vector<float> h = make_h(n, din, lam, 111);
+    std::vector<float> W = randn((size_t)dout * din, 112), y = randn((size_t)n * dout, 113), dl((size_t)n * dout), G((size_t)dout * din);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, dout, din, 1.0f, h.data(), din, W.data(), din, 0.0f, dl.data(), dout);
+    for (size_t i = 0; i < dl.size(); i++) dl[i] -= y[i];
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dout, din, n, 1.0f / n, dl.data(), dout, h.data(), din, 0.0f, G.data(), din);
+
+    std::vector<GeoFP8Fidelity> fs(GEOFP8_FIDELITY_NUM_METHODS), fx(GEOFP8_FIDELITY_NUM_METHODS);
+    geofp8_fidelity_all(fs.data(), G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
+    geofp8_fidelity_all(fx.data(), G.data(), dout, din, h.data(), dl.data(), n, 1, 114);
+    print_fidelity("least-squares layer, low rank from the sketch", fs.data());
+    printf("  note: low rank from the exact eigendecomposition: r=8 %.4e, r=16 %.4e, r=32 %.4e\n", fx[method_index("lowrank_A_8")].rel_l2,
+           fx[method_index("lowrank_A_16")].rel_l2, fx[method_index("lowrank_A_32")].rel_l2);
+    const double euc = fs[method_index("euclidean")].rel_l2, full = fs[method_index("input_full")].rel_l2;
+    const double lr32 = fs[method_index("lowrank_A_32")].rel_l2, lr32x = fx[method_index("lowrank_A_32")].rel_l2;
+    const double diag = fs[method_index("diag_A")].rel_l2;
+    bool finite = true;
+    for (auto& v : fs) finite = finite && std::isfinite(v.rel_l2) && std::isfinite(v.cos) && v.cos <= 1.0 + 1e-12;
+    test_check("fidelity_all_methods_finite", finite);
+    test_check("fidelity_input_full_beats_euclidean", full < 0.8 * euc, "input_full %g, euclidean %g", full, euc);
+    test_check("fidelity_lowrank32_beats_euclidean", lr32 < 0.8 * euc && lr32x < 0.8 * euc, "lowrank_A_32 %g (exact %g), euclidean %g", lr32,
+               lr32x, euc);
+    test_check("fidelity_diag_close_to_euclidean", fabs(diag - euc) < 0.1 * euc, "diag_A %g, euclidean %g", diag, euc);
+
+    // the single-method entry point agrees with the batch one
+    GeoFP8Fidelity one;
+    int st = geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
+    int bad = geofp8_fidelity_roundtrip(&one, "no_such_method", G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
+    geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), NULL, n, 0, 114);
+    test_check("fidelity_roundtrip_single_method", st == 0 && bad == -1 && one.rel_l2 == fs[method_index("block_A_64")].rel_l2);
+
+    // For contrast (not asserted): with an output gradient independent of h (δ = y only), the
+    // whitened gradient is isotropic on average and the geometry gives little or nothing.
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dout, din, n, 1.0f / n, y.data(), dout, h.data(), din, 0.0f, G.data(), din);
+    geofp8_fidelity_all(fs.data(), G.data(), dout, din, h.data(), y.data(), n, 0, 114);
+    print_fidelity("output gradient independent of the inputs (contrast, not asserted)", fs.data());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. selection
+
+static void test_select() {
+    std::vector<double> s = {0.1, 0.5, 0.45, 0.02, 0.48, 0.01};
+    std::vector<int> rank = geofp8_rank_scores(s), auto_k = geofp8_select_top(s, 0), two = geofp8_select_top(s, 2), all = geofp8_select_top(s, 100);
+    bool ok = rank == std::vector<int>({1, 4, 2, 0, 3, 5}) && auto_k == std::vector<int>({1, 4, 2}) && two == std::vector<int>({1, 4}) &&
+              all.size() == 6;
+    // ties keep the lower index first; equal drops pick the first; degenerate lists
+    ok = ok && geofp8_select_top({0.3, 0.3, 0.1}, 0) == std::vector<int>({0, 1});
+    ok = ok && geofp8_select_top({1.0, 3.0, 2.0}, 0) == std::vector<int>({1});
+    ok = ok && geofp8_select_top({0.2, 0.2, 0.2}, 0) == std::vector<int>({0});
+    ok = ok && geofp8_select_top({0.7}, 0) == std::vector<int>({0});
+    ok = ok && geofp8_select_top({}, 0).empty();
+    ok = ok && geofp8_select_top({NAN, 0.5, 0.1, 0.09}, 0) == std::vector<int>({1});
+    ok = ok && geofp8_rank_scores({NAN, 0.5, 0.1}) == std::vector<int>({1, 2, 0});
+    // a profile shaped like the paper's: 13 high scores, then a visible drop
+    std::vector<double> p;
+    for (int i = 0; i < 13; i++) p.push_back(0.30 - 0.01 * i);
+    for (int i = 0; i < 19; i++) p.push_back(0.05 - 0.001 * i);
+    ok = ok && geofp8_select_top(p, 0).size() == 13;
+    test_check("select_top", ok);
+}
+
+int main() {
+    test_scales();
+    test_error_feedback();
+    test_test_matrix();
+    test_sketch();
+    test_nystrom();
+    test_transform();
+    test_kfac();
+    test_fidelity();
+    test_select();
+    return test_exit_code();
+}
