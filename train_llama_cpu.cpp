@@ -49,6 +49,7 @@ Usage: ./train_llama_cpu [flags]           (--help lists them; README.md explain
 #include "llmc/checkpoint.h"
 #include "llmc/logger.h"
 #include "llmc/comm.h"
+#include "llmc/gradcomm.h"
 
 #define ADAMW_BETA1 0.9f
 #define ADAMW_BETA2 0.95f
@@ -197,6 +198,20 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
     matmul_forward_cpu(a->logits, a->lnf, p.lm_head, N, C, c->Vp);
 }
 
+// Hands the inputs of the linear units to the gradient communication (factor refresh steps
+// of geofp8 / kfac); the forward keeps every layer's activations, so this runs after it.
+static void llama_observe_inputs(LlamaModel* m, GradComm* gc, int B, int T) {
+    const LlamaConfig* c = &m->config;
+    int N = B * T, C = c->C, FF = c->FF, HSNH = llama_head_size(c) * c->NH;
+    const Activations* a = &m->acts;
+    for (int l = 0; l < c->L; l++) {
+        gradcomm_observe_input(gc, llama_unit_index(c, T_QKVW, l), a->ln1 + (size_t)l * N * C, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_PROJW, l), a->atty + (size_t)l * N * HSNH, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_FC1W, l), a->ln2 + (size_t)l * N * C, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_FC2W, l), a->sw + (size_t)l * N * FF, N);
+    }
+}
+
 // Mean cross-entropy of the logits of the last forward against targets (B, T).
 static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
     return crossentropy_forward_cpu(m->acts.losses, m->acts.logits, targets, B * T, m->config.V, m->config.Vp);
@@ -205,8 +220,10 @@ static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
 // ----------------------------------------------------------------------------
 // backward: accumulates d(loss * dloss_scale) into m->grads; returns this micro-batch's mean loss.
 // dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
+// With gc on a kfac refresh step, the gradient at each linear unit's output goes to it too.
 
-static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale) {
+static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale,
+                            GradComm* gc = NULL) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
     int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
@@ -235,20 +252,25 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
         float* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
         float* sw = a->sw + (size_t)l * N * FF;
 
+        bool kfac = gc && gradcomm_wants_output_grads(gc);
         // MLP half; dres holds d(out) and, after rmsnorm_backward adds into it, d(mid)
+        if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_FC2W, l), a->dres, N);
         memset(a->dsw, 0, (size_t)N * FF * sizeof(float));
         matmul_backward_cpu(a->dsw, g.fc2w + (size_t)l * C * FF, a->dres, sw, p.fc2w + (size_t)l * C * FF, N, FF, C);
         memset(a->dfc1, 0, (size_t)N * 2 * FF * sizeof(float));
         swiglu_backward_cpu(a->dfc1, a->dsw, fc1, N, FF);
+        if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_FC1W, l), a->dfc1, N);
         memset(a->dln, 0, (size_t)N * C * sizeof(float));
         matmul_backward_cpu(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, p.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF);
         rmsnorm_backward_cpu(a->dres, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C);
         // attention half; dres becomes d(x)
+        if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_PROJW, l), a->dres, N);
         memset(a->datty, 0, (size_t)N * HSNH * sizeof(float));
         matmul_backward_cpu(a->datty, g.projw + (size_t)l * C * HSNH, a->dres, atty, p.projw + (size_t)l * C * HSNH, N, HSNH, C);
         memset(a->dqkv, 0, (size_t)N * QKV * sizeof(float));
         attention_backward_cpu(a->dqkv, a->datty, qkv, atty, lse, B, T, NH, NKV, HS);
         rope_backward_cpu(a->dqkv, a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS);
+        if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_QKVW, l), a->dqkv, N);
         memset(a->dln, 0, (size_t)N * C * sizeof(float));
         matmul_backward_cpu(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, p.qkvw + (size_t)l * QKV * C, N, C, QKV);
         rmsnorm_backward_cpu(a->dres, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C, ln1_rstd, N, C);
@@ -347,28 +369,31 @@ static bool llama_all_finite(const float* x, size_t n) {
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
 
 static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
-                                  CommGrid* grid, int accum_steps, int step, NextBatchFn next_batch, void* ctx) {
+                                  CommGrid* grid, GradComm* gc, int accum_steps, int step, NextBatchFn next_batch, void* ctx) {
     StepStats st;
     memset(m->grads, 0, m->num_params * sizeof(float));
+    gradcomm_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size);
     double loss_sum = 0.0;
     for (int micro = 0; micro < accum_steps; micro++) {
         const int *inputs, *targets;
         next_batch(ctx, &inputs, &targets);
         llama_forward(m, inputs, tc->B, tc->T);
-        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps);
+        if (gradcomm_wants_activations(gc)) llama_observe_inputs(m, gc, tc->B, tc->T);
+        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc);
     }
     if (test_inject_nan(step + 1, grid->rank)) m->grads[0] = NAN;
+    st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
+    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0;
     // a non-finite loss or gradient on any rank: every rank skips this step identically
     int bad_rank = (std::isfinite(loss_sum) && llama_all_finite(m->grads, m->num_params)) ? 0 : grid->rank + 1;
     bad_rank = comm_max_int(grid, bad_rank);
     st.skipped_on_rank = bad_rank - 1;
-    st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
-    if (bad_rank > 0) {
-        st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0;
-        return st;
-    }
+    if (bad_rank > 0) return st;
     // the gradient communication slot: after the last micro-step, on the flat buffer
-    st.comm_bytes = comm_reduce_gradients(grid, tc->comm, m->grads, m->num_params);
+    bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+    gradcomm_reduce(gc, grid, m->grads, step, fidelity);
+    st.comm_bytes = gc->stats.bytes;
+    if (gc->stats.skipped) { st.skipped_on_rank = grid->world_size; return st; }  // a non-finite scale
     st.loss = (float)(comm_sum_double(grid, loss_sum / accum_steps) / grid->world_size);
     st.grad_norm = llama_grad_norm(m->grads, m->num_params);
     llama_clip_grads(m->grads, m->num_params, st.grad_norm, tc->grad_clip);
@@ -450,8 +475,6 @@ int main(int argc, char** argv) {
     if (from_file) checkpoint_read_model_header(tc.model.c_str(), "-e", &lc, NULL);
     if (tc.T == 0) tc.T = lc.T;
     if (tc.T > lc.T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc.T, tc.T);
-    if (tc.comm != "fp32" && tc.comm != "bf16")
-        user_error("-c: mode '%s' is not available in the CPU engine yet (expected fp32 or bf16)", tc.comm.c_str());
     long long tokens_per_micro = (long long)tc.B * tc.T * grid.world_size;
     if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
     if (tc.total_batch % tokens_per_micro != 0)
@@ -478,6 +501,8 @@ int main(int argc, char** argv) {
                            "train_files=" + dataloader_fingerprint(&train_loader) + "\n" +
                            "val_files=" + (do_val ? dataloader_fingerprint(&val_loader) : std::string("off")) + "\n";
     comm_check_same_settings(&grid, settings);
+    GradComm gc;
+    gradcomm_init(&gc, &tc, &lc, &grid);
     int start_step = 0;
     CheckpointState resume_state;
     if (tc.resume) {
@@ -518,6 +543,7 @@ int main(int argc, char** argv) {
         memcpy(model.opt_v, resume_state.v.data(), model.num_params * sizeof(float));
         dataloader_set_state(&train_loader, resume_state.data_state);
         consecutive_skips = (int)resume_state.skipped_steps;
+        gradcomm_load(&gc, &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str());
     } else if (from_file) {
         checkpoint_read_model(tc.model.c_str(), "-e", &lc, model.params);
     } else {
@@ -600,6 +626,7 @@ int main(int argc, char** argv) {
             st.settings = settings;
             st.m.assign(model.opt_m, model.opt_m + model.num_params);
             st.v.assign(model.opt_v, model.opt_v + model.num_params);
+            gradcomm_save(&gc, &st.extras);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
             comm_barrier(&grid);  // every state file is in place before DONE marks the checkpoint whole
             checkpoint_test_crash("done", step);
@@ -613,15 +640,19 @@ int main(int argc, char** argv) {
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         double t0 = now_seconds();
-        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, dataloader_next_fn, &train_loader);
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, dataloader_next_fn, &train_loader);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
         double dt = now_seconds() - t0;
         if (st.skipped_on_rank >= 0) {
             consecutive_skips++;
             if (grid.rank == 0) {
-                printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
-                       step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
+                if (st.skipped_on_rank < grid.world_size)
+                    printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
+                           step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
+                else
+                    printf("step %5d/%d | skipped: non-finite value in the %s coordinates (%d in a row)\n",
+                           step + 1, tc.steps, tc.comm.c_str(), consecutive_skips);
                 std::string line;
                 logger_field(&line, "step", step + 1);
                 logger_field(&line, "skipped", 1);
@@ -646,8 +677,9 @@ int main(int argc, char** argv) {
             double tok_s = tc.total_batch / dt;
             double avg = timed_steps > 0 ? train_seconds / timed_steps : dt;
             double eta = avg * (tc.steps - step - 1);
-            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | comm %.0f B | eta %s\n",
-                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, comm_bytes, format_duration(eta).c_str());
+            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | comm %.0f B | eta %s%s\n",
+                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, comm_bytes, format_duration(eta).c_str(),
+                   gradcomm_step_summary(&gc).c_str());
             fflush(stdout);
             logger_train(&logger, step + 1, loss);
             std::string line;
@@ -659,6 +691,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "tokens_per_s", tok_s);
             logger_field(&line, "comm_bytes", comm_bytes);
             logger_field(&line, "eta_s", eta);
+            gradcomm_log_fields(&gc, &line);
             logger_metrics(&logger, line);
         }
     }

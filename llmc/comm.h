@@ -1,12 +1,9 @@
 // comm.h — data-parallel communication of the CPU engine over MPI (host only).
 // CommGrid holds this process's rank among the data-parallel ranks. Single-process runs need
 // no mpirun: MPI starts as a singleton with world size 1.
-// comm_reduce_gradients() is the one entry point of gradient communication: after the last
-// micro-step it replaces the local fp32 gradient buffer (num_params) by the average over ranks,
-// in the mode given by -c, and returns the bytes this rank put on the wire (a ring all-reduce
-// sends 2(N-1)/N of the payload). Modes here: fp32 (MPI_SUM in fp32) and bf16 (each value
-// rounded to bf16, summed in fp32, the sum rounded to bf16 again after every combine, as a
-// bf16 all-reduce on the wire would).
+// These are the transport: MPI collectives on fp32, bf16 and E4M3 buffers (the low-precision
+// sums round to their format at every combine, as an all-reduce on the wire in that format
+// would). The gradient communication modes built on them live in llmc/gradcomm.h.
 #pragma once
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1  // C API only: the C++ bindings are deprecated and warn
@@ -19,12 +16,16 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include "fp8.h"
 #include "train_config.h"
 #include "utils.h"
 
 #define MPI_CHECK(call) do { int err_ = (call); if (err_ != MPI_SUCCESS) { \
     char msg_[MPI_MAX_ERROR_STRING]; int len_ = 0; MPI_Error_string(err_, msg_, &len_); \
     fprintf(stderr, "MPI error %s:%d: %s: %s\n", __FILE__, __LINE__, #call, msg_); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
+
+// MPI counts are int: large buffers go in chunks.
+#define COMM_CHUNK (1 << 28)
 
 typedef struct {
     int rank;        // this process, 0..world_size-1
@@ -95,67 +96,105 @@ static inline void comm_check_same_settings(CommGrid* g, const std::string& sett
 }
 
 // ----------------------------------------------------------------------------
-// bf16 (round to nearest even; NaN kept quiet)
+// collectives used by the FP8 modes (llmc/gradcomm.h); each is a no-op with one rank
 
-static inline uint16_t comm_float_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+static inline void comm_max_floats(CommGrid* g, float* x, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, g->comm));
 }
 
-static inline float comm_bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
+static inline void comm_sum_floats(CommGrid* g, float* x, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    for (size_t off = 0; off < n; off += COMM_CHUNK) {
+        int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x + off, cnt, MPI_FLOAT, MPI_SUM, g->comm));
+    }
 }
+
+static inline void comm_sum_doubles(CommGrid* g, double* x, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, g->comm));
+}
+
+static inline void comm_sum_longs(CommGrid* g, long* x, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_LONG, MPI_SUM, g->comm));
+}
+
+static inline void comm_broadcast_floats(CommGrid* g, float* x, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    for (size_t off = 0; off < n; off += COMM_CHUNK) {
+        int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
+        MPI_CHECK(MPI_Bcast(x + off, cnt, MPI_FLOAT, 0, g->comm));
+    }
+}
+
+// MPI user op on E4M3 codes: inout[i] = e4m3(decode(in[i]) + decode(inout[i])), the rounding a
+// native FP8 SUM reduction (NCCL ncclFloat8e4m3 + ncclSum) performs at every combine.
+static inline void comm_e4m3_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+    const uint8_t* a = (const uint8_t*)in;
+    uint8_t* b = (uint8_t*)inout;
+    for (int i = 0; i < *len; i++) b[i] = fp8_e4m3_encode(fp8_e4m3_decode(a[i]) + fp8_e4m3_decode(b[i]));
+}
+
+// SUM all-reduce of E4M3 codes in place, rounding to E4M3 at every combine.
+static inline void comm_sum_e4m3(CommGrid* g, uint8_t* q, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    MPI_Op op;
+    MPI_CHECK(MPI_Op_create(comm_e4m3_sum_op, 1, &op));
+    for (size_t off = 0; off < n; off += COMM_CHUNK) {
+        int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, q + off, cnt, MPI_BYTE, op, g->comm));
+    }
+    MPI_Op_free(&op);
+}
+
+// All-to-all of byte shards: rank r sends send[counts/displs of shard j] to rank j and receives
+// every rank's shard r into recv (world_size * shard_count[r] bytes, in rank order).
+static inline void comm_alltoall_shards(CommGrid* g, const uint8_t* send, const std::vector<int>& shard_off,
+                                        const std::vector<int>& shard_len, uint8_t* recv) {
+    int N = g->world_size, me = g->rank;
+    if (N == 1) { memcpy(recv, send + shard_off[0], (size_t)shard_len[0]); return; }
+    std::vector<int> rcounts(N), rdispls(N);
+    for (int r = 0; r < N; r++) { rcounts[r] = shard_len[me]; rdispls[r] = r * shard_len[me]; }
+    MPI_CHECK(MPI_Alltoallv(send, shard_len.data(), shard_off.data(), MPI_BYTE, recv, rcounts.data(), rdispls.data(), MPI_BYTE, g->comm));
+}
+
+// All-gather of byte shards: rank r contributes `mine` (shard_len[r] bytes); out holds every
+// shard at shard_off.
+static inline void comm_allgather_shards(CommGrid* g, const uint8_t* mine, const std::vector<int>& shard_off,
+                                         const std::vector<int>& shard_len, uint8_t* out) {
+    if (g->world_size == 1) { memcpy(out + shard_off[0], mine, (size_t)shard_len[0]); return; }
+    MPI_CHECK(MPI_Allgatherv(mine, shard_len[g->rank], MPI_BYTE, out, shard_len.data(), shard_off.data(), MPI_BYTE, g->comm));
+}
+
+// All-gather of n ints per rank into out (world_size * n).
+static inline void comm_allgather_ints(CommGrid* g, const int* mine, int n, int* out) {
+    if (g->world_size == 1) { memcpy(out, mine, (size_t)n * sizeof(int)); return; }
+    MPI_CHECK(MPI_Allgather(mine, n, MPI_INT, out, n, MPI_INT, g->comm));
+}
+
+// ----------------------------------------------------------------------------
+// bf16 SUM all-reduce
 
 // MPI user op: inout[i] = bf16(in[i] + inout[i]), the rounding a bf16 reduction does at every combine.
 static inline void comm_bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
     const uint16_t* a = (const uint16_t*)in;
     uint16_t* b = (uint16_t*)inout;
-    for (int i = 0; i < *len; i++) b[i] = comm_float_to_bf16(comm_bf16_to_float(a[i]) + comm_bf16_to_float(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = fp8_bf16_encode(fp8_bf16_decode(a[i]) + fp8_bf16_decode(b[i]));
 }
 
-// MPI counts are int: reduce large buffers in chunks.
-#define COMM_CHUNK (1 << 28)
-
-// Averages grads (n) over ranks in place; returns bytes sent by this rank.
-static inline double comm_reduce_gradients(CommGrid* g, const std::string& mode, float* grads, size_t n) {
-    if (mode == "fp32") {
-        if (g->world_size > 1) {
-            for (size_t off = 0; off < n; off += COMM_CHUNK) {
-                int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
-                MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, grads + off, cnt, MPI_FLOAT, MPI_SUM, g->comm));
-            }
-            float inv = 1.0f / g->world_size;
-            for (size_t i = 0; i < n; i++) grads[i] *= inv;
-        }
-        return comm_ring_bytes(g, 4.0 * n);
+static inline void comm_sum_bf16(CommGrid* g, uint16_t* x, size_t n) {
+    if (g->world_size == 1 || n == 0) return;
+    MPI_Datatype t16;
+    MPI_Op op;
+    MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t16));
+    MPI_CHECK(MPI_Type_commit(&t16));
+    MPI_CHECK(MPI_Op_create(comm_bf16_sum_op, 1, &op));
+    for (size_t off = 0; off < n; off += COMM_CHUNK) {
+        int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x + off, cnt, t16, op, g->comm));
     }
-    if (mode == "bf16") {
-        std::vector<uint16_t> buf(n);
-        for (size_t i = 0; i < n; i++) buf[i] = comm_float_to_bf16(grads[i]);
-        if (g->world_size > 1) {
-            MPI_Datatype t16;
-            MPI_Op op;
-            MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t16));
-            MPI_CHECK(MPI_Type_commit(&t16));
-            MPI_CHECK(MPI_Op_create(comm_bf16_sum_op, 1, &op));
-            for (size_t off = 0; off < n; off += COMM_CHUNK) {
-                int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
-                MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data() + off, cnt, t16, op, g->comm));
-            }
-            MPI_Op_free(&op);
-            MPI_Type_free(&t16);
-        }
-        float inv = 1.0f / g->world_size;
-        for (size_t i = 0; i < n; i++) grads[i] = comm_bf16_to_float(buf[i]) * inv;
-        return comm_ring_bytes(g, 2.0 * n);
-    }
-    fprintf(stderr, "error: -c %s: this gradient communication mode is not available in the CPU engine\n", mode.c_str());
-    MPI_Abort(g->comm, 1);
-    return 0;
+    MPI_Op_free(&op);
+    MPI_Type_free(&t16);
 }

@@ -230,6 +230,44 @@ static inline void cuda_round_to_bf16(std::vector<float>* v) {
 }
 
 // ----------------------------------------------------------------------------
+// random test data (dev/cuda, tests)
+
+// uniform(-scale, scale) on the host, from the engine's generator (rand.h style splitmix64)
+static inline std::vector<float> cuda_host_uniform(size_t n, uint64_t seed, float scale) {
+    std::vector<float> v(n);
+    uint64_t state = seed;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        v[i] = scale * (float)(2.0 * ((double)(z >> 11) * (1.0 / 9007199254740992.0)) - 1.0);
+    }
+    return v;
+}
+
+// uniform(-scale, scale) filled on the device from a hash of (seed, index): benchmark inputs at
+// full size without a host round trip.
+template <typename T>
+__global__ void cuda_fill_uniform_kernel(T* out, size_t n, uint64_t seed, float scale) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        out[i] = (T)(scale * (2.0f * u - 1.0f));
+    }
+}
+
+template <typename T>
+static inline void cuda_fill_uniform(T* out, size_t n, uint64_t seed, float scale, cudaStream_t stream = 0) {
+    cuda_fill_uniform_kernel<T><<<cuda_grid_for(n, 256), 256, 0, stream>>>(out, n, seed, scale);
+    KERNEL_CHECK();
+}
+
+// ----------------------------------------------------------------------------
 // timing and validation (dev/cuda, tests)
 
 // Median wall time in ms of fn() on `stream` over `iters` runs after `warmup` runs, by CUDA events.

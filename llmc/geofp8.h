@@ -305,8 +305,15 @@ static inline float geofp8_residual_variance(double trA, const float* lambda, in
 //   B = Y_ν C⁻¹ (d_in, k);  BᵀB = V Σ² Vᵀ (dsyevd);  keep the top r:
 //   U = B V_r Σ_r⁻¹ (d_in, r),  λ_i = max(σ_i² - ν, 0) (descending),
 //   σ² = max(trA - Σλ, 0) / (d_in - r).
-// Y, Ω (d_in, k); U (d_in, r), lambda (r), *sigma2 written. All of it in double; U is
-// orthonormal to double rounding before it is stored as fp32. Requires 1 <= r <= k <= d_in.
+// Y, Ω (d_in, k); U (d_in, r), lambda (r), *sigma2 written. All of it in double (the route
+// through BᵀB squares B's condition number, but the shift bounds it: U's columns are
+// orthonormal to ~1e-10 or better before they are stored as fp32). Requires 1 <= r <= k <= d_in.
+// Accuracy: one refresh from a Gaussian Ω, like any one-pass Nyström, underestimates each kept
+// λ_i by roughly (the spectral mass beyond the sketch) / k, so the last few of the top r can be
+// off by percents on slowly decaying or flat-tailed spectra, and σ² comes out high by the same
+// mass. Refreshes with Ω ⊇ U_prev (subspace iteration) remove this: when span(Ω) contains the
+// exact top-r eigenvectors, λ is exact and σ² is the mean of the other d_in - r eigenvalues, up
+// to rounding and the shift.
 // Returns 0 on success; i > 0 if the Cholesky factorization needed i retries, each with the
 // shift multiplied by 100 (fp32 noise can make Ωᵀ Y_ν indefinite when A is nearly singular;
 // the shift actually used is subtracted from the eigenvalues); -1 if Y or trA is non-finite,
@@ -703,7 +710,8 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
 // h (n, d_in) and delta (n, d_out) are the batch's activations and output gradients (delta may
 // be NULL unless output_side or kfac); A = hᵀh / n, E[δδᵀ] = δᵀδ / n, ε = 1e-3 tr / d. The FP8
 // scale is one per-tensor power of two, geofp8_scale_exponent(amax, 1). Returns 0, or -1 for an
-// unknown method. Runs every method in turn with geofp8_fidelity_all, which shares A and E[δδᵀ].
+// unknown method. To run every method on one gradient use geofp8_fidelity_all, which forms A
+// and E[δδᵀ] once.
 static inline int geofp8_fidelity_roundtrip(GeoFP8Fidelity* out, const char* method, const float* G, int d_out, int d_in,
                                             const float* h, const float* delta, int n, int lowrank_exact, uint64_t seed) {
     const std::string m(method);

@@ -163,6 +163,15 @@ static inline std::vector<LlamaUnit> llama_units(const LlamaConfig* c) {
     return units;
 }
 
+// Index into llama_units() of (tensor, layer); layer is ignored for embed, final_norm, lm_head.
+static inline int llama_unit_index(const LlamaConfig* c, int tensor, int layer) {
+    static const int in_layer[LLAMA_NUM_TENSORS] = {-1, 0, 3, 1, 2, 4, 5, -1, -1};  // ln1 qkv proj ln2 fc1 fc2
+    if (tensor == T_WTE) return 0;
+    if (tensor == T_LNFW) return 1 + 6 * c->L;
+    if (tensor == T_LMHEAD) return 2 + 6 * c->L;
+    return 1 + 6 * layer + in_layer[tensor];
+}
+
 // DESIGN §3 init: normal(0, 0.02) for matrices, proj and fc2 scaled by 1/sqrt(2L), norms 1,
 // padded vocabulary rows zero (they are never looked up and their logits never count).
 static inline void llama_init_params(const LlamaConfig* c, float* params, unsigned long long seed) {

@@ -43,6 +43,13 @@ static inline void logger_field_str(std::string* line, const char* key, const st
     *line += "\"";
 }
 
+// A value that is already JSON (an object or a list).
+static inline void logger_field_json(std::string* line, const char* key, const std::string& json) {
+    *line += line->empty() ? "{" : ", ";
+    *line += "\""; *line += key; *line += "\": ";
+    *line += json;
+}
+
 static inline void logger_metrics(Logger* lg, const std::string& line) {
     if (!lg->metrics) return;
     fprintf(lg->metrics, "%s}\n", line.c_str());

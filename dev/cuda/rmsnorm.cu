@@ -1,0 +1,107 @@
+// dev/cuda/rmsnorm.cu — llmc/rmsnorm.cuh against rmsnorm_forward_cpu / rmsnorm_backward_cpu
+// (llmc/rmsnorm.h), then a benchmark.
+// Tolerances (max |got - ref| / max |ref|):
+//   out (bf16)                       8e-3  (one bf16 rounding of each element)
+//   rstd, dinp, dweight (fp32)       1e-4  (fp32 row / column sums where the CPU sums in double)
+//   dinp bf16 copy                   8e-3
+// dout is rounded to bf16 on the host (the GPU reads bf16); dinp and dweight start nonzero to
+// check the += contract, and are compared as accumulated parts (after minus before).
+// Shapes: C of tiny, d12 and llama600m at B=4 and the preset's T (the reference is cheap), plus an
+// odd shape. Usage: build/dev_rmsnorm [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+#include <cstring>
+#include <string>
+#include "../../llmc/llama.h"
+#include "../../llmc/rmsnorm.h"
+#include "../../llmc/rmsnorm.cuh"
+
+static const double TOL_BF16 = 8e-3;
+static const double TOL_FP32 = 1e-4;
+
+static bool validate(const char* tag, int N, int C, uint64_t seed) {
+    std::string t = tag;
+    std::vector<float> inp = cuda_host_uniform((size_t)N * C, seed, 2.0f);
+    std::vector<float> w = cuda_host_uniform(C, seed + 1, 0.5f);
+    for (float& x : w) x += 1.0f;
+    std::vector<float> dout = cuda_host_uniform((size_t)N * C, seed + 2, 1.0f);
+    std::vector<float> dinp0 = cuda_host_uniform((size_t)N * C, seed + 3, 0.5f);
+    std::vector<float> dw0 = cuda_host_uniform(C, seed + 4, 0.5f);
+    cuda_round_to_bf16(&dout);
+    float* d_inp = cuda_upload(inp.data(), inp.size());
+    float* d_w = cuda_upload(w.data(), w.size());
+    bf16* d_dout = cuda_upload_bf16(dout.data(), dout.size());
+    float* d_dinp = cuda_upload(dinp0.data(), dinp0.size());
+    float* d_dw = cuda_upload(dw0.data(), dw0.size());
+    bf16* d_out = cuda_malloc<bf16>((size_t)N * C);
+    bf16* d_dinp16 = cuda_malloc<bf16>((size_t)N * C);
+    float* d_rstd = cuda_malloc<float>(N);
+
+    std::vector<float> ref((size_t)N * C), ref_rstd(N);
+    rmsnorm_forward_cpu(ref.data(), ref_rstd.data(), inp.data(), w.data(), N, C);
+    rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 0);
+    std::vector<float> got = cuda_download_float(d_out, ref.size());
+    bool ok = cuda_check_close((t + ".forward_out").c_str(), got.data(), ref.data(), ref.size(), TOL_BF16);
+    got = cuda_download(d_rstd, N);
+    ok &= cuda_check_close((t + ".forward_rstd").c_str(), got.data(), ref_rstd.data(), N, TOL_FP32);
+
+    // backward from the reference rstd on both sides, so only the backward is measured
+    CUDA_CHECK(cudaMemcpy(d_rstd, ref_rstd.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
+    rmsnorm_backward_cpu(ref_dinp.data(), ref_dw.data(), dout.data(), inp.data(), w.data(), ref_rstd.data(), N, C);
+    rmsnorm_backward(d_dinp, d_dinp16, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+    std::vector<float> got_dinp = cuda_download(d_dinp, ref_dinp.size());
+    std::vector<float> got16 = cuda_download_float(d_dinp16, ref_dinp.size());
+    ok &= cuda_check_close((t + ".backward_dinp_bf16_copy").c_str(), got16.data(), ref_dinp.data(), ref_dinp.size(), TOL_BF16);
+    for (size_t i = 0; i < got_dinp.size(); i++) { got_dinp[i] -= dinp0[i]; ref_dinp[i] -= dinp0[i]; }
+    ok &= cuda_check_close((t + ".backward_dinp_accum").c_str(), got_dinp.data(), ref_dinp.data(), ref_dinp.size(), TOL_FP32);
+    got = cuda_download(d_dw, C);
+    for (int i = 0; i < C; i++) { got[i] -= dw0[i]; ref_dw[i] -= dw0[i]; }
+    ok &= cuda_check_close((t + ".backward_dweight_accum").c_str(), got.data(), ref_dw.data(), C, TOL_FP32);
+
+    void* bufs[] = {d_inp, d_w, d_dout, d_dinp, d_dw, d_out, d_dinp16, d_rstd};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    return ok;
+}
+
+static void bench(const char* preset, int N, int C) {
+    float* inp = cuda_malloc<float>((size_t)N * C);
+    float* w = cuda_malloc<float>(C);
+    bf16* out = cuda_malloc<bf16>((size_t)N * C);
+    float* rstd = cuda_malloc<float>(N);
+    float* dinp = cuda_malloc<float>((size_t)N * C);
+    bf16* dinp16 = cuda_malloc<bf16>((size_t)N * C);
+    float* dw = cuda_malloc<float>(C);
+    cuda_fill_uniform(inp, (size_t)N * C, 1, 1.0f);
+    cuda_fill_uniform(w, C, 2, 1.0f);
+    cuda_fill_uniform(dinp, (size_t)N * C, 3, 1.0f);
+    cuda_fill_uniform(dw, C, 4, 1.0f);
+    char what[96];
+    float ms = cuda_bench_ms([&] { rmsnorm_forward(out, rstd, inp, w, N, C, 0); }, 3, 20);
+    snprintf(what, sizeof(what), "%s rmsnorm_forward N=%d C=%d", preset, N, C);
+    cuda_print_bench(what, ms, (double)N * C * (4 + 2), 0);
+    ms = cuda_bench_ms([&] { rmsnorm_backward(dinp, dinp16, dw, out, inp, w, rstd, N, C, 0); }, 3, 20);
+    snprintf(what, sizeof(what), "%s rmsnorm_backward (+ bf16 copy)", preset);
+    // dinp row pass reads dout, inp, dinp and writes dinp, dinp16; the dweight pass reads dout, inp
+    cuda_print_bench(what, ms, (double)N * C * (2 + 4 + 4 + 4 + 2 + 2 + 4), 0);
+    void* bufs[] = {inp, w, out, rstd, dinp, dinp16, dw};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+}
+
+int main(int argc, char** argv) {
+    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    if (!cuda_device_present()) { printf("SKIP dev_rmsnorm: no CUDA device\n"); return 77; }
+    const char* presets[] = {"tiny", "d12", "llama600m"};
+    bool ok = validate("dev_rmsnorm.odd_N77_C100", 77, 100, 5);
+    for (const char* name : presets) {
+        LlamaConfig c;
+        llama_preset(name, &c);
+        ok &= validate((std::string("dev_rmsnorm.") + name).c_str(), 4 * c.T, c.C, 50);
+    }
+    if (!validate_only) {
+        for (const char* name : presets) {
+            LlamaConfig c;
+            llama_preset(name, &c);
+            bench(name, 4 * c.T, c.C);
+        }
+    }
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,701 @@
+// gradcomm.h — the gradient communication modes of the CPU engine (DESIGN §5–6), host only.
+//
+// gradcomm_reduce() is the one entry point: after the last micro-step it replaces the local fp32
+// gradient buffer (num_params, flat layout of llama.h) by the communicated average over ranks.
+//
+//   fp32      MPI SUM all-reduce in fp32, divided by N
+//   bf16      bf16 codes, SUM with bf16 rounding at every combine, decoded, divided by N
+//   fp8       one power-of-two scale per unit, synchronized by one MAX all-reduce of all units'
+//             amax; E4M3 codes SUM-reduced with E4M3 rounding at every combine (native) or
+//             through the two-phase reduction (twophase)
+//   fp8block  as fp8 with one scale per 512-element block of each unit (native only)
+//   geofp8    fp8 for every unit, except the selected ones, which go through the geometry path:
+//             X = G T + R (T the rank-r input-side whitening, R the error-feedback residual),
+//             communicate X, R <- X - decode(q)/s, map the average back with T⁻¹
+//   kfac      the geometry path with the two-sided K-FAC transform L_G⁻¹ G L_A⁻ᵀ on every
+//             linear unit (qkv, proj, fc1, fc2)
+//
+// Factors are refreshed every K steps from that step's activations (the trainer hands them over
+// through gradcomm_observe_input / gradcomm_observe_output_grad while it runs the micro-steps):
+// Y = Σ hᵀ(hΩ)/n and tr(A) are SUM-reduced, rank 0 computes the Nyström factor and broadcasts
+// it, so every rank applies bitwise the same transform; the residual is carried into the new
+// coordinates. With --geofp8-layers auto, the first profiling window runs as fp8 and scores the
+// fc1/fc2 units by vulnerability (saturated fraction + underflowed fraction of nonzeros); the
+// top units (largest-drop rule or --geofp8-top) then switch to the geometry path and their names
+// and scores go to geofp8_layers.txt in the output directory.
+//
+// The numerics (scales, quantization, sketches, factors, transforms) are the pure functions of
+// geofp8.h; MPI is comm.h. This file only orchestrates them over the units.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "checkpoint.h"
+#include "comm.h"
+#include "fp8.h"
+#include "geofp8.h"
+#include "llama.h"
+#include "logger.h"
+#include "utils.h"
+
+#define GRADCOMM_PROFILE_STEPS 100  // default --geofp8-profile-steps
+
+// A unit on the geometry path: a selected geofp8 unit, or any linear unit under kfac.
+struct GeoUnit {
+    int unit = -1;                 // index into GradComm::units
+    int d_out = 0, d_in = 0;
+    GeoFP8Factor factor;           // geofp8: T of the last refresh (identity before the first)
+    std::vector<float> omega;      // (d_in, k) test matrix of the current refresh
+    std::vector<float> Y;          // (d_in, k) sketch accumulator
+    double trA = 0.0;
+    std::vector<float> A, Gs;      // kfac: (d_in, d_in) and (d_out, d_out) accumulators (upper triangles)
+    std::vector<float> LA, LG;     // kfac: lower Cholesky factors (identity before the first refresh)
+    std::vector<float> residual;   // (d_out, d_in) error feedback, in whitened coordinates
+};
+
+// Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps.
+typedef struct {
+    double bytes;                  // sent by this rank
+    bool skipped;                  // a non-finite amax: the step must be skipped by every rank
+    bool refreshed;                // the geometry factors were refreshed this step
+    std::vector<long> saturated;   // (units) codes at ±448 after local quantization
+    std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
+    std::vector<long> nonzero;     // (units)
+    std::vector<long> sum_saturated;  // (units) codes at ±448 after the native FP8 sum
+    bool has_fidelity;
+    std::vector<double> rel_l2, cos;  // (units) against the fp32 average
+    double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together
+} GradCommStats;
+
+typedef struct {
+    std::string mode;              // -c
+    bool twophase;                 // --fp8-reduce twophase
+    std::vector<LlamaUnit> units;
+    std::vector<int> unit_to_geo;  // (units) index into geo, or -1
+    size_t num_params;
+    int world_size, rank;
+    // geometry settings
+    int rank_r, refresh_every, profile_steps, top_k;
+    unsigned long long seed;
+    // layer selection
+    bool profiling;                // auto selection still to come
+    int geometry_start;            // first step of the geometry path (-1: not yet)
+    std::vector<double> score_sum; // (units) summed per-step vulnerability over the window
+    int profiled_steps;
+    std::vector<GeoUnit> geo;
+    bool refresh_now;              // this step refreshes the factors
+    float sketch_weight;           // 1 / tokens per step over all ranks
+    // scratch
+    std::vector<float> x;          // (num_params) values to quantize
+    std::vector<uint8_t> q;        // (num_params) codes
+    std::vector<float> ref;        // (num_params) fp32 reference for fidelity
+    std::vector<float> server_residual;  // twophase: (this rank's shard)
+    std::string output_dir;
+    GradCommStats stats;
+} GradComm;
+
+static inline bool gradcomm_is_fp8(const GradComm* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
+
+// Linear units: the 2-D hidden matrices qkv, proj, fc1, fc2.
+static inline bool gradcomm_is_linear(const LlamaUnit& u) { return u.is_matrix; }
+static inline bool gradcomm_is_mlp(const LlamaUnit& u) { return u.tensor == T_FC1W || u.tensor == T_FC2W; }
+
+static inline int gradcomm_unit_by_name(const GradComm* gc, const std::string& name) {
+    for (size_t i = 0; i < gc->units.size(); i++) if (gc->units[i].name == name) return (int)i;
+    return -1;
+}
+
+// Puts unit u on the geometry path with an identity transform and a zero residual.
+static inline void gradcomm_add_geo(GradComm* gc, int u) {
+    const LlamaUnit& lu = gc->units[u];
+    GeoUnit g;
+    g.unit = u;
+    g.d_out = lu.rows;
+    g.d_in = lu.cols;
+    g.residual.assign((size_t)lu.rows * lu.cols, 0.0f);
+    if (gc->mode == "kfac") {
+        g.LA.assign((size_t)g.d_in * g.d_in, 0.0f);
+        g.LG.assign((size_t)g.d_out * g.d_out, 0.0f);
+        for (int i = 0; i < g.d_in; i++) g.LA[(size_t)i * g.d_in + i] = 1.0f;
+        for (int i = 0; i < g.d_out; i++) g.LG[(size_t)i * g.d_out + i] = 1.0f;
+    } else {
+        geofp8_factor_identity(&g.factor, g.d_in, std::min(gc->rank_r, g.d_in));
+    }
+    gc->unit_to_geo[u] = (int)gc->geo.size();
+    gc->geo.push_back(std::move(g));
+}
+
+// Parses --geofp8-layers (a file of names, one per line with an optional score after it, or a
+// comma list); every name must be a linear unit. user_error on anything else.
+static inline std::vector<int> gradcomm_parse_layers(const GradComm* gc, const std::string& spec) {
+    std::vector<std::string> names;
+    FILE* f = fopen(spec.c_str(), "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof(line), f)) {
+            char name[256];
+            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name);
+        }
+        fclose(f);
+        if (names.empty()) user_error("--geofp8-layers: file '%s' lists no layer names (expected one name per line, e.g. layers.3.fc2)", spec.c_str());
+    } else {
+        size_t start = 0;
+        while (start <= spec.size()) {
+            size_t end = spec.find(',', start);
+            if (end == std::string::npos) end = spec.size();
+            if (end > start) names.push_back(spec.substr(start, end - start));
+            start = end + 1;
+        }
+    }
+    std::vector<int> out;
+    for (const std::string& n : names) {
+        int u = gradcomm_unit_by_name(gc, n);
+        if (u < 0 || !gradcomm_is_linear(gc->units[u]))
+            user_error("--geofp8-layers: '%s' is not a file and '%s' is not a linear layer of this model "
+                       "(expected auto, a file, or names like layers.0.fc2 with qkv, proj, fc1 or fc2 and a layer below %d)",
+                       spec.c_str(), n.c_str(), gc->units.back().layer >= 0 ? gc->units.back().layer : (int)(gc->units.size() - 3) / 6);
+        if (gc->unit_to_geo[u] < 0) out.push_back(u);
+    }
+    return out;
+}
+
+// Validates the mode's settings (user_error) and sets up the state; call before any file is written.
+static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const LlamaConfig* c, const CommGrid* g) {
+    gc->mode = tc->comm;
+    gc->twophase = tc->fp8_reduce == "twophase";
+    gc->units = llama_units(c);
+    gc->unit_to_geo.assign(gc->units.size(), -1);
+    gc->num_params = llama_num_params(c);
+    gc->world_size = g->world_size;
+    gc->rank = g->rank;
+    gc->rank_r = tc->geofp8_rank;
+    gc->refresh_every = tc->geofp8_refresh;
+    gc->profile_steps = tc->geofp8_profile_steps;
+    gc->top_k = tc->geofp8_top;
+    gc->seed = tc->seed;
+    gc->profiling = false;
+    gc->geometry_start = -1;
+    gc->score_sum.assign(gc->units.size(), 0.0);
+    gc->profiled_steps = 0;
+    gc->refresh_now = false;
+    gc->sketch_weight = 0.0f;
+    gc->output_dir = tc->output_dir;
+    if (gc->twophase && gc->mode == "fp8block")
+        user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
+    if (gc->mode == "geofp8") {
+        if (tc->geofp8_layers == "auto") {
+            gc->profiling = true;
+        } else {
+            for (int u : gradcomm_parse_layers(gc, tc->geofp8_layers)) gradcomm_add_geo(gc, u);
+            gc->geometry_start = 0;
+        }
+    } else if (gc->mode == "kfac") {
+        for (size_t u = 0; u < gc->units.size(); u++) if (gradcomm_is_linear(gc->units[u])) gradcomm_add_geo(gc, (int)u);
+        gc->geometry_start = 0;
+    }
+    if (gradcomm_is_fp8(gc)) {
+        gc->x.resize(gc->num_params);
+        gc->q.resize(gc->num_params);
+    }
+    size_t shard = (gc->num_params + gc->world_size - 1) / gc->world_size;
+    if (gc->twophase) gc->server_residual.assign(shard, 0.0f);
+}
+
+// Called before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
+static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens) {
+    gc->refresh_now = gc->geometry_start >= 0 && step >= gc->geometry_start &&
+                      (step - gc->geometry_start) % gc->refresh_every == 0 && !gc->geo.empty();
+    gc->sketch_weight = (float)(1.0 / (double)tokens);
+    if (!gc->refresh_now) return;
+    for (size_t i = 0; i < gc->geo.size(); i++) {
+        GeoUnit& g = gc->geo[i];
+        if (gc->mode == "kfac") {
+            g.A.assign((size_t)g.d_in * g.d_in, 0.0f);
+            g.Gs.assign((size_t)g.d_out * g.d_out, 0.0f);
+            continue;
+        }
+        int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
+        bool first = step == gc->geometry_start;
+        g.omega.resize((size_t)g.d_in * k);
+        // identical on every rank: the shared seed, the unit and the step
+        uint64_t seed = gc->seed * 1000003ull + (uint64_t)g.unit * 7919ull + (uint64_t)step;
+        geofp8_test_matrix(g.omega.data(), g.d_in, k, first ? NULL : g.factor.U.data(), r, seed);
+        g.Y.assign((size_t)g.d_in * k, 0.0f);
+        g.trA = 0.0;
+    }
+}
+
+// Does unit (tensor, layer) want its input activations / output gradients this step?
+static inline GeoUnit* gradcomm_geo_unit(GradComm* gc, int unit) {
+    if (!gc->refresh_now || unit < 0) return NULL;
+    int gi = gc->unit_to_geo[unit];
+    return gi < 0 ? NULL : &gc->geo[gi];
+}
+static inline bool gradcomm_wants_activations(const GradComm* gc) { return gc->refresh_now; }
+static inline bool gradcomm_wants_output_grads(const GradComm* gc) { return gc->refresh_now && gc->mode == "kfac"; }
+
+// h (n, d_in): the input of `unit` in one micro-batch.
+static inline void gradcomm_observe_input(GradComm* gc, int unit, const float* h, int n) {
+    GeoUnit* g = gradcomm_geo_unit(gc, unit);
+    if (!g) return;
+    if (gc->mode == "kfac") {
+        geofp8_kfac_accumulate(g->A.data(), h, n, g->d_in, gc->sketch_weight);
+    } else {
+        int k = geofp8_sketch_width(g->factor.r, g->d_in);
+        geofp8_sketch_accumulate(g->Y.data(), &g->trA, h, n, g->d_in, g->omega.data(), k, gc->sketch_weight);
+    }
+}
+
+// delta (n, d_out): the gradient at the output of `unit` in one micro-batch (kfac only).
+static inline void gradcomm_observe_output_grad(GradComm* gc, int unit, const float* delta, int n) {
+    GeoUnit* g = gradcomm_geo_unit(gc, unit);
+    if (!g || gc->mode != "kfac") return;
+    geofp8_kfac_accumulate(g->Gs.data(), delta, n, g->d_out, gc->sketch_weight);
+}
+
+static inline double gradcomm_ring_bytes(const GradComm* gc, double payload) {
+    return gc->world_size > 1 ? 2.0 * (gc->world_size - 1) / gc->world_size * payload : 0.0;
+}
+
+// The new factors from this step's sketches (every rank ends with bitwise the same factor), with
+// the residuals carried into the new coordinates. Returns the bytes it sent.
+static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid) {
+    double bytes = 0.0;
+    for (GeoUnit& g : gc->geo) {
+        if (gc->mode == "kfac") {
+            comm_sum_floats(grid, g.A.data(), g.A.size());
+            comm_sum_floats(grid, g.Gs.data(), g.Gs.size());
+            bytes += gradcomm_ring_bytes(gc, 4.0 * (g.A.size() + g.Gs.size()));
+            std::vector<float> LA((size_t)g.d_in * g.d_in), LG((size_t)g.d_out * g.d_out);
+            if (gc->rank == 0) {
+                geofp8_kfac_factor(LA.data(), g.A.data(), g.d_in);
+                geofp8_kfac_factor(LG.data(), g.Gs.data(), g.d_out);
+            }
+            comm_broadcast_floats(grid, LA.data(), LA.size());
+            comm_broadcast_floats(grid, LG.data(), LG.size());
+            bytes += 4.0 * (LA.size() + LG.size());
+            // R <- whiten_new(unwhiten_old(R))
+            geofp8_kfac_unwhiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, g.LG.data(), g.LA.data());
+            geofp8_kfac_whiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, LG.data(), LA.data());
+            g.LA.swap(LA);
+            g.LG.swap(LG);
+            continue;
+        }
+        int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
+        comm_sum_floats(grid, g.Y.data(), g.Y.size());
+        g.trA = comm_sum_double(grid, g.trA);
+        bytes += gradcomm_ring_bytes(gc, 4.0 * g.Y.size() + 8.0);
+        std::vector<float> packed(geofp8_factor_floats(g.d_in, r));
+        if (gc->rank == 0) {
+            std::vector<float> U((size_t)g.d_in * r), lambda(r);
+            float sigma2 = 0.0f;
+            geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y.data(), g.omega.data(), g.trA, g.d_in, k, r);
+            GeoFP8Factor f;
+            geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, g.trA, g.d_in, r);
+            geofp8_factor_pack(packed.data(), &f);
+        }
+        comm_broadcast_floats(grid, packed.data(), packed.size());
+        bytes += 4.0 * packed.size();
+        GeoFP8Factor fresh;
+        geofp8_factor_unpack(&fresh, packed.data(), g.d_in, r);
+        geofp8_carry_residual(g.residual.data(), g.d_out, g.d_in, &g.factor, &fresh, NULL);
+        g.factor = std::move(fresh);
+    }
+    return bytes;
+}
+
+static inline void gradcomm_whiten(const GradComm* gc, const GeoUnit& g, float* out, const float* G) {
+    if (gc->mode == "kfac") geofp8_kfac_whiten(out, G, g.d_out, g.d_in, g.LG.data(), g.LA.data());
+    else geofp8_whiten(out, G, g.d_out, g.d_in, &g.factor, NULL);
+}
+
+static inline void gradcomm_unwhiten(const GradComm* gc, const GeoUnit& g, float* inout) {
+    if (gc->mode == "kfac") geofp8_kfac_unwhiten(inout, inout, g.d_out, g.d_in, g.LG.data(), g.LA.data());
+    else geofp8_unwhiten(inout, inout, g.d_out, g.d_in, &g.factor, NULL);
+}
+
+static inline size_t gradcomm_unit_size(const LlamaUnit& u) { return (size_t)u.rows * u.cols; }
+
+// Counts codes at ±448 in q (n).
+static inline long gradcomm_count_max_codes(const uint8_t* q, size_t n) {
+    long c = 0;
+    for (size_t i = 0; i < n; i++) c += (q[i] & 0x7Fu) == E4M3_MAX_CODE;
+    return c;
+}
+
+// native: one MAX all-reduce of every scale's amax, E4M3 SUM all-reduce, decode / (s N).
+// Returns false if the step must be skipped.
+static inline bool gradcomm_native(GradComm* gc, CommGrid* grid, float* grads) {
+    GradCommStats& st = gc->stats;
+    const int N = gc->world_size;
+    const bool block = gc->mode == "fp8block";
+    // the scale groups: one per unit, or one per 512-element block of each unit
+    std::vector<size_t> first_group(gc->units.size() + 1, 0);
+    for (size_t u = 0; u < gc->units.size(); u++)
+        first_group[u + 1] = first_group[u] + (block ? geofp8_num_blocks(gradcomm_unit_size(gc->units[u]), GEOFP8_BLOCK) : 1);
+    std::vector<float> amax(first_group.back());
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        const LlamaUnit& lu = gc->units[u];
+        const float* x = gc->x.data() + lu.offset;
+        if (block) geofp8_block_amax(amax.data() + first_group[u], x, gradcomm_unit_size(lu), GEOFP8_BLOCK);
+        else amax[first_group[u]] = geofp8_amax(x, gradcomm_unit_size(lu));
+    }
+    comm_max_floats(grid, amax.data(), amax.size());
+    st.bytes += gradcomm_ring_bytes(gc, 4.0 * amax.size());
+    std::vector<float> scale(amax.size());
+    if (geofp8_block_scales(scale.data(), amax.data(), amax.size(), N) > 0) return false;
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        const LlamaUnit& lu = gc->units[u];
+        size_t n = gradcomm_unit_size(lu);
+        float* x = gc->x.data() + lu.offset;
+        uint8_t* q = gc->q.data() + lu.offset;
+        int gi = gc->unit_to_geo[u];
+        bool ef = gi >= 0 && gc->geometry_start >= 0;  // error feedback on the geometry path
+        const float* sc = scale.data() + first_group[u];
+        if (block) {
+            for (size_t b = 0; b * GEOFP8_BLOCK < n; b++) {
+                size_t off = b * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - off);
+                long s, und, nz;
+                geofp8_count_saturated_underflow(x + off, len, sc[b], &s, &und, &nz);
+                st.saturated[u] += s; st.underflow[u] += und; st.nonzero[u] += nz;
+            }
+            geofp8_quantize_ef_block(q, NULL, x, n, GEOFP8_BLOCK, sc);
+        } else {
+            long s, und, nz;
+            geofp8_count_saturated_underflow(x, n, sc[0], &s, &und, &nz);
+            st.saturated[u] += s; st.underflow[u] += und; st.nonzero[u] += nz;
+            geofp8_quantize_ef(q, ef ? gc->geo[gi].residual.data() : NULL, x, n, sc[0]);
+        }
+    }
+    comm_sum_e4m3(grid, gc->q.data(), gc->num_params);
+    st.bytes += gradcomm_ring_bytes(gc, (double)gc->num_params);
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        const LlamaUnit& lu = gc->units[u];
+        size_t n = gradcomm_unit_size(lu);
+        const uint8_t* q = gc->q.data() + lu.offset;
+        st.sum_saturated[u] += gradcomm_count_max_codes(q, n);
+        const float* sc = scale.data() + first_group[u];
+        if (block) geofp8_dequantize_block(grads + lu.offset, q, n, GEOFP8_BLOCK, sc, N);
+        else geofp8_dequantize(grads + lu.offset, q, n, sc[0], N);
+    }
+    return true;
+}
+
+// twophase (DESIGN §5.2): local per-unit scales; an FP8 all-to-all hands rank j shard j of
+// every rank's codes (and every rank's scales); rank j decodes and sums in fp32 in rank order,
+// adds its server residual, re-quantizes its shard with per-unit scales of its own, keeps the
+// new residual; an FP8 all-gather returns codes and scales to everyone.
+static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads) {
+    GradCommStats& st = gc->stats;
+    const int N = gc->world_size, U = (int)gc->units.size();
+    const size_t P = gc->num_params, shard = (P + N - 1) / N;
+    std::vector<int> exps(U), bad(1, 0);
+    for (int u = 0; u < U; u++) {
+        const LlamaUnit& lu = gc->units[u];
+        int e = geofp8_scale_exponent(geofp8_amax(gc->x.data() + lu.offset, gradcomm_unit_size(lu)), 1);
+        if (e == GEOFP8_EXP_SKIP) { bad[0] = 1; e = 0; }
+        exps[u] = e;
+    }
+    if (comm_max_int(grid, bad[0])) return false;
+    for (int u = 0; u < U; u++) {
+        const LlamaUnit& lu = gc->units[u];
+        size_t n = gradcomm_unit_size(lu);
+        float s = geofp8_scale_from_exponent(exps[u]);
+        long sat, und, nz;
+        geofp8_count_saturated_underflow(gc->x.data() + lu.offset, n, s, &sat, &und, &nz);
+        st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
+        int gi = gc->unit_to_geo[u];
+        geofp8_quantize_ef(gc->q.data() + lu.offset, gi >= 0 ? gc->geo[gi].residual.data() : NULL, gc->x.data() + lu.offset, n, s);
+    }
+    std::vector<int> shard_off(N), shard_len(N);
+    for (int j = 0; j < N; j++) {
+        size_t a = std::min(P, (size_t)j * shard), b = std::min(P, (size_t)(j + 1) * shard);
+        shard_off[j] = (int)a;
+        shard_len[j] = (int)(b - a);
+    }
+    std::vector<int> all_exps((size_t)N * U);
+    comm_allgather_ints(grid, exps.data(), U, all_exps.data());
+    const int me = gc->rank;
+    const size_t lo = (size_t)shard_off[me], len = (size_t)shard_len[me];
+    std::vector<uint8_t> recv((size_t)N * len);
+    comm_alltoall_shards(grid, gc->q.data(), shard_off, shard_len, recv.data());
+    st.bytes += (N - 1) * 4.0 * U + (N > 1 ? (double)(N - 1) / N * P : 0.0);  // scales, then codes
+    // server: sum in rank order, per unit segment of the shard, then re-quantize
+    std::vector<float> sum(len);
+    std::vector<int> server_exps(U, 0);
+    std::vector<uint8_t> mine(len);
+    for (int u = 0; u < U; u++) {
+        const LlamaUnit& lu = gc->units[u];
+        size_t a = std::max(lu.offset, lo), b = std::min(lu.offset + gradcomm_unit_size(lu), lo + len);
+        if (a >= b) continue;
+        for (size_t i = a; i < b; i++) {
+            float acc = 0.0f;
+            for (int r = 0; r < N; r++)
+                acc += fp8_e4m3_decode(recv[(size_t)r * len + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
+            sum[i - lo] = acc + gc->server_residual[i - lo];
+        }
+        int e = geofp8_scale_exponent(geofp8_amax(sum.data() + (a - lo), b - a), 1);
+        if (e == GEOFP8_EXP_SKIP) e = 0;  // cannot happen: every input was finite
+        server_exps[u] = e;
+        geofp8_quantize_ef(mine.data() + (a - lo), gc->server_residual.data() + (a - lo), sum.data() + (a - lo), b - a,
+                           geofp8_scale_from_exponent(e));
+    }
+    std::vector<uint8_t> gathered(P);
+    comm_allgather_shards(grid, mine.data(), shard_off, shard_len, gathered.data());
+    std::vector<int> all_server((size_t)N * U);
+    comm_allgather_ints(grid, server_exps.data(), U, all_server.data());
+    st.bytes += (N > 1 ? (double)(N - 1) / N * P : 0.0) + (N - 1) * 4.0 * U;
+    for (int u = 0; u < U; u++) {
+        const LlamaUnit& lu = gc->units[u];
+        size_t end = lu.offset + gradcomm_unit_size(lu);
+        for (int j = 0; j < N; j++) {
+            size_t a = std::max(lu.offset, (size_t)shard_off[j]), b = std::min(end, (size_t)shard_off[j] + shard_len[j]);
+            if (a >= b) continue;
+            geofp8_dequantize(grads + a, gathered.data() + a, b - a, geofp8_scale_from_exponent(all_server[(size_t)j * U + u]), N);
+        }
+    }
+    return true;
+}
+
+// Scores this step's fc1/fc2 units while profiling; at the end of the window, selects the
+// geometry units, prints them and writes geofp8_layers.txt.
+static inline void gradcomm_profile(GradComm* gc, int step) {
+    GradCommStats& st = gc->stats;
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        if (!gradcomm_is_mlp(gc->units[u])) continue;
+        size_t n = gradcomm_unit_size(gc->units[u]) * gc->world_size;
+        gc->score_sum[u] += geofp8_vulnerability(st.saturated[u], st.underflow[u], st.nonzero[u], n);
+    }
+    gc->profiled_steps++;
+    if (gc->profiled_steps < gc->profile_steps) return;
+    std::vector<int> cand;
+    std::vector<double> scores;
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        if (!gradcomm_is_mlp(gc->units[u])) continue;
+        cand.push_back((int)u);
+        scores.push_back(gc->score_sum[u] / gc->profiled_steps);
+    }
+    std::vector<int> pick = geofp8_select_top(scores, gc->top_k);
+    for (int i : pick) gradcomm_add_geo(gc, cand[i]);
+    gc->profiling = false;
+    gc->geometry_start = step + 1;
+    if (gc->rank != 0) return;
+    printf("geofp8: profiled %d steps in fp8; vulnerability of fc1/fc2 (saturated + underflowed fractions):\n", gc->profiled_steps);
+    std::vector<int> order = geofp8_rank_scores(scores);
+    for (int i : order) {
+        bool chosen = gc->unit_to_geo[cand[i]] >= 0;
+        printf("  %s %-16s %.6e\n", chosen ? "*" : " ", gc->units[cand[i]].name.c_str(), scores[i]);
+    }
+    printf("geofp8: %zu layers switch to the geometry path from step %d\n", pick.size(), gc->geometry_start + 1);
+    if (!gc->output_dir.empty()) {
+        std::string path = gc->output_dir + "/geofp8_layers.txt", tmp = path + ".tmp";
+        FILE* f = fopen_check(tmp.c_str(), "w");
+        for (int i : pick) fprintf(f, "%s %.9e\n", gc->units[cand[i]].name.c_str(), scores[i]);
+        fclose_check(f);
+        checkpoint_commit(tmp, path);
+    }
+}
+
+// The entry point: averages grads (num_params) over ranks in the configured mode. With
+// `fidelity`, also all-reduces the fp32 gradient and records how far the result is from it.
+// The result is in gc->stats (stats.skipped: every rank must skip this step).
+static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, int step, bool fidelity) {
+    GradCommStats& st = gc->stats;
+    const size_t U = gc->units.size(), P = gc->num_params;
+    st.bytes = 0.0;
+    st.skipped = false;
+    st.refreshed = false;
+    st.has_fidelity = fidelity;
+    st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
+    if (fidelity) {
+        gc->ref.assign(grads, grads + P);
+        comm_sum_floats(grid, gc->ref.data(), P);
+        for (float& v : gc->ref) v /= (float)gc->world_size;
+    }
+    if (gc->mode == "fp32") {
+        comm_sum_floats(grid, grads, P);
+        if (gc->world_size > 1) for (size_t i = 0; i < P; i++) grads[i] /= (float)gc->world_size;
+        st.bytes = gradcomm_ring_bytes(gc, 4.0 * P);
+    } else if (gc->mode == "bf16") {
+        std::vector<uint16_t> h(P);
+        for (size_t i = 0; i < P; i++) h[i] = fp8_bf16_encode(grads[i]);
+        comm_sum_bf16(grid, h.data(), P);
+        for (size_t i = 0; i < P; i++) grads[i] = fp8_bf16_decode(h[i]) / (float)gc->world_size;
+        st.bytes = gradcomm_ring_bytes(gc, 2.0 * P);
+    } else {
+        if (gc->refresh_now) {
+            st.bytes += gradcomm_refresh(gc, grid);
+            st.refreshed = true;
+        }
+        // X = G for Euclidean units; X = G T + R on the geometry path
+        memcpy(gc->x.data(), grads, P * sizeof(float));
+        bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start;
+        if (geometry) {
+            for (GeoUnit& g : gc->geo) {
+                float* x = gc->x.data() + gc->units[g.unit].offset;
+                gradcomm_whiten(gc, g, x, x);
+                size_t n = g.residual.size();
+                for (size_t i = 0; i < n; i++) x[i] += g.residual[i];
+            }
+        }
+        // the residual is rewritten by the quantizer: keep the old one in case the step is skipped
+        std::vector<std::vector<float>> saved;
+        for (GeoUnit& g : gc->geo) saved.push_back(g.residual);
+        bool ok = gc->twophase ? gradcomm_twophase(gc, grid, grads) : gradcomm_native(gc, grid, grads);
+        if (!ok) {
+            for (size_t i = 0; i < gc->geo.size(); i++) gc->geo[i].residual.swap(saved[i]);
+            st.skipped = true;
+            return;
+        }
+        if (geometry) for (GeoUnit& g : gc->geo) gradcomm_unwhiten(gc, g, grads + gc->units[g.unit].offset);
+        comm_sum_longs(grid, st.saturated.data(), U);
+        comm_sum_longs(grid, st.underflow.data(), U);
+        comm_sum_longs(grid, st.nonzero.data(), U);
+        if (gc->twophase) st.sum_saturated.assign(U, 0);
+        else if (gc->world_size > 1) for (long& v : st.sum_saturated) v /= gc->world_size;  // the same sum on every rank
+        if (gc->profiling) gradcomm_profile(gc, step);
+    }
+    if (fidelity) {
+        st.rel_l2.assign(U, 0.0); st.cos.assign(U, 0.0);
+        double ee = 0, gg = 0, hh = 0, hg = 0, ee_geo = 0, gg_geo = 0, hh_geo = 0, hg_geo = 0;
+        for (size_t u = 0; u < U; u++) {
+            const LlamaUnit& lu = gc->units[u];
+            double e2 = 0, g2 = 0, h2 = 0, d = 0;
+            for (size_t i = lu.offset; i < lu.offset + gradcomm_unit_size(lu); i++) {
+                double a = grads[i], b = gc->ref[i];
+                e2 += (a - b) * (a - b); g2 += b * b; h2 += a * a; d += a * b;
+            }
+            st.rel_l2[u] = g2 > 0 ? sqrt(e2 / g2) : 0.0;
+            st.cos[u] = (g2 > 0 && h2 > 0) ? d / sqrt(g2 * h2) : 1.0;
+            ee += e2; gg += g2; hh += h2; hg += d;
+            if (gc->unit_to_geo[u] >= 0) { ee_geo += e2; gg_geo += g2; hh_geo += h2; hg_geo += d; }
+        }
+        st.rel_l2_all = gg > 0 ? sqrt(ee / gg) : 0.0;
+        st.cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
+        st.rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
+        st.cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// checkpoint state: selection, scores, factors, residuals (every rank has its own residuals)
+
+static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray>* out) {
+    if (!gradcomm_is_fp8(gc)) return;
+    std::vector<float> sel = {(float)gc->geometry_start, (float)gc->profiled_steps, (float)(gc->profiling ? 1 : 0)};
+    for (const GeoUnit& g : gc->geo) sel.push_back((float)g.unit);
+    out->push_back({"gradcomm.selection", sel});
+    std::vector<float> scores(gc->score_sum.begin(), gc->score_sum.end());
+    out->push_back({"gradcomm.scores", scores});
+    for (const GeoUnit& g : gc->geo) {
+        const std::string p = "gradcomm." + gc->units[g.unit].name + ".";
+        out->push_back({p + "residual", g.residual});
+        if (gc->mode == "kfac") {
+            out->push_back({p + "LA", g.LA});
+            out->push_back({p + "LG", g.LG});
+        } else {
+            std::vector<float> packed(geofp8_factor_floats(g.d_in, g.factor.r));
+            geofp8_factor_pack(packed.data(), &g.factor);
+            out->push_back({p + "factor", packed});
+        }
+    }
+    if (gc->twophase) out->push_back({"gradcomm.server_residual", gc->server_residual});
+}
+
+// Restores what gradcomm_save wrote (user_error naming the file if something is missing).
+static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const char* path) {
+    if (!gradcomm_is_fp8(gc)) return;
+    auto need = [&](const std::string& name, size_t size) -> const CheckpointArray* {
+        const CheckpointArray* a = checkpoint_find_extra(s, name);
+        if (!a || (size != (size_t)-1 && a->data.size() != size))
+            user_error("-y: state file '%s' lacks '%s' (or it has the wrong size); was it written with another -c mode?", path, name.c_str());
+        return a;
+    };
+    const CheckpointArray* sel = need("gradcomm.selection", (size_t)-1);
+    if (sel->data.size() < 3) user_error("-y: state file '%s' has a malformed gradcomm.selection", path);
+    const CheckpointArray* scores = need("gradcomm.scores", gc->units.size());
+    gc->score_sum.assign(scores->data.begin(), scores->data.end());
+    gc->geometry_start = (int)sel->data[0];
+    gc->profiled_steps = (int)sel->data[1];
+    gc->profiling = sel->data[2] != 0.0f;
+    gc->geo.clear();
+    gc->unit_to_geo.assign(gc->units.size(), -1);
+    for (size_t i = 3; i < sel->data.size(); i++) {
+        int u = (int)sel->data[i];
+        if (u < 0 || u >= (int)gc->units.size()) user_error("-y: state file '%s' names unit %d, out of range", path, u);
+        gradcomm_add_geo(gc, u);
+        GeoUnit& g = gc->geo.back();
+        const std::string p = "gradcomm." + gc->units[u].name + ".";
+        g.residual = need(p + "residual", g.residual.size())->data;
+        if (gc->mode == "kfac") {
+            g.LA = need(p + "LA", g.LA.size())->data;
+            g.LG = need(p + "LG", g.LG.size())->data;
+        } else {
+            geofp8_factor_unpack(&g.factor, need(p + "factor", geofp8_factor_floats(g.d_in, g.factor.r))->data.data(), g.d_in, g.factor.r);
+        }
+    }
+    if (gc->twophase) gc->server_residual = need("gradcomm.server_residual", gc->server_residual.size())->data;
+}
+
+// ----------------------------------------------------------------------------
+// logs
+
+// " | fp8 sat 0 und 1234 | fid 1.2e-02 (geo 3.4e-02)": the step line's tail for the FP8 modes.
+static inline std::string gradcomm_step_summary(const GradComm* gc) {
+    const GradCommStats& st = gc->stats;
+    std::string out;
+    char b[160];
+    if (gradcomm_is_fp8(gc)) {
+        long sat = 0, und = 0, ssat = 0;
+        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
+        snprintf(b, sizeof(b), " | fp8 sat %ld und %ld sumsat %ld%s", sat, und, ssat, st.refreshed ? " | refresh" : "");
+        out += b;
+    }
+    if (st.has_fidelity) {
+        if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
+        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
+        out += b;
+    }
+    return out;
+}
+
+// metrics.jsonl fields: FP8 totals, per-unit boundary hits of the geometry units, fidelity.
+static inline void gradcomm_log_fields(const GradComm* gc, std::string* line) {
+    const GradCommStats& st = gc->stats;
+    if (gradcomm_is_fp8(gc)) {
+        long sat = 0, und = 0, ssat = 0;
+        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
+        logger_field(line, "fp8_saturated", (double)sat);
+        logger_field(line, "fp8_underflow", (double)und);
+        logger_field(line, "fp8_sum_saturated", (double)ssat);
+        logger_field(line, "geo_refresh", st.refreshed ? 1 : 0);
+        std::string units = "{";
+        for (size_t u = 0; u < gc->units.size(); u++) {
+            if (!gradcomm_is_linear(gc->units[u])) continue;
+            char b[200];
+            snprintf(b, sizeof(b), "%s\"%s\": [%ld, %ld, %ld, %d]", units.size() > 1 ? ", " : "", gc->units[u].name.c_str(),
+                     st.saturated[u], st.underflow[u], st.sum_saturated[u], gc->unit_to_geo[u] >= 0 ? 1 : 0);
+            units += b;
+        }
+        units += "}";
+        logger_field_json(line, "fp8_units", units);  // name: [saturated, underflow, sum_saturated, geometry path]
+    }
+    if (st.has_fidelity) {
+        logger_field(line, "fidelity_rel_l2", st.rel_l2_all);
+        logger_field(line, "fidelity_cos", st.cos_all);
+        logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
+        logger_field(line, "fidelity_cos_geo", st.cos_geo);
+        std::string units = "{";
+        for (size_t u = 0; u < gc->units.size(); u++) {
+            std::string v;
+            logger_json_number(&v, st.rel_l2[u]);
+            v += ", ";
+            logger_json_number(&v, st.cos[u]);
+            units += (units.size() > 1 ? ", \"" : "\"") + gc->units[u].name + "\": [" + v + "]";
+        }
+        units += "}";
+        logger_field_json(line, "fidelity_units", units);  // name: [rel_l2, cos]
+    }
+}

@@ -1,0 +1,766 @@
+/*
+train_llama.cu — the CUDA trainer of train_llama: bf16 mixed precision, hand-written kernels,
+cuBLASLt GEMMs, Muon via cuBLAS.
+
+It trains the same Llama (DESIGN §3) as train_llama_cpu.cpp, with the same command line
+(llmc/train_config.h), data (llmc/dataloader.h), checkpoints (llmc/checkpoint.h: fp32 master
+weights and fp32 optimizer state in the same files, so either engine resumes the other's run),
+logs (llmc/logger.h), init (llmc/llama.h) and schedules (llmc/schedulers.h). It reads top to
+bottom like the CPU trainer: model structs, forward, backward, gradient communication, update,
+main. Every layer lives in llmc/NAME.cuh next to its fp32 reference llmc/NAME.h.
+
+Precision:
+  fp32  master weights, the flat gradient buffer (same layout as the CPU engine), AdamW / Muon
+        state, the residual stream and its gradient, logits, norm statistics, every reduction
+  bf16  a compute copy of the weights (refreshed by the optimizer kernels), every other
+        activation and activation gradient; GEMMs run bf16 x bf16 with fp32 accumulation, and
+        weight gradients accumulate in fp32 straight from the GEMM (no bf16 rounding)
+Single GPU for now: gradient communication keeps its one entry point (llama_reduce_gradients on
+the flat fp32 buffer), which is the identity at world size 1; -c accepts only fp32.
+
+Dimension legend:
+  B   micro-batch (sequences)        T   sequence length
+  C   channels                       L   layers
+  NH  query heads                    NKV key/value heads (NH % NKV == 0)
+  HS  head size = C / NH             QKV = (NH + 2*NKV) * HS, fused q|k|v channels
+  FF  MLP hidden size                V   vocabulary (50257), Vp padded vocabulary (50304)
+  N   = B * T tokens of a micro-batch
+
+Usage: ./train_llama [flags]   (--help lists them; README.md explains them)
+*/
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmc/utils.h"
+#include "llmc/rand.h"
+#include "llmc/llama.h"
+#include "llmc/train_config.h"
+#include "llmc/schedulers.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/checkpoint.h"
+#include "llmc/logger.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/rmsnorm.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/swiglu.cuh"
+#include "llmc/crossentropy.cuh"
+#include "llmc/adamw.cuh"
+#include "llmc/muon.cuh"
+#include "llmc/global_norm.cuh"
+
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+#define CLIP_EPS 1e-6  // as torch.nn.utils.clip_grad_norm_
+
+// ----------------------------------------------------------------------------
+// model structs
+
+// Activations saved by the forward pass for the backward pass, sized for (B, T) at allocation;
+// a forward may use any smaller (B, T) (sampling runs B=1).
+typedef struct {
+    float* residual;   // (L+1, B, T, C) fp32 input of each block; [L] feeds the final norm
+    float* res_mid;    // (L, B, T, C) fp32 after the attention half of each block
+    bf16* ln1;         // (L, B, T, C)
+    float* ln1_rstd;   // (L, B, T)
+    bf16* qkv;         // (L, B, T, QKV) after RoPE
+    bf16* atty;        // (L, B, T, NH*HS) attention output, before proj
+    float* lse;        // (L, B, NH, T) log-sum-exp of each attention row
+    bf16* ln2;         // (L, B, T, C)
+    float* ln2_rstd;   // (L, B, T)
+    bf16* fc1;         // (L, B, T, 2*FF) [gate | up]
+    bf16* sw;          // (L, B, T, FF) silu(gate) * up
+    bf16* lnf;         // (B, T, C)
+    float* lnf_rstd;   // (B, T)
+    float* logits;     // (B, T, Vp) fp32
+    bf16* dlogits;     // (B, T, Vp)
+    float* losses;     // (B, T)
+    // backward scratch, reused by every layer
+    float* dres;       // (B, T, C) fp32 gradient of the residual stream
+    bf16* dres_bf16;   // (B, T, C) its bf16 copy, the input of the proj / fc2 backward GEMMs
+    bf16* dln;         // (B, T, C)
+    bf16* dqkv;        // (B, T, QKV)
+    bf16* datty;       // (B, T, NH*HS)
+    bf16* dfc1;        // (B, T, 2*FF)
+    bf16* dsw;         // (B, T, FF)
+} Activations;
+
+// The bf16 compute copy of the weights, in the flat layout (pointers into params_bf16).
+typedef struct {
+    bf16* wte; bf16* ln1w; bf16* ln2w; bf16* qkvw; bf16* projw; bf16* fc1w; bf16* fc2w; bf16* lnfw; bf16* lm_head;
+} ParameterTensorsBF16;
+
+static ParameterTensorsBF16 llama_tensors_bf16(const LlamaConfig* c, bf16* flat) {
+    size_t o[LLAMA_NUM_TENSORS];
+    llama_param_offsets(c, o);
+    return ParameterTensorsBF16{flat + o[0], flat + o[1], flat + o[2], flat + o[3], flat + o[4],
+                                flat + o[5], flat + o[6], flat + o[7], flat + o[8]};
+}
+
+typedef struct {
+    LlamaConfig config;
+    size_t num_params;
+    float* params;        // (num_params) fp32 master weights, flat layout (llama.h), device
+    bf16* params_bf16;    // (num_params) bf16 compute copy, same layout
+    float* grads;         // (num_params) fp32, same layout
+    float* opt_m;         // (num_params) AdamW first moment / Muon momentum
+    float* opt_v;         // (num_params) AdamW second moment (unused for Muon units)
+    std::vector<LlamaUnit> units;
+    int B, T;             // allocation of the activations
+    Activations acts;
+    float* rope_cos;      // (T, HS/2)
+    float* rope_sin;      // (T, HS/2)
+    AttentionScratch attn;
+    MuonWorkspace muon;
+    int* tokens;          // (B, T) device copy of the inputs
+    int* targets;         // (B, T) device copy of the targets
+    int* buckets;         // (2*B*T + 1 + B*T) encoder backward buckets (encoder_backward_buckets)
+    std::vector<int> host_buckets;
+    std::vector<float> host_losses;  // (B*T)
+    double* norm_sq;      // (1) global gradient norm squared
+    double* norm_partials;// (GLOBAL_NORM_BLOCKS)
+    cudaStream_t stream;
+} LlamaModel;
+
+static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T) {
+    m->config = *c;
+    m->num_params = llama_num_params(c);
+    size_t P = m->num_params;
+    m->params = cuda_malloc<float>(P);
+    m->params_bf16 = cuda_malloc<bf16>(P);
+    m->grads = cuda_malloc<float>(P);
+    m->opt_m = cuda_malloc<float>(P);
+    m->opt_v = cuda_malloc<float>(P);
+    CUDA_CHECK(cudaMemset(m->grads, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->opt_m, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->opt_v, 0, P * sizeof(float)));
+    m->units = llama_units(c);
+    m->B = B;
+    m->T = T;
+    m->stream = 0;
+    size_t N = (size_t)B * T, C = c->C, L = c->L, FF = c->FF, QKV = llama_qkv_channels(c);
+    int HS = llama_head_size(c);
+    size_t HSNH = (size_t)HS * c->NH;
+    Activations* a = &m->acts;
+    a->residual = cuda_malloc<float>((L + 1) * N * C);
+    a->res_mid = cuda_malloc<float>(L * N * C);
+    a->ln1 = cuda_malloc<bf16>(L * N * C);
+    a->ln1_rstd = cuda_malloc<float>(L * N);
+    a->qkv = cuda_malloc<bf16>(L * N * QKV);
+    a->atty = cuda_malloc<bf16>(L * N * HSNH);
+    a->lse = cuda_malloc<float>(L * N * c->NH);
+    a->ln2 = cuda_malloc<bf16>(L * N * C);
+    a->ln2_rstd = cuda_malloc<float>(L * N);
+    a->fc1 = cuda_malloc<bf16>(L * N * 2 * FF);
+    a->sw = cuda_malloc<bf16>(L * N * FF);
+    a->lnf = cuda_malloc<bf16>(N * C);
+    a->lnf_rstd = cuda_malloc<float>(N);
+    a->logits = cuda_malloc<float>(N * c->Vp);
+    a->dlogits = cuda_malloc<bf16>(N * c->Vp);
+    a->losses = cuda_malloc<float>(N);
+    a->dres = cuda_malloc<float>(N * C);
+    a->dres_bf16 = cuda_malloc<bf16>(N * C);
+    a->dln = cuda_malloc<bf16>(N * C);
+    a->dqkv = cuda_malloc<bf16>(N * QKV);
+    a->datty = cuda_malloc<bf16>(N * HSNH);
+    a->dfc1 = cuda_malloc<bf16>(N * 2 * FF);
+    a->dsw = cuda_malloc<bf16>(N * FF);
+    std::vector<float> cos_t((size_t)T * (HS / 2)), sin_t((size_t)T * (HS / 2));
+    rope_precompute_cpu(cos_t.data(), sin_t.data(), T, HS);
+    m->rope_cos = cuda_upload(cos_t.data(), cos_t.size());
+    m->rope_sin = cuda_upload(sin_t.data(), sin_t.size());
+    attention_scratch_alloc(&m->attn, B, T, c->NH, c->NKV, HS);
+    muon_workspace_init(&m->muon);
+    // reserve the largest Muon batch now so no allocation happens inside the training loop
+    for (const LlamaUnit& u : m->units) if (u.is_matrix && u.layer == 0) muon_workspace_reserve(&m->muon, u.rows, u.cols, c->L);
+    m->tokens = cuda_malloc<int>(N);
+    m->targets = cuda_malloc<int>(N);
+    m->buckets = cuda_malloc<int>(3 * N + 1);
+    m->host_losses.assign(N, 0.0f);
+    m->norm_sq = cuda_malloc<double>(1);
+    m->norm_partials = cuda_malloc<double>(GLOBAL_NORM_BLOCKS);
+    matmul_init();
+}
+
+static void llama_model_free(LlamaModel* m) {
+    Activations* a = &m->acts;
+    void* bufs[] = {m->params, m->params_bf16, m->grads, m->opt_m, m->opt_v, a->residual, a->res_mid, a->ln1,
+                    a->ln1_rstd, a->qkv, a->atty, a->lse, a->ln2, a->ln2_rstd, a->fc1, a->sw, a->lnf, a->lnf_rstd,
+                    a->logits, a->dlogits, a->losses, a->dres, a->dres_bf16, a->dln, a->dqkv, a->datty, a->dfc1,
+                    a->dsw, m->rope_cos, m->rope_sin, m->tokens, m->targets, m->buckets, m->norm_sq, m->norm_partials};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    attention_scratch_free(&m->attn);
+    muon_workspace_free(&m->muon);
+}
+
+// Host fp32 weights (flat layout) -> device master weights and their bf16 copy.
+static void llama_set_params(LlamaModel* m, const float* host) {
+    CUDA_CHECK(cudaMemcpy(m->params, host, m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_cast_to_bf16(m->params_bf16, m->params, m->num_params, m->stream);
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+static std::vector<float> llama_get_params(LlamaModel* m) { return cuda_download(m->params, m->num_params); }
+
+// ----------------------------------------------------------------------------
+// forward: tokens (B, T) host -> logits (B, T, Vp) on the device
+
+static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
+    const LlamaConfig* c = &m->config;
+    int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
+    int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
+    ParameterTensors p = llama_tensors(c, m->params);           // fp32: embedding and norm weights
+    ParameterTensorsBF16 w = llama_tensors_bf16(c, m->params_bf16);  // bf16: GEMM operands
+    Activations* a = &m->acts;
+    cudaStream_t s = m->stream;
+
+    CUDA_CHECK(cudaMemcpyAsync(m->tokens, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    encoder_forward(a->residual, m->tokens, p.wte, N, C, s);
+    for (int l = 0; l < L; l++) {
+        float* x = a->residual + (size_t)l * N * C;
+        bf16* ln1 = a->ln1 + (size_t)l * N * C;
+        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
+        bf16* qkv = a->qkv + (size_t)l * N * QKV;
+        bf16* atty = a->atty + (size_t)l * N * HSNH;
+        float* lse = a->lse + (size_t)l * N * NH;
+        float* mid = a->res_mid + (size_t)l * N * C;
+        bf16* ln2 = a->ln2 + (size_t)l * N * C;
+        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
+        bf16* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
+        bf16* sw = a->sw + (size_t)l * N * FF;
+        float* out = a->residual + (size_t)(l + 1) * N * C;
+
+        // attention half: mid = x + proj(attn(rope(qkv(rmsnorm(x))))), the add in the GEMM epilogue
+        rmsnorm_forward(ln1, ln1_rstd, x, p.ln1w + (size_t)l * C, N, C, s);
+        matmul_forward(qkv, ln1, w.qkvw + (size_t)l * QKV * C, N, C, QKV, s);
+        rope_forward(qkv, qkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS, s);
+        attention_forward(atty, lse, qkv, &m->attn, B, T, NH, NKV, HS, s);
+        matmul_forward_fp32(mid, x, atty, w.projw + (size_t)l * C * HSNH, N, HSNH, C, s);
+        // MLP half: out = mid + fc2(silu(gate) * up), [gate; up] = fc1(rmsnorm(mid))
+        rmsnorm_forward(ln2, ln2_rstd, mid, p.ln2w + (size_t)l * C, N, C, s);
+        matmul_forward(fc1, ln2, w.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF, s);
+        swiglu_forward(sw, fc1, N, FF, s);
+        matmul_forward_fp32(out, mid, sw, w.fc2w + (size_t)l * C * FF, N, FF, C, s);
+    }
+    rmsnorm_forward(a->lnf, a->lnf_rstd, a->residual + (size_t)L * N * C, p.lnfw, N, C, s);
+    matmul_forward_fp32(a->logits, NULL, a->lnf, w.lm_head, N, C, c->Vp, s);
+}
+
+// Mean of the per-position losses, copied back and summed in double in a fixed order.
+static float llama_mean_loss(LlamaModel* m, int N) {
+    CUDA_CHECK(cudaMemcpyAsync(m->host_losses.data(), m->acts.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    double total = 0.0;
+    for (int n = 0; n < N; n++) total += m->host_losses[n];
+    return (float)(total / N);
+}
+
+// Mean cross-entropy of the logits of the last forward against targets (B, T) host.
+static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
+    int N = B * T;
+    CUDA_CHECK(cudaMemcpyAsync(m->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    crossentropy_forward(m->acts.losses, m->acts.logits, m->targets, N, m->config.V, m->config.Vp, m->stream);
+    return llama_mean_loss(m, N);
+}
+
+// ----------------------------------------------------------------------------
+// backward: accumulates d(loss * dloss_scale) into m->grads; returns this micro-batch's mean loss.
+// dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
+
+static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale) {
+    const LlamaConfig* c = &m->config;
+    int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
+    int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
+    ParameterTensors p = llama_tensors(c, m->params);
+    ParameterTensorsBF16 w = llama_tensors_bf16(c, m->params_bf16);
+    ParameterTensors g = llama_tensors(c, m->grads);
+    Activations* a = &m->acts;
+    cudaStream_t s = m->stream;
+
+    int U = encoder_backward_buckets(&m->host_buckets, tokens, N, c->Vp);
+    CUDA_CHECK(cudaMemcpyAsync(m->buckets, m->host_buckets.data(), m->host_buckets.size() * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(m->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+
+    crossentropy_forward_backward(a->losses, a->dlogits, a->logits, m->targets, N, c->V, c->Vp, dloss_scale / (float)N, s);
+    matmul_backward(a->dln, g.lm_head, a->dlogits, a->lnf, w.lm_head, N, C, c->Vp, s);
+    CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
+    rmsnorm_backward(a->dres, a->dres_bf16, g.lnfw, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C, s);
+
+    for (int l = L - 1; l >= 0; l--) {
+        float* x = a->residual + (size_t)l * N * C;
+        bf16* ln1 = a->ln1 + (size_t)l * N * C;
+        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
+        bf16* qkv = a->qkv + (size_t)l * N * QKV;
+        bf16* atty = a->atty + (size_t)l * N * HSNH;
+        float* lse = a->lse + (size_t)l * N * NH;
+        float* mid = a->res_mid + (size_t)l * N * C;
+        bf16* ln2 = a->ln2 + (size_t)l * N * C;
+        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
+        bf16* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
+        bf16* sw = a->sw + (size_t)l * N * FF;
+
+        // MLP half; dres holds d(out) and, after rmsnorm_backward adds into it, d(mid)
+        matmul_backward(a->dsw, g.fc2w + (size_t)l * C * FF, a->dres_bf16, sw, w.fc2w + (size_t)l * C * FF, N, FF, C, s);
+        swiglu_backward(a->dfc1, a->dsw, fc1, N, FF, s);
+        matmul_backward(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, w.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF, s);
+        rmsnorm_backward(a->dres, a->dres_bf16, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C, s);
+        // attention half; dres becomes d(x)
+        matmul_backward(a->datty, g.projw + (size_t)l * C * HSNH, a->dres_bf16, atty, w.projw + (size_t)l * C * HSNH, N, HSNH, C, s);
+        attention_backward(a->dqkv, a->datty, qkv, atty, lse, &m->attn, B, T, NH, NKV, HS, s);
+        rope_backward(a->dqkv, a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS, s);
+        matmul_backward(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, w.qkvw + (size_t)l * QKV * C, N, C, QKV, s);
+        // layer 0's input gradient only feeds the embedding, which reads the fp32 copy
+        rmsnorm_backward(a->dres, l > 0 ? a->dres_bf16 : NULL, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C,
+                         ln1_rstd, N, C, s);
+    }
+    encoder_backward(g.wte, a->dres, m->buckets, U, C, s);
+    return llama_mean_loss(m, N);
+}
+
+// ----------------------------------------------------------------------------
+// gradient communication: the one entry point, on the flat fp32 gradient buffer after the last
+// micro-step. Single GPU for now: world size 1, the buffer already holds the average.
+
+typedef struct {
+    int rank;        // this process, 0..world_size-1
+    int world_size;  // data-parallel ranks
+} GpuCommGrid;
+
+static void llama_comm_init(GpuCommGrid* g) { g->rank = 0; g->world_size = 1; }
+
+// Averages grads (n) over ranks in place in the mode given by -c; returns bytes sent by this rank.
+static double llama_reduce_gradients(GpuCommGrid* g, const std::string& mode, float* grads, size_t n, cudaStream_t stream) {
+    (void)grads; (void)n; (void)stream;
+    if (g->world_size == 1 && mode == "fp32") return 0.0;
+    fprintf(stderr, "error: -c %s with %d ranks is not available in the CUDA engine yet\n", mode.c_str(), g->world_size);
+    exit(1);
+}
+
+// ----------------------------------------------------------------------------
+// gradient norm and clipping (on the communicated gradient)
+
+static float llama_grad_norm(LlamaModel* m) {
+    global_norm_squared(m->norm_sq, m->norm_partials, m->grads, m->num_params, m->stream);
+    double sq = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&sq, m->norm_sq, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return (float)sqrt(sq);
+}
+
+static void llama_clip_grads(LlamaModel* m, float norm, float max_norm) {
+    if (max_norm <= 0.0f) return;
+    float coef = (float)(max_norm / ((double)norm + CLIP_EPS));
+    if (coef >= 1.0f) return;
+    global_norm_clip(m->grads, m->num_params, coef, m->stream);
+}
+
+// ----------------------------------------------------------------------------
+// update: Muon for the hidden matrices, AdamW for embeddings, lm_head and norms (DESIGN §7)
+
+// A Muon batch: one row block of one stacked tensor, the same block of every layer.
+typedef struct {
+    size_t offset;        // of layer 0's block in the flat buffer
+    int rows, cols;
+    size_t layer_stride;  // elements between consecutive layers' blocks
+} MuonGroup;
+
+static std::vector<MuonGroup> llama_muon_groups(const LlamaConfig* c, const MuonConfig* mc) {
+    std::vector<MuonGroup> groups;
+    int C = c->C, FF = c->FF, HS = llama_head_size(c), QKV = llama_qkv_channels(c), HSNH = HS * c->NH;
+    size_t o[LLAMA_NUM_TENSORS];
+    llama_param_offsets(c, o);
+    if (mc->split_qkv) {
+        // megatron_core: q, k and v are orthogonalized as separate matrices (row blocks)
+        int rows[3] = {c->NH * HS, c->NKV * HS, c->NKV * HS};
+        size_t off = o[T_QKVW];
+        for (int k = 0; k < 3; k++) {
+            groups.push_back({off, rows[k], C, (size_t)QKV * C});
+            off += (size_t)rows[k] * C;
+        }
+    } else {
+        groups.push_back({o[T_QKVW], QKV, C, (size_t)QKV * C});
+    }
+    groups.push_back({o[T_PROJW], C, HSNH, (size_t)C * HSNH});
+    groups.push_back({o[T_FC1W], 2 * FF, C, (size_t)2 * FF * C});
+    groups.push_back({o[T_FC2W], C, FF, (size_t)C * FF});
+    return groups;
+}
+
+static void llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step) {
+    const LlamaConfig* c = &m->config;
+    bool use_muon = tc->optimizer == "muon";
+    size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
+    llama_param_sizes(c, sizes);
+    llama_param_offsets(c, offs);
+    // AdamW is elementwise, so one launch per stacked tensor equals the CPU's loop over units
+    for (int t = 0; t < LLAMA_NUM_TENSORS; t++) {
+        bool is_matrix = t == T_QKVW || t == T_PROJW || t == T_FC1W || t == T_FC2W;
+        if (use_muon && is_matrix) continue;
+        bool is_norm = t == T_LN1W || t == T_LN2W || t == T_LNFW;
+        float wd = is_norm ? 0.0f : tc->weight_decay;
+        size_t o = offs[t];
+        adamw_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, m->opt_v + o, sizes[t], lr,
+                     ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, wd, step + 1, m->stream);
+    }
+    if (!use_muon) return;
+    for (const MuonGroup& gr : llama_muon_groups(c, mc)) {
+        size_t o = gr.offset;
+        muon_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, gr.rows, gr.cols, c->L,
+                    gr.layer_stride, mc, lr, tc->weight_decay, &m->muon, m->stream);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// one optimizer step: micro-steps, communicate, clip, update
+
+typedef struct {
+    float loss;         // mean over micro-steps and ranks
+    float grad_norm;    // of the communicated gradient, before clipping
+    float lr;
+    double comm_bytes;  // sent by this rank
+} StepStats;
+
+// next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T) in host memory.
+typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
+
+static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
+                                  GpuCommGrid* grid, int accum_steps, int step, NextBatchFn next_batch, void* ctx) {
+    StepStats st;
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(float), m->stream));
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < accum_steps; micro++) {
+        const int *inputs, *targets;
+        next_batch(ctx, &inputs, &targets);
+        llama_forward(m, inputs, tc->B, tc->T);
+        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps);
+    }
+    // the gradient communication slot: after the last micro-step, on the flat buffer
+    st.comm_bytes = llama_reduce_gradients(grid, tc->comm, m->grads, m->num_params, m->stream);
+    st.loss = (float)(loss_sum / accum_steps);
+    st.grad_norm = llama_grad_norm(m);
+    llama_clip_grads(m, st.grad_norm, tc->grad_clip);
+    st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
+    llama_update(m, tc, mc, st.lr, step);
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return st;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: the same files as the CPU engine (fp32 weights; fp32 m and v in the state file)
+
+static void llama_save_model(LlamaModel* m, const std::string& path, int step) {
+    std::vector<float> host = llama_get_params(m);
+    checkpoint_write_model(path, &m->config, host.data(), step);
+}
+
+// Loads a model file that checkpoint_read_model_header has already validated against the config.
+static void llama_load_model(LlamaModel* m, const char* path, const char* flag) {
+    std::vector<float> host(m->num_params);
+    checkpoint_read_model(path, flag, &m->config, host.data());
+    llama_set_params(m, host.data());
+}
+
+static void llama_get_optimizer_state(LlamaModel* m, CheckpointState* st) {
+    st->m = cuda_download(m->opt_m, m->num_params);
+    st->v = cuda_download(m->opt_v, m->num_params);
+}
+
+static void llama_set_optimizer_state(LlamaModel* m, const CheckpointState* st) {
+    CUDA_CHECK(cudaMemcpy(m->opt_m, st->m.data(), m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(m->opt_v, st->v.data(), m->num_params * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// ----------------------------------------------------------------------------
+// sampling: B=1 forward over the last window, multinomial over the V real tokens
+
+static int sample_token(const float* logits, int V, double coin) {
+    float maxv = logits[0];
+    for (int i = 1; i < V; i++) maxv = std::max(maxv, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - maxv);
+    double target = coin * sum, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((double)logits[i] - maxv);
+        if (acc > target) return i;
+    }
+    return V - 1;
+}
+
+static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, int T, unsigned long long seed) {
+    const LlamaConfig* c = &m->config;
+    Rng rng;
+    rand_init(&rng, seed);
+    std::vector<int> seq(1, LLAMA_GPT2_VOCAB - 1);  // start from <|endoftext|>
+    std::vector<float> row(c->Vp);
+    printf("generating:\n---\n");
+    for (int k = 0; k < gen_tokens; k++) {
+        int len = std::min((int)seq.size(), T);
+        const int* window = seq.data() + seq.size() - len;
+        llama_forward(m, window, 1, len);
+        CUDA_CHECK(cudaMemcpyAsync(row.data(), m->acts.logits + (size_t)(len - 1) * c->Vp, c->Vp * sizeof(float),
+                                   cudaMemcpyDeviceToHost, m->stream));
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        int next = sample_token(row.data(), c->V, rand_uniform(&rng));
+        seq.push_back(next);
+        if (tok->ok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)next)); else printf("%d ", next);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+}
+
+// ----------------------------------------------------------------------------
+// main
+
+#ifndef TRAIN_LLAMA_NO_MAIN
+
+static std::string format_duration(double s) {
+    char b[64];
+    if (!std::isfinite(s) || s < 0) return "?";
+    int t = (int)s;
+    if (t >= 3600) snprintf(b, sizeof(b), "%dh%02dm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(b, sizeof(b), "%dm%02ds", t / 60, t % 60);
+    else snprintf(b, sizeof(b), "%ds", t);
+    return b;
+}
+
+static void print_table_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
+
+static void dataloader_next_fn(void* ctx, const int** inputs, const int** targets) {
+    DataLoader* l = (DataLoader*)ctx;
+    dataloader_next_batch(l);
+    *inputs = l->inputs;
+    *targets = l->targets;
+}
+
+static double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int main(int argc, char** argv) {
+    GpuCommGrid grid;
+    llama_comm_init(&grid);
+    TrainConfig tc;
+    train_config_parse(&tc, argc, argv);
+    if (!cuda_device_present())
+        user_error("no CUDA device found (train_llama needs an NVIDIA GPU; train_llama_cpu runs on any machine)");
+
+    // model config: a preset or a checkpoint file
+    LlamaConfig lc;
+    bool from_file = !llama_preset(tc.model.c_str(), &lc);
+    if (from_file) checkpoint_read_model_header(tc.model.c_str(), "-e", &lc, NULL);
+    if (tc.T == 0) tc.T = lc.T;
+    if (tc.T > lc.T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc.T, tc.T);
+    if (tc.comm != "fp32")
+        user_error("-c: mode '%s' is not available in the CUDA engine yet (expected fp32; train_llama_cpu also has bf16)", tc.comm.c_str());
+    long long tokens_per_micro = (long long)tc.B * tc.T * grid.world_size;
+    if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
+    if (tc.total_batch % tokens_per_micro != 0)
+        user_error("-d: expected a multiple of B*T*ranks = %d*%d*%d = %lld tokens, found %lld",
+                   tc.B, tc.T, grid.world_size, tokens_per_micro, tc.total_batch);
+    int accum_steps = (int)(tc.total_batch / tokens_per_micro);
+    MuonPreset preset = MUON_MOONLIGHT;
+    muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
+    MuonConfig mc = muon_config(preset);
+    SchedulerKind sched = SCHEDULER_COSINE;
+    scheduler_from_name(tc.schedule.c_str(), &sched);
+
+    // data (validated before anything is written)
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    bool do_val = tc.val_every > 0;
+    if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    if (tc.steps == -1) tc.steps = (int)std::max(1LL, (long long)(train_loader.total_tokens / tc.total_batch));
+    if (tc.warmup == -1) tc.warmup = tc.steps / 100;
+
+    // resume point (validated before anything is written); the settings text is the CPU engine's,
+    // so a run may resume from the other engine's checkpoint
+    std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
+    std::string settings = train_config_settings(&tc, llama_config_string(&lc), grid.world_size);
+    int start_step = 0;
+    CheckpointState resume_state;
+    if (tc.resume) {
+        std::vector<int> done = checkpoint_complete_steps(tc.output_dir);
+        if (!done.empty()) {
+            start_step = done.back();
+            std::string mpath = checkpoint_model_path(tc.output_dir, start_step);
+            LlamaConfig ck;
+            checkpoint_read_model_header(mpath.c_str(), "-y", &ck, NULL);
+            if (!llama_config_equal(&ck, &lc))
+                user_error("-y: checkpoint '%s' has model %s, but this run asks for %s (hint: pass the same -e, or a new -o)",
+                           mpath.c_str(), llama_config_string(&ck).c_str(), llama_config_string(&lc).c_str());
+            checkpoint_read_state(checkpoint_state_path(tc.output_dir, start_step, grid.rank), &resume_state);
+            if (resume_state.world_size != grid.world_size)
+                user_error("-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
+                           start_step, (long long)resume_state.world_size, grid.world_size);
+            std::string diff = train_config_first_difference(resume_state.settings, settings);
+            if (!diff.empty())
+                user_error("-y: checkpoint step %d was written with different settings: %s (checkpoint vs this run)", start_step, diff.c_str());
+            if (resume_state.m.size() != llama_num_params(&lc) || resume_state.v.size() != llama_num_params(&lc))
+                user_error("-y: state file of step %d holds %zu optimizer values, expected %zu", start_step, resume_state.m.size(), llama_num_params(&lc));
+            if (start_step > tc.steps)
+                user_error("-y: checkpoint step %d is past the run's %d steps", start_step, tc.steps);
+        }
+    }
+
+    // the model
+    CudaDeviceInfo dev = cuda_device_info(0);
+    LlamaModel model;
+    llama_model_alloc(&model, &lc, tc.B, tc.T);
+    if (start_step > 0) {
+        llama_load_model(&model, checkpoint_model_path(tc.output_dir, start_step).c_str(), "-y");
+        llama_set_optimizer_state(&model, &resume_state);
+        dataloader_set_state(&train_loader, resume_state.data_state);
+    } else if (from_file) {
+        llama_load_model(&model, tc.model.c_str(), "-e");
+    } else {
+        std::vector<float> init(model.num_params);
+        llama_init_params(&lc, init.data(), tc.seed);
+        llama_set_params(&model, init.data());
+    }
+
+    // logs: everything above was validated; from here on files are written
+    Logger logger = {NULL, NULL};
+    if (!tc.output_dir.empty() && grid.rank == 0) {
+        checkpoint_make_dir(tc.output_dir);
+        logger_init(&logger, tc.output_dir, start_step > 0);
+    }
+    Tokenizer tokenizer;
+    tokenizer.ok = 0;
+    if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
+
+    double flops_per_token = llama_flops_per_token(&lc, tc.T);
+    if (grid.rank == 0) {
+        char b[256];
+        printf("+------------------------+--------------------------------------------------+\n");
+        print_table_row("setting", "value");
+        printf("+------------------------+--------------------------------------------------+\n");
+        print_table_row("engine", "train_llama (CUDA, bf16 compute, fp32 master)");
+        snprintf(b, sizeof(b), "%.100s, sm_%d%d, %d SMs, %.0f GiB", dev.name, dev.major, dev.minor, dev.sm_count, dev.memory_bytes / 1073741824.0);
+        print_table_row("device", b);
+        if (dev.peak_bf16_flops > 0) snprintf(b, sizeof(b), "%.0f TFLOP/s bf16 dense", dev.peak_bf16_flops / 1e12);
+        else snprintf(b, sizeof(b), "unknown device: MFU n/a");
+        print_table_row("peak for MFU", b);
+        print_table_row("model", model_desc);
+        snprintf(b, sizeof(b), "%zu (%.1fM)", model.num_params, model.num_params / 1e6); print_table_row("parameters", b);
+        print_table_row("train data", tc.train_data + " (" + std::to_string(train_loader.num_shards) + " shards, " + std::to_string(train_loader.total_tokens) + " tokens)");
+        print_table_row("val data", do_val ? tc.val_data + " (" + std::to_string(val_loader.total_tokens) + " tokens)" : "off");
+        snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, grid.world_size, accum_steps, tc.total_batch); print_table_row("batch", b);
+        snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); print_table_row("steps", b);
+        snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); print_table_row("learning rate", b);
+        snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
+                 tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); print_table_row("optimizer", b);
+        print_table_row("grad communication", tc.comm);
+        print_table_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
+        snprintf(b, sizeof(b), "%llu", tc.seed); print_table_row("seed", b);
+        printf("+------------------------+--------------------------------------------------+\n");
+        fflush(stdout);
+    }
+
+    double t_run0 = now_seconds(), train_seconds = 0.0;
+    int timed_steps = 0;
+    float last_loss = NAN;
+    for (int step = start_step; step <= tc.steps; step++) {
+        bool last = step == tc.steps;
+        bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
+
+        if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
+            dataloader_reset(&val_loader);
+            double sum = 0.0;
+            for (int k = 0; k < tc.val_batches; k++) {
+                dataloader_next_batch(&val_loader);
+                llama_forward(&model, val_loader.inputs, tc.B, tc.T);
+                sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
+            }
+            float val_loss = (float)(sum / tc.val_batches);
+            if (grid.rank == 0) {
+                printf("val loss %.6f (step %d)\n", val_loss, step);
+                logger_val(&logger, step, val_loss);
+                std::string line;
+                logger_field(&line, "step", step);
+                logger_field(&line, "val_loss", val_loss);
+                logger_metrics(&logger, line);
+            }
+        }
+        if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
+            llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
+        }
+        bool want_ckpt = !tc.output_dir.empty() && !fresh && step > 0 &&
+                         ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last);
+        if (want_ckpt) {
+            if (grid.rank == 0) llama_save_model(&model, checkpoint_model_path(tc.output_dir, step), step);
+            CheckpointState st;
+            st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
+            dataloader_get_state(&train_loader, st.data_state);
+            st.skipped_steps = 0;
+            st.settings = settings;
+            llama_get_optimizer_state(&model, &st);
+            checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
+            if (grid.rank == 0) {
+                checkpoint_write_done(tc.output_dir, step);
+                checkpoint_prune(tc.output_dir, tc.keep_checkpoints, grid.world_size);
+                printf("checkpoint: %s (step %d)\n", tc.output_dir.c_str(), step);
+            }
+        }
+        if (last) break;
+
+        double t0 = now_seconds();
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, dataloader_next_fn, &train_loader);
+        float loss = st.loss, norm = st.grad_norm, lr = st.lr;
+        double comm_bytes = st.comm_bytes;
+        double dt = now_seconds() - t0;
+        last_loss = loss;
+        if (step > start_step) { train_seconds += dt; timed_steps++; }  // the first step warms caches and plans
+
+        if (grid.rank == 0) {
+            double tok_s = tc.total_batch / dt;
+            double avg = timed_steps > 0 ? train_seconds / timed_steps : dt;
+            double eta = avg * (tc.steps - step - 1);
+            double mfu = dev.peak_bf16_flops > 0 ? flops_per_token * tok_s / (dev.peak_bf16_flops * grid.world_size) : -1.0;
+            char mfu_s[32];
+            if (mfu >= 0) snprintf(mfu_s, sizeof(mfu_s), "%.1f%%", 100.0 * mfu); else snprintf(mfu_s, sizeof(mfu_s), "n/a");
+            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.0f B | eta %s\n",
+                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, mfu_s, comm_bytes, format_duration(eta).c_str());
+            fflush(stdout);
+            logger_train(&logger, step + 1, loss);
+            std::string line;
+            logger_field(&line, "step", step + 1);
+            logger_field(&line, "train_loss", loss);
+            logger_field(&line, "lr", lr);
+            logger_field(&line, "grad_norm", norm);
+            logger_field(&line, "ms", dt * 1e3);
+            logger_field(&line, "tokens_per_s", tok_s);
+            if (mfu >= 0) logger_field(&line, "mfu", mfu);
+            logger_field(&line, "comm_bytes", comm_bytes);
+            logger_field(&line, "eta_s", eta);
+            logger_metrics(&logger, line);
+        }
+    }
+    if (grid.rank == 0) {
+        double total = now_seconds() - t_run0;
+        printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
+        if (timed_steps > 0) {
+            double tok_s = tc.total_batch * timed_steps / train_seconds;
+            printf(", %.0f tok/s average", tok_s);
+            if (dev.peak_bf16_flops > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tok_s / dev.peak_bf16_flops);
+        }
+        printf("\n");
+    }
+    logger_free(&logger);
+    if (tokenizer.ok) tokenizer_free(&tokenizer);
+    dataloader_free(&train_loader);
+    if (do_val) dataloader_free(&val_loader);
+    llama_model_free(&model);
+    matmul_free();
+    return 0;
+}
+#endif  // TRAIN_LLAMA_NO_MAIN
