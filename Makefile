@@ -16,7 +16,7 @@ LLMC_H  = $(wildcard llmc/*.h)
 TEST_H  = test/test_util.h test/fixture.h
 NPROC  ?= $(shell nproc)
 
-.PHONY: all deps test test-cpu test-gpu demo clean bench fuzz
+.PHONY: all deps test test-cpu test-gpu demo clean bench fuzz fidelity
 
 all: train_llama_cpu
 
@@ -63,3 +63,8 @@ $(BUILD)/fuzz_parsers: dev/fuzz/fuzz_parsers.cpp $(LLMC_H) | $(BUILD)
 fuzz: $(BUILD)/fuzz_parsers
 	@python3 dev/fuzz/make_seeds.py $(BUILD)/fuzz_corpus
 	$(BUILD)/fuzz_parsers $(BUILD)/fuzz_corpus -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1
+
+# the fidelity analysis (the paper's Tables I and II) on any checkpoint
+fidelity: $(BUILD)/fidelity
+$(BUILD)/fidelity: dev/fidelity.cpp train_llama_cpu.cpp $(LLMC_H) | $(BUILD)
+	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
