@@ -46,9 +46,14 @@ test: deps
 	@if [ "$(HAVE_NVCC)" = 1 ] && [ -f cuda.mk ]; then $(MAKE) --no-print-directory cuda-all; else echo "nvcc not found: CUDA sources not compiled"; fi
 	@bash test/run_tests.sh
 
+# the demo: two data-parallel ranks with GeoFP8 communication on the tiny preset and the bundled
+# data: 20 steps of fp8 profiling pick the layers, then the geometry path; fidelity every 10 steps
+MPIRUN_ROOT := $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
 demo: deps
 	@$(MAKE) --no-print-directory train_llama_cpu
-	OMP_NUM_THREADS=$(NPROC) ./train_llama_cpu -e tiny -b 4 -t 256 -x 60 -l 2e-3 -u 5 -v 20 -m 4 -s 60 -g 48 -o out/demo
+	OMP_NUM_THREADS=1 mpirun $(MPIRUN_ROOT) --oversubscribe -np 2 ./train_llama_cpu -e tiny -b 4 -t 256 -x 80 \
+	    -l 2e-3 -u 5 -c geofp8 --geofp8-profile-steps 20 --geofp8-refresh 10 --fidelity-every 10 \
+	    -v 20 -m 4 -s 80 -g 48 -o out/demo
 
 -include cuda.mk
 

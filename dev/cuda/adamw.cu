@@ -67,14 +67,14 @@ int main(int argc, char** argv) {
     const char* presets[] = {"tiny", "d12", "llama600m"};
     bool ok = validate("dev_adamw.odd_n1001", 1001, 0.1f, 1);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_adamw.") + name + ".embedding").c_str(), (size_t)c.Vp * c.C, 0.1f, 10);
         ok &= validate((std::string("dev_adamw.") + name + ".norm").c_str(), (size_t)c.C, 0.0f, 20);
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, (size_t)c.Vp * c.C);
         }

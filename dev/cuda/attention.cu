@@ -103,13 +103,13 @@ int main(int argc, char** argv) {
     const char* presets[] = {"tiny", "d12", "llama600m"};
     bool ok = validate("dev_attention.odd_gqa3_HS24", 2, 37, 6, 2, 24, 3);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_attention.") + name).c_str(), 1, c.T, c.NH, c.NKV, llama_head_size(&c), 60);
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, 4, c.T, c.NH, c.NKV, llama_head_size(&c));
         }

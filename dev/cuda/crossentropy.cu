@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     if (!validate_only) {
         const char* presets[] = {"tiny", "d12", "llama600m"};
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, 4 * c.T, c.V, c.Vp);
         }

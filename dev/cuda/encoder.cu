@@ -76,13 +76,13 @@ int main(int argc, char** argv) {
     const char* presets[] = {"tiny", "d12", "llama600m"};
     bool ok = validate("dev_encoder.odd_C100", 300, 100, 512, 37, 11);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_encoder.") + name).c_str(), 4 * c.T, c.C, c.Vp, 1000, 20);
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, 4 * c.T, c.C, c.Vp);
         }

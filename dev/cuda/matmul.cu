@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     // odd small shape first: N not a multiple of the tile sizes
     ok &= validate("dev_matmul.odd_N72_C40_OC24", 72, 40, 24, seed++);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         for (const Proj& p : projections(&c)) {
             std::string tag = std::string("dev_matmul.") + name + "." + p.name;
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             for (const Proj& p : projections(&c)) bench(name, p, 4 * c.T);
         }

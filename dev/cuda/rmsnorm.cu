@@ -92,13 +92,13 @@ int main(int argc, char** argv) {
     const char* presets[] = {"tiny", "d12", "llama600m"};
     bool ok = validate("dev_rmsnorm.odd_N77_C100", 77, 100, 5);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_rmsnorm.") + name).c_str(), 4 * c.T, c.C, 50);
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, 4 * c.T, c.C);
         }

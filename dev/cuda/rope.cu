@@ -85,13 +85,13 @@ int main(int argc, char** argv) {
     const char* presets[] = {"tiny", "d12", "llama600m"};
     bool ok = validate("dev_rope.odd", 2, 5, 3, 1, 6, 3);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_rope.") + name).c_str(), 2, c.T, c.NH, c.NKV, llama_head_size(&c), 30);
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, 4, c.T, c.NH, c.NKV, llama_head_size(&c));
         }

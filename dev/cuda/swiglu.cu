@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
     const char* presets[] = {"tiny", "d12", "llama600m"};
     bool ok = validate("dev_swiglu.odd_FF37_scalar", 33, 37, 9);
     for (const char* name : presets) {
-        LlamaConfig c;
+        LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_swiglu.") + name).c_str(), 4 * c.T, c.FF, 40);
     }
     if (!validate_only) {
         for (const char* name : presets) {
-            LlamaConfig c;
+            LlamaConfig c = {};
             llama_preset(name, &c);
             bench(name, 4 * c.T, c.FF);
         }

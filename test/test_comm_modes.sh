@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# test_comm_modes.sh — every gradient communication mode (-c fp8, fp8block, geofp8, kfac, and the
+# twophase reduction) trains the tiny preset with 1, 2 and 4 MPI ranks for 30 steps on the same
+# global batch and stays within a stated tolerance of the fp32 run with as many ranks; the
+# logged fidelity shows the mechanism of geofp8: with a fresh factor and an empty error-feedback
+# buffer (its first step), the whitened units' RelL2 is below what fp8 logs for the same units.
+# The RelL2 of the later steps (stale factors, error feedback) and of twophase are printed, not
+# asserted: on this model they are not better than fp8 (see README, "What the paper's claims
+# look like here").
+# Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
+cd "$(dirname "$0")/.." || exit 1
+BIN=./train_llama_cpu
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP test_comm_modes: mpirun not found"; exit 0; fi
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# 30 steps, global batch 4 x 32 tokens: 4 micro-steps on 1 rank, 2 x 2, 1 on each of 4 ranks
+RUN=(-e tiny -b 1 -t 32 -d 128 -x 30 -v 0 -l 3e-3 -u 2 --fidelity-every 1 --geofp8-profile-steps 5 --geofp8-refresh 5)
+MODES=("fp32" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase" "geofp8 --fp8-reduce twophase")
+tag() { echo "$1" | sed 's/ --fp8-reduce twophase/_twophase/'; }
+
+for n in 1 2 4; do
+    for mode in "${MODES[@]}"; do
+        t=$(tag "$mode")
+        # shellcheck disable=SC2086
+        timeout 300 mpirun --oversubscribe -np $n "$BIN" "${RUN[@]}" -c $mode -o "$TMP/${t}_$n" >"$TMP/${t}_$n.out" 2>&1 ||
+            fail "mode_${t}_np${n}_runs" "$(tail -3 "$TMP/${t}_$n.out")"
+    done
+done
+FC2=layers.0.fc2,layers.1.fc2,layers.2.fc2,layers.3.fc2
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RUN[@]}" -c geofp8 --geofp8-layers $FC2 -o "$TMP/geofc2_2" >"$TMP/geofc2.out" 2>&1 ||
+    fail geofp8_fc2_list_runs "$(tail -3 "$TMP/geofc2.out")"
+
+# per-step losses against fp32 with the same rank count: max relative difference <= 2e-2 (FP8
+# noise over 30 steps of a fast-moving tiny model; measured about 1e-2 at 4 ranks), none NaN
+python3 - "$TMP" <<'EOF'
+import json, math, sys
+d = sys.argv[1]
+def rows(run):
+    try:
+        return [json.loads(l) for l in open(f"{d}/{run}/metrics.jsonl")]
+    except OSError:
+        return []
+def losses(run):
+    return {r["step"]: r["train_loss"] for r in rows(run) if "train_loss" in r}
+fails = 0
+for n in (1, 2, 4):
+    base = losses(f"fp32_{n}")
+    for t in ("fp8", "fp8block", "geofp8", "kfac", "fp8_twophase", "geofp8_twophase"):
+        x = losses(f"{t}_{n}")
+        name = f"mode_{t}_np{n}_within_2e-2_of_fp32"
+        if len(x) != 30 or len(base) != 30:
+            print(f"FAIL {name}: {len(x)} and {len(base)} logged steps, expected 30"); fails += 1; continue
+        dev = max(abs(x[s] - base[s]) / base[s] if x[s] is not None and math.isfinite(x[s]) else math.inf for s in base)
+        print(f"  {t:16s} np{n}: max rel loss diff vs fp32 {dev:.2e}, final {x[30]:.4f} vs {base[30]:.4f}")
+        if dev <= 2e-2: print(f"PASS {name}")
+        else: print(f"FAIL {name}: max rel diff {dev:.3e}"); fails += 1
+
+# bytes per step: fp8 modes send a quarter of fp32 (plus the small scale vectors)
+for n in (2, 4):
+    b32 = rows(f"fp32_{n}")[0]["comm_bytes"]
+    for t in ("fp8", "fp8block", "fp8_twophase"):
+        b = rows(f"{t}_{n}")[0]["comm_bytes"]
+        ratio = b / b32
+        name = f"mode_{t}_np{n}_bytes_quarter_of_fp32"
+        if 0.25 <= ratio <= 0.255: print(f"PASS {name}")
+        else: print(f"FAIL {name}: ratio {ratio:.4f}"); fails += 1
+        print(f"  {t:16s} np{n}: {b:.0f} bytes/step = {ratio:.4f} x fp32")
+
+# geofp8 auto selection: profile, select, write geofp8_layers.txt, refresh every 5 steps
+for n in (1, 2, 4):
+    sel = [l.split() for l in open(f"{d}/geofp8_{n}/geofp8_layers.txt")]
+    names = [s[0] for s in sel]
+    refresh = [r["step"] for r in rows(f"geofp8_{n}") if r.get("geo_refresh") == 1]
+    name = f"geofp8_np{n}_auto_selection"
+    if names and all(".fc" in x for x in names) and refresh == [6, 11, 16, 21, 26]:
+        print(f"PASS {name}")
+    else:
+        print(f"FAIL {name}: selected {names}, refresh steps {refresh}"); fails += 1
+    # RelL2 of the selected units at refresh steps and between them, against fp8 (reported)
+    g = {r["step"]: r["fidelity_units"] for r in rows(f"geofp8_{n}") if "fidelity_units" in r}
+    e = {r["step"]: r["fidelity_units"] for r in rows(f"fp8_{n}") if "fidelity_units" in r}
+    def mean(src, steps):
+        return sum(src[s][u][0] for s in steps for u in names) / (len(steps) * len(names))
+    stale = [s for s in g if s > 6 and s not in refresh]
+    print(f"  geofp8 np{n}: selected {names}; RelL2 on them at refresh steps {mean(g, refresh):.3e} vs fp8 {mean(e, refresh):.3e}; "
+          f"between refreshes {mean(g, stale):.3e} vs fp8 {mean(e, stale):.3e}")
+
+# the mechanism: at its first step (fresh factor, zero residual) geofp8 on the fc2 units logs a
+# lower RelL2 on them than fp8 does (same seed, same data, 2 ranks)
+g = {r["step"]: r["fidelity_units"] for r in rows("geofc2_2") if "fidelity_units" in r}
+e = {r["step"]: r["fidelity_units"] for r in rows("fp8_2") if "fidelity_units" in r}
+fc2 = [f"layers.{l}.fc2" for l in range(4)]
+a = sum(g[1][u][0] for u in fc2) / 4
+b = sum(e[1][u][0] for u in fc2) / 4
+later = [s for s in g if s > 1]
+a2 = sum(g[s][u][0] for s in later for u in fc2) / (4 * len(later))
+b2 = sum(e[s][u][0] for s in later for u in fc2) / (4 * len(later))
+print(f"  geofp8 on fc2 (np2): RelL2 at step 1 {a:.3e} vs fp8 {b:.3e}; steps 2-30 {a2:.3e} vs fp8 {b2:.3e}")
+name = "geofp8_np2_fc2_rel_l2_below_fp8_first_step"
+if a < b: print(f"PASS {name}")
+else: print(f"FAIL {name}: {a:.3e} vs {b:.3e}"); fails += 1
+
+# twophase vs native (reported): all-unit RelL2 averaged over the run, and no saturation
+for n in (2, 4):
+    tw = [r["fidelity_rel_l2"] for r in rows(f"fp8_twophase_{n}") if "fidelity_rel_l2" in r]
+    nat = [r["fidelity_rel_l2"] for r in rows(f"fp8_{n}") if "fidelity_rel_l2" in r]
+    print(f"  fp8 np{n}: mean RelL2 twophase {sum(tw) / len(tw):.3e} vs native {sum(nat) / len(nat):.3e}")
+sat = sum(r.get("fp8_sum_saturated", 0) for n in (1, 2, 4) for t in ("fp8", "geofp8", "kfac") for r in rows(f"{t}_{n}"))
+name = "native_sum_never_saturates_up_to_4_ranks"
+if sat == 0: print(f"PASS {name}")
+else: print(f"FAIL {name}: {sat} saturated codes"); fails += 1
+sys.exit(1 if fails else 0)
+EOF
+[ $? -eq 0 ] || failures=$((failures + 1))
+
+# a file given to --geofp8-layers skips profiling; an unknown layer name is refused
+printf 'layers.1.fc2 0.5\nlayers.3.fc2 0.4\n' >"$TMP/layers.txt"
+"$BIN" -e tiny -b 1 -t 32 -x 3 -v 0 -c geofp8 --geofp8-layers "$TMP/layers.txt" -o "$TMP/file" >"$TMP/file.out" 2>&1
+if grep -q '"geo_refresh": 1' "$TMP/file/metrics.jsonl" && ! grep -q "profiled" "$TMP/file.out"; then pass geofp8_layers_from_file
+else fail geofp8_layers_from_file "$(tail -3 "$TMP/file.out")"; fi
+"$BIN" -e tiny -b 1 -t 32 -x 3 -v 0 -c geofp8 --geofp8-layers layers.9.fc2 >"$TMP/bad.out" 2>"$TMP/bad.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/bad.err")" -eq 1 ] && grep -q "layers.9.fc2" "$TMP/bad.err"; then pass geofp8_unknown_layer_refused
+else fail geofp8_unknown_layer_refused "rc=$rc $(cat "$TMP/bad.err")"; fi
+"$BIN" -e tiny -b 1 -t 32 -x 3 -v 0 -c fp8block --fp8-reduce twophase >"$TMP/bad.out" 2>"$TMP/bad.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "twophase" "$TMP/bad.err"; then pass fp8block_twophase_refused
+else fail fp8block_twophase_refused "rc=$rc $(cat "$TMP/bad.err")"; fi
+
+# resume of a geofp8 run (factors, residuals, selection in the state files) is bitwise exact
+R=(-e tiny -b 1 -t 32 -d 64 -x 12 -v 0 -l 3e-3 -u 2 -c geofp8 --geofp8-profile-steps 3 --geofp8-refresh 4 -n 6)
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${R[@]}" -o "$TMP/gs" >/dev/null 2>&1
+cp -r "$TMP/gs" "$TMP/gr"
+rm -f "$TMP/gr/DONE_00000012" "$TMP/gr/model_00000012.bin" "$TMP/gr/state_00000012_"*
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${R[@]}" -y 1 -o "$TMP/gr" >"$TMP/gr.out" 2>&1
+if cmp -s "$TMP/gs/model_00000012.bin" "$TMP/gr/model_00000012.bin" && cmp -s "$TMP/gs/state_00000012_00001.bin" "$TMP/gr/state_00000012_00001.bin"; then
+    pass geofp8_resume_bitwise_np2
+else fail geofp8_resume_bitwise_np2 "$(tail -2 "$TMP/gr.out")"; fi
+
+[ "$failures" -eq 0 ]
