@@ -69,6 +69,10 @@ fuzz: $(BUILD)/fuzz_parsers
 	@python3 dev/fuzz/make_seeds.py $(BUILD)/fuzz_corpus
 	$(BUILD)/fuzz_parsers $(BUILD)/fuzz_corpus -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1
 
+# tokens/s of the CPU engine against a plain PyTorch step of the same model (needs torch)
+bench: train_llama_cpu
+	@bash dev/bench_cpu.sh
+
 # the fidelity analysis (the paper's Tables I and II) on any checkpoint
 fidelity: $(BUILD)/fidelity
 $(BUILD)/fidelity: dev/fidelity.cpp train_llama_cpu.cpp $(LLMC_H) | $(BUILD)

@@ -1,13 +1,16 @@
 # cuda.mk — build rules of the CUDA engine, included by the top-level Makefile (-include cuda.mk)
 # and usable on its own (make -f cuda.mk cuda-all).
 #   make train_llama            CUDA trainer
-#   make build/test_llama_gpu   whole-model GPU test (exits 77 with a SKIP line without a GPU)
+#   make build/test_<name>      GPU tests, one per test/test_<name>.cu (each exits 77 with a SKIP
+#                               line where there is no GPU)
 #   make build/dev_<op>         kernel validation + benchmark of one family (dev/cuda/<op>.cu)
 #   make cuda-all               all of the above
 #   make dev                    the dev/cuda tools
-#   make test-gpu               build, run the GPU model test and every dev/cuda validation
-#   make ptxas-report           register / spill report of the attention and Muon kernels
-#                               -> dev/cuda/ptxas_report.txt
+#   make test-gpu               build, then run every GPU test and every dev/cuda validation
+#   make ptxas-report           registers / shared memory / spills of the attention and Muon
+#                               kernels -> dev/cuda/ptxas_report.txt
+# dev binaries are named build/dev_<op>, not build/test_*, so the CPU test runner (which runs
+# every build/test_*) does not pick them up; the GPU tests it does run skip without a device.
 
 NVCC       ?= nvcc
 GPU_ARCH   ?= sm_90
@@ -19,17 +22,21 @@ NVCC_LDLIBS = -lcublas -lcublasLt -lcusolver -lnccl -lopenblas -llapacke -lgomp 
 CUDA_H     = $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
 DEV_OPS    = matmul encoder rmsnorm rope swiglu attention crossentropy adamw muon global_norm
 DEV_BINS   = $(patsubst %,$(BUILD)/dev_%,$(DEV_OPS))
+GPU_TESTS  = $(patsubst test/%.cu,$(BUILD)/%,$(wildcard test/test_*.cu))
 
 .PHONY: cuda-all dev test-gpu ptxas-report
 
-cuda-all: train_llama $(BUILD)/test_llama_gpu $(DEV_BINS)
+cuda-all: train_llama $(GPU_TESTS) $(DEV_BINS)
 
 dev: $(DEV_BINS)
 
 train_llama: train_llama.cu $(CUDA_H)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LDLIBS)
 
-$(BUILD)/test_llama_gpu: test/test_llama_gpu.cu train_llama.cu $(CUDA_H) test/test_util.h test/fixture.h
+# the whole-model test includes the trainer
+$(BUILD)/test_llama_gpu: train_llama.cu
+
+$(BUILD)/test_%: test/test_%.cu $(CUDA_H) test/test_util.h test/fixture.h
 	@mkdir -p $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LDLIBS)
 
@@ -37,23 +44,28 @@ $(BUILD)/dev_%: dev/cuda/%.cu $(CUDA_H)
 	@mkdir -p $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LDLIBS)
 
-# Runs the GPU model test and every kernel validation; without a GPU each one says SKIP.
+# Every GPU test, then every kernel validation (no benchmarks); without a GPU each says SKIP.
 test-gpu: cuda-all
 	@status=0; \
-	./$(BUILD)/test_llama_gpu; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ] || status=1; \
+	for t in $(GPU_TESTS); do ./$$t; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ] || status=1; done; \
 	for op in $(DEV_OPS); do ./$(BUILD)/dev_$$op --validate-only; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ] || status=1; done; \
 	exit $$status
 
-# ptxas register / spill lines (demangled) of the attention and Muon kernels.
+# One line per kernel of llmc/attention.cuh and llmc/muon.cuh, from nvcc -Xptxas -v.
 ptxas-report:
 	@mkdir -p $(BUILD)
-	@{ echo "# nvcc -Xptxas -v, -arch=$(GPU_ARCH): registers, shared memory and spills of the attention and Muon kernels"; \
-	   echo "# regenerate with: make ptxas-report   ($$($(NVCC) --version | tail -1))"; \
+	@{ echo "# ptxas resource usage of the attention and Muon kernels (nvcc -Xptxas -v, -arch=$(GPU_ARCH), -O3)"; \
+	   echo "# $$($(NVCC) --version | tail -1); regenerate with: make ptxas-report"; \
 	   for op in attention muon; do \
 	     echo; echo "## llmc/$$op.cuh (compiled through dev/cuda/$$op.cu)"; \
-	     $(NVCC) $(NVCCFLAGS) -Xptxas -v -c dev/cuda/$$op.cu -o $(BUILD)/ptxas_$$op.o 2>&1 \
-	       | grep -A2 "Compiling entry function '_Z[0-9]*$${op}_" \
-	       | sed -e "s/^ptxas info *: //" -e "/^--$$/d" \
+	     printf "%-5s %-6s %-6s %-7s %-7s %s\n" regs smem stack spill_st spill_ld kernel; \
+	     $(NVCC) $(NVCCFLAGS) -Xptxas -v -c dev/cuda/$$op.cu -o $(BUILD)/ptxas_$$op.o 2>&1 | awk -v op="$$op" ' \
+	       /Compiling entry function/ { match($$0, /_Z[0-9]+[a-z_]+/); name = substr($$0, RSTART, RLENGTH); \
+	         fn = $$0; sub(/.*function .__*/, "", fn); sub(/. for .*/, "", fn); full = "_" fn; keep = (name ~ ("^_Z[0-9]+" op "_")); next } \
+	       /bytes stack frame/ { stack = $$1; sst = $$5; sld = $$9; next } \
+	       /Used [0-9]+ registers/ { if (keep) { regs = $$0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs); \
+	         smem = "0"; if ($$0 ~ /bytes smem/) { smem = $$0; sub(/ bytes smem.*/, "", smem); sub(/.*, /, "", smem) } \
+	         printf "%-5s %-6s %-6s %-7s %-7s %s\n", regs, smem, stack, sst, sld, full } }' \
 	       | c++filt; \
 	   done; } > dev/cuda/ptxas_report.txt
 	@cat dev/cuda/ptxas_report.txt

@@ -36,6 +36,7 @@ Usage: ./train_llama [flags]   (--help lists them; README.md explains them)
 #include <cstring>
 #include <string>
 #include <vector>
+#include <unistd.h>
 
 #include "llmc/utils.h"
 #include "llmc/rand.h"
@@ -428,7 +429,16 @@ typedef struct {
     float grad_norm;    // of the communicated gradient, before clipping
     float lr;
     double comm_bytes;  // sent by this rank
+    int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite loss or gradient on that rank)
 } StepStats;
+
+// Test hook, as the CPU engine's: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at
+// (1-based) STEP, to check that the step is skipped.
+static bool test_inject_nan(int step, int rank) {
+    const char* env = getenv("TRAIN_LLAMA_TEST_NAN");
+    int s = -1, r = -1;
+    return env && sscanf(env, "%d:%d", &s, &r) == 2 && s == step && r == rank;
+}
 
 // next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T) in host memory.
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
@@ -444,12 +454,21 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
         llama_forward(m, inputs, tc->B, tc->T);
         loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps);
     }
+    if (test_inject_nan(step + 1, grid->rank)) {
+        float nan = NAN;
+        CUDA_CHECK(cudaMemcpy(m->grads, &nan, sizeof(float), cudaMemcpyHostToDevice));
+    }
+    st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
+    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1;
     // the gradient communication slot: after the last micro-step, on the flat buffer
     st.comm_bytes = llama_reduce_gradients(grid, tc->comm, m->grads, m->num_params, m->stream);
+    // A non-finite gradient makes the (fp64) sum of squares non-finite, so the norm doubles as the
+    // finiteness check of the whole buffer: the step is skipped, as the CPU engine skips it.
+    float norm = llama_grad_norm(m);
+    if (!std::isfinite(loss_sum) || !std::isfinite(norm)) { st.skipped_on_rank = grid->rank; return st; }
     st.loss = (float)(loss_sum / accum_steps);
-    st.grad_norm = llama_grad_norm(m);
+    st.grad_norm = norm;
     llama_clip_grads(m, st.grad_norm, tc->grad_clip);
-    st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     llama_update(m, tc, mc, st.lr, step);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return st;
@@ -585,11 +604,17 @@ int main(int argc, char** argv) {
     // resume point (validated before anything is written); the settings text is the CPU engine's,
     // so a run may resume from the other engine's checkpoint
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
-    std::string settings = train_config_settings(&tc, llama_config_string(&lc), grid.world_size);
+    std::string settings = train_config_settings(&tc, llama_config_string(&lc), grid.world_size) +
+                           "train_files=" + dataloader_fingerprint(&train_loader) + "\n" +
+                           "val_files=" + (do_val ? dataloader_fingerprint(&val_loader) : std::string("off")) + "\n";
     int start_step = 0;
     CheckpointState resume_state;
     if (tc.resume) {
         std::vector<int> done = checkpoint_complete_steps(tc.output_dir);
+        if (done.empty() && checkpoint_any_files(tc.output_dir))
+            user_error("-y: '%s' holds checkpoint files but no DONE_* marker: every checkpoint there is incomplete "
+                       "(hint: remove the directory or pass a new -o to start fresh)", tc.output_dir.c_str());
+        if (done.empty() && grid.rank == 0) printf("-y 1: no checkpoint in %s yet, starting from step 0\n", tc.output_dir.c_str());
         if (!done.empty()) {
             start_step = done.back();
             std::string mpath = checkpoint_model_path(tc.output_dir, start_step);
@@ -613,6 +638,7 @@ int main(int argc, char** argv) {
     }
 
     // the model
+    int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
     CudaDeviceInfo dev = cuda_device_info(0);
     LlamaModel model;
     llama_model_alloc(&model, &lc, tc.B, tc.T);
@@ -620,6 +646,7 @@ int main(int argc, char** argv) {
         llama_load_model(&model, checkpoint_model_path(tc.output_dir, start_step).c_str(), "-y");
         llama_set_optimizer_state(&model, &resume_state);
         dataloader_set_state(&train_loader, resume_state.data_state);
+        consecutive_skips = (int)resume_state.skipped_steps;
     } else if (from_file) {
         llama_load_model(&model, tc.model.c_str(), "-e");
     } else {
@@ -701,10 +728,11 @@ int main(int argc, char** argv) {
             CheckpointState st;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
             dataloader_get_state(&train_loader, st.data_state);
-            st.skipped_steps = 0;
+            st.skipped_steps = consecutive_skips;
             st.settings = settings;
             llama_get_optimizer_state(&model, &st);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
+            checkpoint_test_crash("done", step);
             if (grid.rank == 0) {
                 checkpoint_write_done(tc.output_dir, step);
                 checkpoint_prune(tc.output_dir, tc.keep_checkpoints, grid.world_size);
@@ -713,11 +741,33 @@ int main(int argc, char** argv) {
         }
         if (last) break;
 
+        if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         double t0 = now_seconds();
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, dataloader_next_fn, &train_loader);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
         double dt = now_seconds() - t0;
+        if (st.skipped_on_rank >= 0) {
+            consecutive_skips++;
+            if (grid.rank == 0) {
+                printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
+                       step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
+                std::string line;
+                logger_field(&line, "step", step + 1);
+                logger_field(&line, "skipped", 1);
+                logger_field(&line, "nonfinite_rank", st.skipped_on_rank);
+                logger_metrics(&logger, line);
+            }
+            if (consecutive_skips > tc.max_skips) {
+                if (grid.rank == 0)
+                    fprintf(stderr, "error: stopping at step %d: %d consecutive steps had a non-finite loss or gradient "
+                            "(limit --max-skips %d; hint: lower -l, or resume from an earlier checkpoint)\n",
+                            step + 1, consecutive_skips, tc.max_skips);
+                return 1;
+            }
+            continue;
+        }
+        consecutive_skips = 0;
         last_loss = loss;
         if (step > start_step) { train_seconds += dt; timed_steps++; }  // the first step warms caches and plans
 

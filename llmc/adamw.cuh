@@ -15,6 +15,7 @@
 
 static const int ADAMW_BLOCK = 256;
 
+// param, grad, m, v (n) fp32; param_bf16 (n) or NULL
 __global__ void adamw_update_kernel(float* param, bf16* param_bf16, const float* grad, float* m, float* v, size_t n,
                                     float beta2, float eps, float step_size, float bias_correction2_sqrt,
                                     float decay, float w1, float w2) {

@@ -72,6 +72,7 @@ static inline void attention_scratch_free(AttentionScratch* s) {
 // ----------------------------------------------------------------------------
 // head layout changes: (B, T, row) columns [col0, col0 + H*HS)  <->  (B, H, T, HS)
 
+// out (B, H, T, HS), in (B, T, row) read at columns [col0, col0 + H*HS)
 template <int VEC>
 __global__ void attention_split_heads_kernel(bf16* out, const bf16* in, int B, int T, int H, int HS, int row, int col0) {
     size_t total = (size_t)B * H * T * HS / VEC;
@@ -88,6 +89,7 @@ __global__ void attention_split_heads_kernel(bf16* out, const bf16* in, int B, i
     }
 }
 
+// out (B, T, row) written at columns [col0, col0 + H*HS), in (B, H, T, HS)
 template <int VEC>
 __global__ void attention_merge_heads_kernel(bf16* out, const bf16* in, int B, int T, int H, int HS, int row, int col0) {
     size_t total = (size_t)B * H * T * HS / VEC;
@@ -158,6 +160,7 @@ __device__ __forceinline__ void attention_online_merge(float* m, float* s, float
 // RECOMPUTE = false: find lse[r] = log sum_j exp(S[r, j]) and write it; RECOMPUTE = true: read it.
 // Either way P[r, j] = exp(S[r, j] - lse[r]) for j <= t and 0 above the diagonal, so the forward
 // and the backward see bitwise the same probabilities.
+// probs (rows, T) bf16, lse (rows), scores (rows, T) fp32; rows = B*NH*T
 template <bool RECOMPUTE>
 __global__ void attention_softmax_forward_kernel(bf16* probs, float* lse, const float* scores, int rows, int T) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -183,6 +186,7 @@ __global__ void attention_softmax_forward_kernel(bf16* probs, float* lse, const 
 }
 
 // dS[r, j] = scale * P[r, j] * (dP[r, j] - D_r), D_r = dO_r · O_r over the head, written over P.
+// probs (B*NH*T, T) in: P, out: dS; dscores (B*NH*T, T) fp32 dP; dout, out (B, T, NH*HS)
 __global__ void attention_softmax_backward_kernel(bf16* probs, const float* dscores, const bf16* dout, const bf16* out,
                                                   int B, int T, int NH, int HS, float scale) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;

@@ -57,6 +57,7 @@ __device__ inline void crossentropy_block_merge(float* m, float* s) {
     }
 }
 
+// losses (N), dlogits (N, Vp) bf16 (BACKWARD only), logits (N, Vp), targets (N); one block per row
 template <bool BACKWARD>
 __global__ void crossentropy_forward_backward_kernel(float* losses, bf16* dlogits, const float* logits,
                                                      const int* targets, int N, int V, int Vp, float dloss) {

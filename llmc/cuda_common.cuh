@@ -152,12 +152,14 @@ __device__ inline double cuda_block_sum_double(double x) {
 // ----------------------------------------------------------------------------
 // flat-buffer casts
 
+// out (n) bf16, in (n) fp32
 __global__ void cuda_cast_to_bf16_kernel(bf16* out, const float* in, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (; i < n; i += stride) out[i] = __float2bfloat16(in[i]);
 }
 
+// out (n) fp32, in (n) bf16
 __global__ void cuda_cast_to_float_kernel(float* out, const bf16* in, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;

@@ -14,6 +14,7 @@
 
 static const int ENCODER_BLOCK = 256;
 
+// out (N, C), tokens (N), wte (Vp, C)
 __global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, int N, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t total = (size_t)N * C;
@@ -61,6 +62,7 @@ static inline int encoder_backward_buckets(std::vector<int>* buckets, const int*
     return U;
 }
 
+// dwte (Vp, C) +=, dout (N, C), buckets (2*U + 1 + N)
 __global__ void encoder_backward_kernel(float* dwte, const float* dout, const int* buckets, int U, int C) {
     int u = blockIdx.x;
     int c = blockIdx.y * blockDim.x + threadIdx.x;

@@ -13,6 +13,7 @@
 static const int GLOBAL_NORM_BLOCKS = 1024;
 static const int GLOBAL_NORM_BLOCK = 512;
 
+// partials (gridDim.x) fp64, x (n)
 __global__ void global_norm_squared_kernel(double* partials, const float* x, size_t n) {
     double acc = 0.0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -24,6 +25,7 @@ __global__ void global_norm_squared_kernel(double* partials, const float* x, siz
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+// out (1) fp64, partials (count)
 __global__ void global_norm_finish_kernel(double* out, const double* partials, int count) {
     double acc = 0.0;
     for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
@@ -42,6 +44,7 @@ static inline void global_norm_squared(double* out,       // (1)
     KERNEL_CHECK();
 }
 
+// x (n) *= coef
 __global__ void global_norm_clip_kernel(float* x, size_t n, float coef) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] *= coef;

@@ -86,6 +86,7 @@ static inline void muon_workspace_reserve(MuonWorkspace* ws, int rows, int cols,
 // ----------------------------------------------------------------------------
 // kernels
 
+// u (batch, rows*cols) fp32; M, G: batch matrices of rc elements at batch_stride
 __global__ void muon_momentum_kernel(float* u, float* M, const float* G, size_t rc, int batch, size_t batch_stride,
                                      float beta, int nesterov) {
     size_t total = rc * batch;
@@ -100,7 +101,7 @@ __global__ void muon_momentum_kernel(float* u, float* M, const float* G, size_t 
     }
 }
 
-// U (batch, rows, cols) -> u (batch) for each matrix, in fixed-order fp64 partials.
+// Sum of squares of each matrix of u (batch, rc), as fixed-order fp64 partials (batch, gridDim.x).
 __global__ void muon_frobenius_norm_kernel(double* partials, const float* u, size_t rc) {
     int l = blockIdx.y;
     size_t chunk = (rc + gridDim.x - 1) / gridDim.x;
@@ -112,6 +113,7 @@ __global__ void muon_frobenius_norm_kernel(double* partials, const float* u, siz
     if (threadIdx.x == 0) partials[(size_t)l * gridDim.x + blockIdx.x] = acc;
 }
 
+// norms (batch), partials (batch, chunks)
 __global__ void muon_frobenius_norm_finish_kernel(float* norms, const double* partials, int chunks) {
     int l = blockIdx.x;
     double acc = 0.0;
@@ -133,8 +135,8 @@ static inline void muon_frobenius_norm(float* norms, double* partials, const flo
     KERNEL_CHECK();
 }
 
-// x (batch, m, n) bf16 = U / norm, transposed to (cols, rows) when TALL. One 32x32 tile per block,
-// staged in shared memory so both the read and the write are coalesced.
+// x (batch, m, n) bf16 = u (batch, rows, cols) / norms (batch), transposed to (cols, rows) when
+// TALL. One 32x32 tile per block, staged in shared memory so the read and the write are coalesced.
 template <bool TALL>
 __global__ void muon_normalize_kernel(bf16* x, const float* u, const float* norms, int rows, int cols) {
     __shared__ float tile[MUON_TILE][MUON_TILE + 1];
@@ -159,6 +161,7 @@ __global__ void muon_normalize_kernel(bf16* x, const float* u, const float* norm
 }
 
 // W <- W*decay - step*X (X read transposed when TALL); W_bf16 gets the rounded result.
+// W, W_bf16: batch matrices (rows, cols) at batch_stride; x (batch, m, n) bf16
 template <bool TALL>
 __global__ void muon_apply_kernel(float* W, bf16* W_bf16, const bf16* x, int rows, int cols, size_t batch_stride,
                                   float decay, float step) {

@@ -19,6 +19,7 @@
 static const int RMSNORM_WARPS = 8;          // rows per block in the row-wise kernels
 static const int RMSNORM_DW_ROWS = 32;       // threads along the rows in the dweight kernel
 
+// out (N, C) bf16, rstd (N), inp (N, C), weight (C); one warp per row
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const float* inp, const float* weight, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -43,6 +44,7 @@ static inline void rmsnorm_forward(bf16* out,            // (N, C)
 }
 
 // With y = x * r and g = weight * dout:  dx = r * (g - y * mean(g * y)).
+// dinp (N, C) +=, dinp_bf16 (N, C) or NULL, dout (N, C), inp (N, C), weight (C), rstd (N); one warp per row
 __global__ void rmsnorm_backward_kernel(float* dinp, bf16* dinp_bf16, const bf16* dout, const float* inp,
                                         const float* weight, const float* rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -63,6 +65,7 @@ __global__ void rmsnorm_backward_kernel(float* dinp, bf16* dinp_bf16, const bf16
 }
 
 // dweight[c] += sum_n dout[n, c] * x[n, c] * rstd[n]; block (32 columns, RMSNORM_DW_ROWS rows).
+// dweight (C) +=, dout (N, C), inp (N, C), rstd (N)
 __global__ void rmsnorm_backward_dweight_kernel(float* dweight, const bf16* dout, const float* inp,
                                                 const float* rstd, int N, int C) {
     __shared__ float part[RMSNORM_DW_ROWS][33];

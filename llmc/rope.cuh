@@ -25,6 +25,7 @@ template <>
 __device__ __forceinline__ bf16 rope_cast<bf16>(float x) { return __float2bfloat16(x); }
 
 // One thread per (token, q-or-k head, pair); sign = +1 forward, -1 backward (rope_rotate).
+// out, inp (N, (NH + 2*NKV) * HS), cos_table, sin_table (T, HS/2)
 template <typename Tio>
 __global__ void rope_rotate_kernel(Tio* out, const Tio* inp, const float* cos_table, const float* sin_table,
                                     int N, int T, int NH, int NKV, int HS, float sign) {
@@ -46,6 +47,7 @@ __global__ void rope_rotate_kernel(Tio* out, const Tio* inp, const float* cos_ta
     }
 }
 
+// out, inp (N, (NH + 2*NKV) * HS): the v heads
 template <typename Tio>
 __global__ void rope_copy_v_kernel(Tio* out, const Tio* inp, int N, int NH, int NKV, int HS) {
     size_t width = (size_t)NKV * HS, row = (size_t)(NH + 2 * NKV) * HS, v0 = (size_t)(NH + NKV) * HS;

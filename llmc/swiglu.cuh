@@ -14,6 +14,7 @@ static const int SWIGLU_BLOCK = 256;
 __device__ __forceinline__ float swiglu_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
 // VEC elements per thread step (8: one Packed128, 1: scalar).
+// out (N, FF), inp (N, 2*FF)
 template <int VEC>
 __global__ void swiglu_forward_kernel(bf16* out, const bf16* inp, int N, int FF) {
     size_t total = (size_t)N * FF / VEC;
@@ -54,6 +55,7 @@ static inline void swiglu_forward(bf16* out,        // (N, FF)
 }
 
 // d silu(g)/dg = sig * (1 + g * (1 - sig)).
+// dinp (N, 2*FF) =, dout (N, FF), inp (N, 2*FF)
 template <int VEC>
 __global__ void swiglu_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, int N, int FF) {
     size_t total = (size_t)N * FF / VEC;

@@ -1,10 +1,13 @@
 // dev/cuda/attention.cu — llmc/attention.cuh (cuBLASLt batched GEMMs + causal softmax with saved
 // lse, GQA) against attention_forward_cpu / attention_backward_cpu (llmc/attention.h), then a
 // benchmark.
-// Tolerances (max |got - ref| / max |ref|):
-//   out (bf16)   2e-2  (bf16 probabilities times bf16 v, one more rounding of the output)
-//   lse (fp32)   1e-4  (fp32 scores of exact bf16 products; softmax sums in fp32, CPU in double)
-//   dqkv (bf16)  3e-2  (bf16 P and dS, dP - D cancels; the worst of dq, dk, dv)
+// Tolerances (max |got - ref| / max |ref|), with what a CPU emulation of these exact roundings
+// measured on the shapes below:
+//   out (bf16)   1e-2    (bf16 probabilities times bf16 v, one more rounding; measured <= 4.1e-3)
+//   lse (fp32)   1e-4    (fp32 scores of exact bf16 products; fp32 softmax sums, the CPU's in
+//                         double; measured <= 1.2e-7)
+//   dqkv (bf16)  1.5e-2  (bf16 P and dS, dP - D cancels; each of dq, dk, dv against its own
+//                         scale; measured <= 5.1e-3)
 // The backward is checked on its own: both sides get the CPU forward's out (rounded to bf16, as
 // the GPU stores it) and lse, and the same bf16 qkv and dout.
 // Shapes: tiny (GQA NH=4, NKV=2), d12 and llama600m heads at their real T with B=1 (the fp32
@@ -17,9 +20,9 @@
 #include "../../llmc/attention.h"
 #include "../../llmc/attention.cuh"
 
-static const double TOL_OUT = 2e-2;
+static const double TOL_OUT = 1e-2;
 static const double TOL_LSE = 1e-4;
-static const double TOL_DQKV = 3e-2;
+static const double TOL_DQKV = 1.5e-2;
 
 static bool validate(const char* tag, int B, int T, int NH, int NKV, int HS, uint64_t seed) {
     std::string t = tag;
