@@ -51,7 +51,7 @@ test: deps
 MPIRUN_ROOT := $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
 demo: deps
 	@$(MAKE) --no-print-directory train_llama_cpu
-	OMP_NUM_THREADS=1 mpirun $(MPIRUN_ROOT) --oversubscribe -np 2 ./train_llama_cpu -e tiny -b 4 -t 256 -x 80 \
+	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive mpirun $(MPIRUN_ROOT) --oversubscribe -np 2 ./train_llama_cpu -e tiny -b 4 -t 256 -x 80 \
 	    -l 2e-3 -u 5 -c geofp8 --geofp8-profile-steps 20 --geofp8-refresh 10 --fidelity-every 10 \
 	    -v 20 -m 4 -s 80 -g 48 -o out/demo
 

@@ -4,6 +4,8 @@
 # "N passed, N failed, N skipped". Exit status 1 if any check failed or any program crashed.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# idle OpenMP threads sleep instead of spinning: tests run several ranks on 2 cores
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 log=$(mktemp)
 crashed=0
 run() {
