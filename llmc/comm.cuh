@@ -203,6 +203,26 @@ static inline int comm_gpu_read_id_file(const char* path, const std::string& tag
     return 0;
 }
 
+// Rank 0's side: `tag` and the id in hex, written to a temporary name, flushed to disk and renamed
+// onto `path`, so that a reader never sees half a file. Exits with one error line on failure.
+static inline void comm_gpu_write_id_file(const char* path, const std::string& tag, const ncclUniqueId* id) {
+    std::string tmp = std::string(path) + ".tmp." + std::to_string((long)getpid());
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f) {
+        fprintf(stderr, "error: rank 0 cannot write the NCCL id file '%s': %s (is its directory there and writable?)\n", tmp.c_str(),
+                strerror(errno));
+        exit(1);
+    }
+    std::string body = tag + "\n" + comm_gpu_hex(reinterpret_cast<const unsigned char*>(id), sizeof(*id)) + "\n";
+    bool ok = fwrite(body.data(), 1, body.size(), f) == body.size();
+    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp.c_str(), path) != 0) {
+        fprintf(stderr, "error: rank 0 cannot write the NCCL id file '%s': %s\n", path, strerror(errno));
+        exit(1);
+    }
+}
+
 // srun launch without MPI. id_path: a file on a file system every node sees (NULL or "": take
 // $TRAIN_LLAMA_NCCL_ID_FILE). Rank 0 writes the id to a temporary name and renames it (readers
 // never see half a file), the others poll until the file names this launch; rank 0 removes it
@@ -230,21 +250,7 @@ static inline void comm_gpu_init_slurm_file(CommGridGPU* g, const char* id_path,
     ncclUniqueId id;
     if (g->rank == 0) {
         NCCL_CHECK(ncclGetUniqueId(&id));
-        std::string tmp = path + ".tmp." + std::to_string((long)getpid());
-        FILE* f = fopen(tmp.c_str(), "w");
-        if (!f) {
-            fprintf(stderr, "error: rank 0 cannot write the NCCL id file '%s': %s (is its directory there and writable?)\n", tmp.c_str(),
-                    strerror(errno));
-            exit(1);
-        }
-        std::string body = tag + "\n" + comm_gpu_hex(reinterpret_cast<const unsigned char*>(&id), sizeof(id)) + "\n";
-        bool ok = fwrite(body.data(), 1, body.size(), f) == body.size();
-        ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-        ok &= fclose(f) == 0;
-        if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-            fprintf(stderr, "error: rank 0 cannot write the NCCL id file '%s': %s\n", path.c_str(), strerror(errno));
-            exit(1);
-        }
+        comm_gpu_write_id_file(path.c_str(), tag, &id);
     } else {
         double timeout = COMM_GPU_ID_TIMEOUT_S;
         const char* t = getenv(COMM_GPU_ID_TIMEOUT_ENV);

@@ -1040,6 +1040,10 @@ static inline void geofp8_kfac_unwhiten(GeoFP8Device* g, float* Gt, int d_out, i
 // the trainer, llama_units(): unit indices then match the CPU engine's). block_mode: fp8block.
 static inline void geofp8_device_init(GeoFP8Device* g, const std::vector<size_t>& offset, const std::vector<size_t>& size,
                                       size_t num_params, int world_size, int rank, int block_mode, int twophase) {
+    if (block_mode && twophase) {  // gradcomm_init refuses it too: per-block scales are synchronized
+        fprintf(stderr, "geofp8_device_init: fp8block works with the native reduction only\n");
+        exit(1);
+    }
     *g = GeoFP8Device();  // value-initialized: every pointer NULL, every count 0
     CUBLAS_CHECK(cublasCreate(&g->blas));
     CUBLAS_CHECK(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH));  // fp32 / fp64 as asked: no TF32
@@ -1061,7 +1065,7 @@ static inline void geofp8_device_init(GeoFP8Device* g, const std::vector<size_t>
     g->exps = cuda_malloc<int>(g->num_groups);
     g->skip = cuda_malloc<float>(1);
     CUDA_CHECK(cudaMemset(g->skip, 0, sizeof(float)));
-    g->counts = cuda_malloc<unsigned long long>(4 * (size_t)U);
+    g->counts = cuda_malloc<unsigned long long>(4 * (size_t)std::max(U, 1));
     CUDA_CHECK(cudaMemset(g->counts, 0, 4 * (size_t)std::max(U, 1) * sizeof(unsigned long long)));
     g->residual_table = cuda_malloc<float*>(U);
     CUDA_CHECK(cudaMemset(g->residual_table, 0, (size_t)std::max(U, 1) * sizeof(float*)));
@@ -1121,16 +1125,16 @@ static inline int geofp8_device_add_unit(GeoFP8Device* g, int unit, int d_out, i
     gu.residual = cuda_malloc<float>(n);
     CUDA_CHECK(cudaMemset(gu.residual, 0, n * sizeof(float)));
     if (kfac) {
-        const size_t ai = (size_t)d_in * d_in, go = (size_t)d_out * d_out;
-        gu.A = cuda_malloc<float>(ai);
-        gu.Gs = cuda_malloc<float>(go);
-        gu.LA = cuda_malloc<float>(ai);
-        gu.LG = cuda_malloc<float>(go);
-        gu.LA_next = cuda_malloc<float>(ai);
-        gu.LG_next = cuda_malloc<float>(go);
-        geofp8_identity_kernel<<<cuda_grid_for(ai, 256), 256>>>(gu.LA, d_in);
+        const size_t nin = (size_t)d_in * d_in, nout = (size_t)d_out * d_out;
+        gu.A = cuda_malloc<float>(nin);
+        gu.Gs = cuda_malloc<float>(nout);
+        gu.LA = cuda_malloc<float>(nin);
+        gu.LG = cuda_malloc<float>(nout);
+        gu.LA_next = cuda_malloc<float>(nin);
+        gu.LG_next = cuda_malloc<float>(nout);
+        geofp8_identity_kernel<<<cuda_grid_for(nin, 256), 256>>>(gu.LA, d_in);
         KERNEL_CHECK();
-        geofp8_identity_kernel<<<cuda_grid_for(go, 256), 256>>>(gu.LG, d_out);
+        geofp8_identity_kernel<<<cuda_grid_for(nout, 256), 256>>>(gu.LG, d_out);
         KERNEL_CHECK();
         const int dmax = std::max(d_in, d_out);
         geofp8_reserve(&g->dwork, &g->cap_dwork, (size_t)dmax * dmax);

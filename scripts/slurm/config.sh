@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# config.sh — the one place to adapt the paper's runs to a cluster. Every script in scripts/slurm/
+# sources it; each setting can also be overridden from the environment (FOO=... sbatch ...).
+#
+# The paper ran on TACC Vista: one GH200 (96 GB) per node, InfiniBand between nodes, 32 GPUs for
+# the pretraining runs and 8..64 GPUs for the scaling study (Figure 5). The defaults below follow
+# that shape; for 8-GPU nodes (DGX H100/H200) set GPUS_PER_NODE=8.
+
+# --- Slurm -----------------------------------------------------------------------------------
+: "${SLURM_ACCOUNT_NAME:=CHANGE_ME}"     # sbatch -A: your allocation / project
+: "${SLURM_PARTITION:=gh}"               # sbatch -p: the GPU partition (Vista: gh)
+: "${SLURM_CPU_PARTITION:=gg}"           # sbatch -p for the CPU-only data preparation (Vista: gg)
+: "${SLURM_QOS:=}"                       # sbatch -q, if your site needs one (empty: none)
+: "${GPUS_PER_NODE:=1}"                  # GPUs (= training tasks) per node; Vista 1, DGX 8
+: "${CPUS_PER_TASK:=16}"                 # CPU cores per training task (data loading, OpenMP)
+: "${GPU_TYPE:=}"                        # a GRES type, e.g. h100 for --gpus-per-node=h100:8 (empty: any)
+: "${TIME_PRETRAIN:=48:00:00}"           # one pretraining run; runs are requeue-safe (-y 1), so a
+                                         # shorter limit only means more requeues
+: "${TIME_PROFILE:=02:00:00}"            # the 100-step layer-selection run
+: "${TIME_SCALING:=01:00:00}"            # one short step-time run of the scaling sweep
+: "${TIME_DATA:=12:00:00}"               # OpenWebText tokenization
+
+# --- where things live (a file system every node sees: not /tmp, not node-local scratch) ------
+: "${REPO_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"  # this checkout, with ./train_llama built
+: "${SHARED_ROOT:=${SCRATCH:-$HOME}/train_llama}"
+: "${DATA_DIR:=$SHARED_ROOT/data/openwebtext}"   # token shards from scripts/prepare_openwebtext.sh
+: "${OUT_ROOT:=$SHARED_ROOT/runs}"               # one directory per run (-o): logs, metrics.jsonl, checkpoints
+: "${HF_HOME:=$SHARED_ROOT/hf_cache}"            # Hugging Face download cache of the raw dataset
+export HF_HOME
+TRAIN_GLOB="$DATA_DIR/openwebtext_train_*.bin"
+VAL_GLOB="$DATA_DIR/openwebtext_val_*.bin"
+
+# --- launch ----------------------------------------------------------------------------------
+# srun starts one task per GPU. SRUN_MPI=none: the trainer reads SLURM_PROCID / SLURM_NTASKS /
+# SLURM_LOCALID and exchanges the NCCL id through a file in the run directory
+# ($TRAIN_LLAMA_NCCL_ID_FILE, llmc/comm.cuh). SRUN_MPI=pmix (or pmi2): an MPI launch, for a
+# binary built with the MPI flags.
+: "${SRUN_MPI:=none}"
+: "${SRUN_EXTRA:=--cpu-bind=cores}"      # more srun flags (e.g. --gpu-bind=closest on multi-GPU nodes)
+: "${TRAIN_LLAMA_NCCL_ID_TIMEOUT:=600}"  # seconds the other ranks wait for rank 0's id file
+export TRAIN_LLAMA_NCCL_ID_TIMEOUT
+
+# Modules or a container, if your site uses them (uncomment / adapt):
+# module load cuda/13.0 nccl/2.28 openmpi
+# export LD_LIBRARY_PATH=/opt/nccl/lib:$LD_LIBRARY_PATH
+
+# --- NCCL over InfiniBand (check the first run with NCCL_DEBUG=INFO: the log must show
+#     "NET/IB" with "GDRDMA" between nodes, not "NET/Socket") ---------------------------------
+export NCCL_IB_HCA="${NCCL_IB_HCA:-mlx5}"                # HCAs NCCL may use (prefix match; `ibv_devices` lists them)
+export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-ib0}"   # interface for NCCL's bootstrap / socket traffic (`ip -br a`)
+export NCCL_NET_GDR_LEVEL="${NCCL_NET_GDR_LEVEL:-PHB}"   # GPUDirect RDMA when GPU and NIC share a host bridge or closer
+export NCCL_IB_TIMEOUT="${NCCL_IB_TIMEOUT:-22}"          # IB verbs timeout exponent: tolerate a congested fabric
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"                  # INFO: topology, rings and transports at startup
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$CPUS_PER_TASK}"
+
+# --- the paper's recipe (DESIGN §4): global batch 512 sequences, micro-batch 4, Muon, lr 5e-4
+#     cosine to 5e-5, 32 GPUs. Steps: the paper does not say; we train one epoch of OpenWebText
+#     (-x -1: the trainer derives the step count from the shard sizes, about 9e9 GPT-2 tokens,
+#     i.e. ~4.3k steps for llama300m and ~8.6k for llama600m). ---------------------------------
+PAPER_GPUS=32
+PAPER_GLOBAL_BATCH=512       # sequences per optimizer step
+PAPER_MICRO_BATCH=4
+PAPER_LR=5e-4
+PAPER_FINAL_LR_FRAC=0.1      # 5e-5 / 5e-4
+: "${CHECKPOINT_EVERY:=250}" # -n; each checkpoint is the model plus one state file per rank
+: "${KEEP_CHECKPOINTS:=2}"   # -nk: keep the newest two complete checkpoints
+: "${VAL_EVERY:=250}"        # -v
+: "${VAL_BATCHES:=20}"       # -m
+: "${SEED:=1337}"
+: "${GEOFP8_RANK:=32}"       # --geofp8-rank (the paper's operating point)
+: "${GEOFP8_REFRESH:=50}"    # --geofp8-refresh (the paper refreshes every 50 steps)
+: "${GEOFP8_PROFILE_STEPS:=100}"
+
+# The sequence length of a model preset (the paper: 4096 for 300M, 2048 for 600M).
+model_seq_len() {
+    case "$1" in
+        llama300m) echo 4096 ;;
+        llama600m) echo 2048 ;;
+        tiny) echo 256 ;;
+        d12) echo 1024 ;;
+        *) echo "error: unknown MODEL '$1' (expected llama300m or llama600m)" >&2; return 1 ;;
+    esac
+}
+
+# Where the profiling run of a model writes its selected layers.
+layers_file() { echo "$OUT_ROOT/$1_profile/geofp8_layers.txt"; }
+
+# sbatch resource flags for a job on NGPUS GPUs with time limit TIME.
+sbatch_resources() {
+    local ngpus=$1 time=$2
+    if (( ngpus % GPUS_PER_NODE != 0 )); then
+        echo "error: $ngpus GPUs is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE" >&2
+        return 1
+    fi
+    local gres=$GPUS_PER_NODE
+    [[ -n "$GPU_TYPE" ]] && gres="$GPU_TYPE:$GPUS_PER_NODE"
+    local args=(-A "$SLURM_ACCOUNT_NAME" -p "$SLURM_PARTITION" -N $((ngpus / GPUS_PER_NODE))
+                --ntasks-per-node="$GPUS_PER_NODE" --gpus-per-node="$gres" --cpus-per-task="$CPUS_PER_TASK" -t "$time")
+    [[ -n "$SLURM_QOS" ]] && args+=(-q "$SLURM_QOS")
+    echo "${args[@]}"
+}
+
+# sbatch, or with DRY_RUN=1 only print the command (and a fake job id for dependencies).
+submit() {
+    if [[ "${DRY_RUN:-0}" == 1 ]]; then
+        echo "sbatch $*" >&2
+        echo "$((RANDOM + 100000))"
+    else
+        sbatch --parsable "$@"
+    fi
+}
+
+# Runs ./train_llama on every task of the allocation with -o RUN_DIR and the given flags.
+run_train_llama() {
+    local run_dir=$1
+    shift
+    mkdir -p "$run_dir"
+    export TRAIN_LLAMA_NCCL_ID_FILE="$run_dir/nccl_id"
+    cd "$REPO_DIR"
+    if [[ ! -x ./train_llama ]]; then
+        echo "error: $REPO_DIR/train_llama is missing; build it first (make train_llama)" >&2
+        return 1
+    fi
+    echo "run: srun ./train_llama -o $run_dir $* (tasks $SLURM_NTASKS, nodes $SLURM_JOB_NUM_NODES)"
+    # shellcheck disable=SC2086
+    srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --ntasks="$SLURM_NTASKS" --ntasks-per-node="$GPUS_PER_NODE" $SRUN_EXTRA \
+        ./train_llama -o "$run_dir" "$@"
+}
