@@ -615,7 +615,7 @@ int main(int argc, char** argv) {
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
             llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
         }
-        bool want_ckpt = !tc.output_dir.empty() && !fresh && step > 0 &&
+        bool want_ckpt = !tc.output_dir.empty() && !fresh && step > 0 && tc.checkpoint_every >= 0 &&
                          ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last);
         if (want_ckpt) {
             if (grid.rank == 0) checkpoint_write_model(checkpoint_model_path(tc.output_dir, step), &lc, model.params, step);

@@ -35,7 +35,7 @@ typedef struct {
     std::string schedule;      // -k  cosine | linear | constant
     float weight_decay;        // --wd
     float grad_clip;           // --clip (global norm; 0 = off)
-    int checkpoint_every;      // -n  (0 = only at the end when -o is set)
+    int checkpoint_every;      // -n  (0 = only at the end when -o is set, -1 = never)
     int resume;                // -y  1 = resume from the newest complete checkpoint in -o
     int keep_checkpoints;      // -nk keep the newest K checkpoints (0 = keep all)
     int val_every;             // -v  (0 = off)
@@ -126,7 +126,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-k", "--schedule", OPT_STR, schedule, 0, 0, "cosine,linear,constant", "learning-rate schedule"),
     TOPT(NULL, "--wd", OPT_FLOAT, weight_decay, 0, 10, NULL, "weight decay (not on norms)"),
     TOPT(NULL, "--clip", OPT_FLOAT, grad_clip, 0, 1e30, NULL, "global gradient-norm clip (0 = off)"),
-    TOPT("-n", "--checkpoint-every", OPT_INT, checkpoint_every, 0, INT_MAX, NULL, "checkpoint every N steps (0 = at the end)"),
+    TOPT("-n", "--checkpoint-every", OPT_INT, checkpoint_every, -1, INT_MAX, NULL, "checkpoint every N steps (0 = only at the end, -1 = never)"),
     TOPT("-y", "--resume", OPT_INT, resume, 0, 1, NULL, "1 = resume from the newest complete checkpoint in -o"),
     TOPT("-nk", "--keep-checkpoints", OPT_INT, keep_checkpoints, 0, INT_MAX, NULL, "keep the newest K checkpoints (0 = all)"),
     TOPT("-v", "--val-every", OPT_INT, val_every, 0, INT_MAX, NULL, "val loss every N steps (0 = off)"),

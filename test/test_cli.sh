@@ -141,4 +141,9 @@ else
     fail resume_bitwise_weights_and_state "straight run failed: $(tail -3 "$TMP/straight.out")"
 fi
 
+# -n -1: logs but never a checkpoint
+timeout 120 "$BIN" "${FAST[@]}" -x 2 -n -1 -o "$TMP/nockpt" >/dev/null 2>&1
+if [ -s "$TMP/nockpt/main.log" ] && ! ls "$TMP/nockpt" | grep -q '^model_'; then pass checkpoint_never_with_n_minus_1
+else fail checkpoint_never_with_n_minus_1 "$(ls "$TMP/nockpt")"; fi
+
 [ "$failures" -eq 0 ]
