@@ -155,6 +155,20 @@ static void llama_model_free(LlamaModel* m) {
     for (float* b : bufs) free(b);
 }
 
+// One layer's slices of the activations, for a forward of N = B*T tokens.
+typedef struct {
+    float *x, *ln1, *ln1_rstd, *qkv, *atty, *lse, *mid, *ln2, *ln2_rstd, *fc1, *sw;
+} LayerActs;
+
+static LayerActs llama_layer_acts(LlamaModel* m, int l, int N) {
+    const LlamaConfig* c = &m->config;
+    size_t n = (size_t)N, C = c->C, FF = c->FF, QKV = llama_qkv_channels(c), HSNH = (size_t)llama_head_size(c) * c->NH;
+    Activations* a = &m->acts;
+    return LayerActs{a->residual + l * n * C, a->ln1 + l * n * C, a->ln1_rstd + l * n, a->qkv + l * n * QKV,
+                     a->atty + l * n * HSNH, a->lse + l * n * c->NH, a->res_mid + l * n * C, a->ln2 + l * n * C,
+                     a->ln2_rstd + l * n, a->fc1 + l * n * 2 * FF, a->sw + l * n * FF};
+}
+
 // ----------------------------------------------------------------------------
 // forward: tokens (B, T) -> logits (B, T, Vp)
 
@@ -167,17 +181,9 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
 
     encoder_forward_cpu(a->residual, tokens, p.wte, N, C);
     for (int l = 0; l < L; l++) {
-        float* x = a->residual + (size_t)l * N * C;
-        float* ln1 = a->ln1 + (size_t)l * N * C;
-        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
-        float* qkv = a->qkv + (size_t)l * N * QKV;
-        float* atty = a->atty + (size_t)l * N * HSNH;
-        float* lse = a->lse + (size_t)l * N * NH;
-        float* mid = a->res_mid + (size_t)l * N * C;
-        float* ln2 = a->ln2 + (size_t)l * N * C;
-        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
-        float* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
-        float* sw = a->sw + (size_t)l * N * FF;
+        LayerActs la = llama_layer_acts(m, l, N);
+        float *x = la.x, *ln1 = la.ln1, *ln1_rstd = la.ln1_rstd, *qkv = la.qkv, *atty = la.atty, *lse = la.lse;
+        float *mid = la.mid, *ln2 = la.ln2, *ln2_rstd = la.ln2_rstd, *fc1 = la.fc1, *sw = la.sw;
         float* out = a->residual + (size_t)(l + 1) * N * C;
 
         // attention half: x + proj(attn(rope(qkv(rmsnorm(x)))))
@@ -202,13 +208,13 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
 // of geofp8 / kfac); the forward keeps every layer's activations, so this runs after it.
 static void llama_observe_inputs(LlamaModel* m, GradComm* gc, int B, int T) {
     const LlamaConfig* c = &m->config;
-    int N = B * T, C = c->C, FF = c->FF, HSNH = llama_head_size(c) * c->NH;
-    const Activations* a = &m->acts;
+    int N = B * T;
     for (int l = 0; l < c->L; l++) {
-        gradcomm_observe_input(gc, llama_unit_index(c, T_QKVW, l), a->ln1 + (size_t)l * N * C, N);
-        gradcomm_observe_input(gc, llama_unit_index(c, T_PROJW, l), a->atty + (size_t)l * N * HSNH, N);
-        gradcomm_observe_input(gc, llama_unit_index(c, T_FC1W, l), a->ln2 + (size_t)l * N * C, N);
-        gradcomm_observe_input(gc, llama_unit_index(c, T_FC2W, l), a->sw + (size_t)l * N * FF, N);
+        LayerActs la = llama_layer_acts(m, l, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_QKVW, l), la.ln1, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_PROJW, l), la.atty, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_FC1W, l), la.ln2, N);
+        gradcomm_observe_input(gc, llama_unit_index(c, T_FC2W, l), la.sw, N);
     }
 }
 
@@ -240,17 +246,9 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
     rmsnorm_backward_cpu(a->dres, g.lnfw, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        float* x = a->residual + (size_t)l * N * C;
-        float* ln1 = a->ln1 + (size_t)l * N * C;
-        float* ln1_rstd = a->ln1_rstd + (size_t)l * N;
-        float* qkv = a->qkv + (size_t)l * N * QKV;
-        float* atty = a->atty + (size_t)l * N * HSNH;
-        float* lse = a->lse + (size_t)l * N * NH;
-        float* mid = a->res_mid + (size_t)l * N * C;
-        float* ln2 = a->ln2 + (size_t)l * N * C;
-        float* ln2_rstd = a->ln2_rstd + (size_t)l * N;
-        float* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
-        float* sw = a->sw + (size_t)l * N * FF;
+        LayerActs la = llama_layer_acts(m, l, N);
+        float *x = la.x, *ln1 = la.ln1, *ln1_rstd = la.ln1_rstd, *qkv = la.qkv, *atty = la.atty, *lse = la.lse;
+        float *mid = la.mid, *ln2 = la.ln2, *ln2_rstd = la.ln2_rstd, *fc1 = la.fc1, *sw = la.sw;
 
         bool kfac = gc && gradcomm_wants_output_grads(gc);
         // MLP half; dres holds d(out) and, after rmsnorm_backward adds into it, d(mid)
