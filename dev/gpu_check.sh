@@ -28,10 +28,11 @@ export LD_LIBRARY_PATH="$PWD/out/gpu_libs:/usr/local/cuda/lib64:${LD_LIBRARY_PAT
 # the loss comparison: same data, seed and schedule on both engines
 TINY_FLAGS=(-e tiny -b 4 -t 256 -x 50 -v 0 -l 2e-3 -u 5 --seed 1337)
 # bf16 vs fp32 tolerance on the per-step train loss: |gpu - cpu| / cpu at every step, and the
-# mean of it over the 50 steps. bf16 activations move the loss by ~1e-3 at step 1; the
-# trajectories then drift apart slowly (Muon's bf16 Newton–Schulz differs by ~1e-2 per update).
-LOSS_TOL_MAX=3e-2
-LOSS_TOL_MEAN=1e-2
+# mean of it over the 50 steps. A CPU emulation of this engine's bf16 rounding points against the
+# fp32 engine on exactly this run measured at most 8.5e-5 (mean 3.3e-5): a GPU's other
+# accumulation orders add rounding noise of the same size, a real defect moves the loss by far more.
+LOSS_TOL_MAX=5e-3
+LOSS_TOL_MEAN=1e-3
 BENCH_STEPS=8
 
 cpu_reference() {
