@@ -48,6 +48,7 @@ Usage: ./train_llama_cpu [flags]           (--help lists them; README.md explain
 #include "llmc/tokenizer.h"
 #include "llmc/checkpoint.h"
 #include "llmc/logger.h"
+#include "llmc/run.h"
 #include "llmc/comm.h"
 #include "llmc/gradcomm.h"
 
@@ -402,19 +403,6 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
 // ----------------------------------------------------------------------------
 // sampling: B=1 forward over the last window, multinomial over the V real tokens
 
-static int sample_token(const float* logits, int V, double coin) {
-    float maxv = logits[0];
-    for (int i = 1; i < V; i++) maxv = std::max(maxv, logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - maxv);
-    double target = coin * sum, acc = 0.0;
-    for (int i = 0; i < V; i++) {
-        acc += exp((double)logits[i] - maxv);
-        if (acc > target) return i;
-    }
-    return V - 1;
-}
-
 static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, int T, unsigned long long seed) {
     const LlamaConfig* c = &m->config;
     Rng rng;
@@ -425,7 +413,7 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
         int len = std::min((int)seq.size(), T);
         const int* window = seq.data() + seq.size() - len;
         llama_forward(m, window, 1, len);
-        int next = sample_token(m->acts.logits + (size_t)(len - 1) * c->Vp, c->V, rand_uniform(&rng));
+        int next = run_sample_token(m->acts.logits + (size_t)(len - 1) * c->Vp, c->V, rand_uniform(&rng));
         seq.push_back(next);
         if (tok->ok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)next)); else printf("%d ", next);
         fflush(stdout);
@@ -438,47 +426,16 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
 
 #ifndef TRAIN_LLAMA_NO_MAIN
 
-static std::string format_duration(double s) {
-    char b[64];
-    if (!std::isfinite(s) || s < 0) return "?";
-    int t = (int)s;
-    if (t >= 3600) snprintf(b, sizeof(b), "%dh%02dm", t / 3600, (t / 60) % 60);
-    else if (t >= 60) snprintf(b, sizeof(b), "%dm%02ds", t / 60, t % 60);
-    else snprintf(b, sizeof(b), "%ds", t);
-    return b;
-}
-
-static void print_table_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
-
-static void dataloader_next_fn(void* ctx, const int** inputs, const int** targets) {
-    DataLoader* l = (DataLoader*)ctx;
-    dataloader_next_batch(l);
-    *inputs = l->inputs;
-    *targets = l->targets;
-}
-
-static double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 int main(int argc, char** argv) {
     CommGrid grid;
     comm_init(&grid, &argc, &argv);
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
 
-    // model config: a preset or a checkpoint file
+    // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;
-    bool from_file = !llama_preset(tc.model.c_str(), &lc);
-    if (from_file) checkpoint_read_model_header(tc.model.c_str(), "-e", &lc, NULL);
-    if (tc.T == 0) tc.T = lc.T;
-    if (tc.T > lc.T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc.T, tc.T);
-    long long tokens_per_micro = (long long)tc.B * tc.T * grid.world_size;
-    if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
-    if (tc.total_batch % tokens_per_micro != 0)
-        user_error("-d: expected a multiple of B*T*ranks = %d*%d*%d = %lld tokens, found %lld",
-                   tc.B, tc.T, grid.world_size, tokens_per_micro, tc.total_batch);
-    int accum_steps = (int)(tc.total_batch / tokens_per_micro);
+    bool from_file = false;
+    int accum_steps = run_resolve_config(&tc, &lc, grid.world_size, &from_file);
     MuonPreset preset = MUON_MOONLIGHT;
     muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
     MuonConfig mc = muon_config(preset);
@@ -490,46 +447,16 @@ int main(int argc, char** argv) {
     dataloader_init(&train_loader, tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
     bool do_val = tc.val_every > 0;
     if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
-    if (tc.steps == -1) tc.steps = (int)std::max(1LL, (long long)(train_loader.total_tokens / tc.total_batch));
-    if (tc.warmup == -1) tc.warmup = tc.steps / 100;
+    run_resolve_steps(&tc, &train_loader);
 
     // resume point (validated before anything is written)
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
-    std::string settings = train_config_settings(&tc, llama_config_string(&lc), grid.world_size) +
-                           "train_files=" + dataloader_fingerprint(&train_loader) + "\n" +
-                           "val_files=" + (do_val ? dataloader_fingerprint(&val_loader) : std::string("off")) + "\n";
+    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL);
     comm_check_same_settings(&grid, settings);
     GradComm gc;
     gradcomm_init(&gc, &tc, &lc, &grid);
-    int start_step = 0;
     CheckpointState resume_state;
-    if (tc.resume) {
-        std::vector<int> done = checkpoint_complete_steps(tc.output_dir);
-        if (done.empty() && checkpoint_any_files(tc.output_dir))
-            user_error("-y: '%s' holds checkpoint files but no DONE_* marker: every checkpoint there is incomplete "
-                       "(hint: remove the directory or pass a new -o to start fresh)", tc.output_dir.c_str());
-        if (done.empty() && grid.rank == 0) printf("-y 1: no checkpoint in %s yet, starting from step 0\n", tc.output_dir.c_str());
-        if (!done.empty()) {
-            start_step = done.back();
-            std::string mpath = checkpoint_model_path(tc.output_dir, start_step);
-            LlamaConfig ck;
-            checkpoint_read_model_header(mpath.c_str(), "-y", &ck, NULL);
-            if (!llama_config_equal(&ck, &lc))
-                user_error("-y: checkpoint '%s' has model %s, but this run asks for %s (hint: pass the same -e, or a new -o)",
-                           mpath.c_str(), llama_config_string(&ck).c_str(), llama_config_string(&lc).c_str());
-            checkpoint_read_state(checkpoint_state_path(tc.output_dir, start_step, grid.rank), &resume_state);
-            if (resume_state.world_size != grid.world_size)
-                user_error("-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
-                           start_step, (long long)resume_state.world_size, grid.world_size);
-            std::string diff = train_config_first_difference(resume_state.settings, settings);
-            if (!diff.empty())
-                user_error("-y: checkpoint step %d was written with different settings: %s (checkpoint vs this run)", start_step, diff.c_str());
-            if (resume_state.m.size() != llama_num_params(&lc) || resume_state.v.size() != llama_num_params(&lc))
-                user_error("-y: state file of step %d holds %zu optimizer values, expected %zu", start_step, resume_state.m.size(), llama_num_params(&lc));
-            if (start_step > tc.steps)
-                user_error("-y: checkpoint step %d is past the run's %d steps", start_step, tc.steps);
-        }
-    }
+    int start_step = run_find_resume(&tc, &lc, settings, grid.rank, grid.world_size, &resume_state);
 
     // the model
     int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
@@ -565,27 +492,27 @@ int main(int argc, char** argv) {
     if (grid.rank == 0) {
         char b[256];
         printf("+------------------------+--------------------------------------------------+\n");
-        print_table_row("setting", "value");
+        run_print_row("setting", "value");
         printf("+------------------------+--------------------------------------------------+\n");
-        print_table_row("engine", "train_llama_cpu (fp32, OpenMP + OpenBLAS)");
-        print_table_row("model", model_desc);
-        snprintf(b, sizeof(b), "%zu (%.1fM)", model.num_params, model.num_params / 1e6); print_table_row("parameters", b);
-        print_table_row("train data", tc.train_data + " (" + std::to_string(train_loader.num_shards) + " shards, " + std::to_string(train_loader.total_tokens) + " tokens)");
-        print_table_row("val data", do_val ? tc.val_data + " (" + std::to_string(val_loader.total_tokens) + " tokens)" : "off");
-        snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, grid.world_size, accum_steps, tc.total_batch); print_table_row("batch", b);
-        snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); print_table_row("steps", b);
-        snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); print_table_row("learning rate", b);
+        run_print_row("engine", "train_llama_cpu (fp32, OpenMP + OpenBLAS)");
+        run_print_row("model", model_desc);
+        snprintf(b, sizeof(b), "%zu (%.1fM)", model.num_params, model.num_params / 1e6); run_print_row("parameters", b);
+        run_print_row("train data", tc.train_data + " (" + std::to_string(train_loader.num_shards) + " shards, " + std::to_string(train_loader.total_tokens) + " tokens)");
+        run_print_row("val data", do_val ? tc.val_data + " (" + std::to_string(val_loader.total_tokens) + " tokens)" : "off");
+        snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, grid.world_size, accum_steps, tc.total_batch); run_print_row("batch", b);
+        snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); run_print_row("steps", b);
+        snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); run_print_row("learning rate", b);
         snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
-                 tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); print_table_row("optimizer", b);
-        print_table_row("grad communication", tc.comm);
-        print_table_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
-        snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); print_table_row("threads", b);
-        snprintf(b, sizeof(b), "%llu", tc.seed); print_table_row("seed", b);
+                 tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); run_print_row("optimizer", b);
+        run_print_row("grad communication", tc.comm);
+        run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
+        snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); run_print_row("threads", b);
+        snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);
     }
 
-    double t_run0 = now_seconds(), train_seconds = 0.0;
+    double t_run0 = run_now_seconds(), train_seconds = 0.0;
     int timed_steps = 0;
     float last_loss = NAN;
     for (int step = start_step; step <= tc.steps; step++) {
@@ -637,11 +564,11 @@ int main(int argc, char** argv) {
         if (last) break;
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
-        double t0 = now_seconds();
-        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, dataloader_next_fn, &train_loader);
+        double t0 = run_now_seconds();
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, run_next_batch, &train_loader);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
-        double dt = now_seconds() - t0;
+        double dt = run_now_seconds() - t0;
         if (st.skipped_on_rank >= 0) {
             consecutive_skips++;
             if (grid.rank == 0) {
@@ -676,7 +603,7 @@ int main(int argc, char** argv) {
             double avg = timed_steps > 0 ? train_seconds / timed_steps : dt;
             double eta = avg * (tc.steps - step - 1);
             printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | comm %.0f B | eta %s%s\n",
-                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, comm_bytes, format_duration(eta).c_str(),
+                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, comm_bytes, run_format_duration(eta).c_str(),
                    gradcomm_step_summary(&gc).c_str());
             fflush(stdout);
             logger_train(&logger, step + 1, loss);
@@ -694,7 +621,7 @@ int main(int argc, char** argv) {
         }
     }
     if (grid.rank == 0) {
-        double total = now_seconds() - t_run0;
+        double total = run_now_seconds() - t_run0;
         printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
         if (timed_steps > 0) printf(", %.0f tok/s average", tc.total_batch * timed_steps / train_seconds);
         printf("\n");

@@ -1,0 +1,118 @@
+// run.h — the host-side plumbing both trainers share (host only): resolving the model config
+// and the batch from the flags, the settings text ranks and checkpoints must agree on, finding
+// and validating the resume point, and small helpers of the main loop (timing, the config table,
+// sampling a token). Every check here is a user_error before anything is written.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "llama.h"
+#include "train_config.h"
+#include "utils.h"
+
+// The model config from -e (a preset or a checkpoint file), -t checked against it, and -d
+// checked against B*T*ranks. Returns the micro-steps per optimizer step; sets *from_file.
+static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world_size, bool* from_file) {
+    *from_file = !llama_preset(tc->model.c_str(), lc);
+    if (*from_file) checkpoint_read_model_header(tc->model.c_str(), "-e", lc, NULL);
+    if (tc->T == 0) tc->T = lc->T;
+    if (tc->T > lc->T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc->T, tc->T);
+    long long tokens_per_micro = (long long)tc->B * tc->T * world_size;
+    if (tc->total_batch == 0) tc->total_batch = tokens_per_micro;
+    if (tc->total_batch % tokens_per_micro != 0)
+        user_error("-d: expected a multiple of B*T*ranks = %d*%d*%d = %lld tokens, found %lld",
+                   tc->B, tc->T, world_size, tokens_per_micro, tc->total_batch);
+    return (int)(tc->total_batch / tokens_per_micro);
+}
+
+// -x -1 (one epoch) and -u -1 (1% of the steps), once the data is known.
+static inline void run_resolve_steps(TrainConfig* tc, const DataLoader* train) {
+    if (tc->steps == -1) tc->steps = (int)std::max(1LL, (long long)(train->total_tokens / tc->total_batch));
+    if (tc->warmup == -1) tc->warmup = tc->steps / 100;
+}
+
+// The settings ranks compare at start and a resumed run compares with its checkpoint: the
+// flags that shape the run, plus fingerprints of the data files. Both engines write the same
+// text, so either can resume the other's checkpoint.
+static inline std::string run_settings(const TrainConfig* tc, const LlamaConfig* lc, int world_size,
+                                       const DataLoader* train, const DataLoader* val_or_null) {
+    return train_config_settings(tc, llama_config_string(lc), world_size) +
+           "train_files=" + dataloader_fingerprint(train) + "\n" +
+           "val_files=" + (val_or_null ? dataloader_fingerprint(val_or_null) : std::string("off")) + "\n";
+}
+
+// With -y 1: the newest complete checkpoint in -o, validated against this run (model, rank
+// count, settings, sizes); its state file goes to *state. Returns its step, or 0 to start fresh.
+static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, const std::string& settings,
+                                  int rank, int world_size, CheckpointState* state) {
+    if (!tc->resume) return 0;
+    std::vector<int> done = checkpoint_complete_steps(tc->output_dir);
+    if (done.empty()) {
+        if (checkpoint_any_files(tc->output_dir))
+            user_error("-y: '%s' holds checkpoint files but no DONE_* marker: every checkpoint there is incomplete "
+                       "(hint: remove the directory or pass a new -o to start fresh)", tc->output_dir.c_str());
+        if (rank == 0) printf("-y 1: no checkpoint in %s yet, starting from step 0\n", tc->output_dir.c_str());
+        return 0;
+    }
+    int step = done.back();
+    std::string mpath = checkpoint_model_path(tc->output_dir, step);
+    LlamaConfig ck;
+    checkpoint_read_model_header(mpath.c_str(), "-y", &ck, NULL);
+    if (!llama_config_equal(&ck, lc))
+        user_error("-y: checkpoint '%s' has model %s, but this run asks for %s (hint: pass the same -e, or a new -o)",
+                   mpath.c_str(), llama_config_string(&ck).c_str(), llama_config_string(lc).c_str());
+    checkpoint_read_state(checkpoint_state_path(tc->output_dir, step, rank), state);
+    if (state->world_size != world_size)
+        user_error("-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
+                   step, (long long)state->world_size, world_size);
+    std::string diff = train_config_first_difference(state->settings, settings);
+    if (!diff.empty())
+        user_error("-y: checkpoint step %d was written with different settings: %s (checkpoint vs this run)", step, diff.c_str());
+    if (state->m.size() != llama_num_params(lc) || state->v.size() != llama_num_params(lc))
+        user_error("-y: state file of step %d holds %zu optimizer values, expected %zu", step, state->m.size(), llama_num_params(lc));
+    if (step > tc->steps) user_error("-y: checkpoint step %d is past the run's %d steps", step, tc->steps);
+    return step;
+}
+
+// A NextBatchFn over a DataLoader.
+static inline void run_next_batch(void* ctx, const int** inputs, const int** targets) {
+    DataLoader* l = (DataLoader*)ctx;
+    dataloader_next_batch(l);
+    *inputs = l->inputs;
+    *targets = l->targets;
+}
+
+// A token drawn from softmax(logits[0:V]) with a uniform coin in [0, 1).
+static inline int run_sample_token(const float* logits, int V, double coin) {
+    float maxv = logits[0];
+    for (int i = 1; i < V; i++) maxv = std::max(maxv, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - maxv);
+    double target = coin * sum, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((double)logits[i] - maxv);
+        if (acc > target) return i;
+    }
+    return V - 1;
+}
+
+static inline std::string run_format_duration(double s) {
+    char b[64];
+    if (!std::isfinite(s) || s < 0) return "?";
+    int t = (int)s;
+    if (t >= 3600) snprintf(b, sizeof(b), "%dh%02dm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(b, sizeof(b), "%dm%02ds", t / 60, t % 60);
+    else snprintf(b, sizeof(b), "%ds", t);
+    return b;
+}
+
+static inline void run_print_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
+
+static inline double run_now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
