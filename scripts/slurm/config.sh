@@ -110,19 +110,22 @@ submit() {
     fi
 }
 
-# Runs ./train_llama on every task of the allocation with -o RUN_DIR and the given flags.
+# The trainer every task runs: ./train_llama (GPU), or TRAINER=./train_llama_cpu on CPU nodes.
+: "${TRAINER:=./train_llama}"
+
+# Runs $TRAINER on every task of the allocation with -o RUN_DIR and the given flags.
 run_train_llama() {
     local run_dir=$1
     shift
     mkdir -p "$run_dir"
     export TRAIN_LLAMA_NCCL_ID_FILE="$run_dir/nccl_id"
     cd "$REPO_DIR"
-    if [[ ! -x ./train_llama ]]; then
-        echo "error: $REPO_DIR/train_llama is missing; build it first (make train_llama)" >&2
+    if [[ ! -x "$TRAINER" ]]; then
+        echo "error: $REPO_DIR/$TRAINER is missing; build it first (make ${TRAINER#./})" >&2
         return 1
     fi
-    echo "run: srun ./train_llama -o $run_dir $* (tasks $SLURM_NTASKS, nodes $SLURM_JOB_NUM_NODES)"
+    echo "run: srun $TRAINER -o $run_dir $* (tasks $SLURM_NTASKS, nodes $SLURM_JOB_NUM_NODES)"
     # shellcheck disable=SC2086
     srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --ntasks="$SLURM_NTASKS" --ntasks-per-node="$GPUS_PER_NODE" $SRUN_EXTRA \
-        ./train_llama -o "$run_dir" "$@"
+        "$TRAINER" -o "$run_dir" "$@"
 }
