@@ -30,8 +30,13 @@ cuda-all: train_llama $(GPU_TESTS) $(DEV_BINS)
 
 dev: $(DEV_BINS)
 
+# MPI is optional for the CUDA trainer (llmc/comm.cuh): with mpicxx on the PATH, train_llama can
+# start from mpirun / srun --mpi=pmix; without it, from plain srun or as one process.
+MPI_CFLAGS := $(filter -I%,$(shell mpicxx --showme:compile 2>/dev/null))
+MPI_LIBS   := $(filter -L% -l%,$(shell mpicxx --showme:link 2>/dev/null))
+
 train_llama: train_llama.cu $(CUDA_H)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) $(MPI_CFLAGS) $< -o $@ $(NVCC_LDLIBS) $(MPI_LIBS)
 
 # the whole-model test includes the trainer
 $(BUILD)/test_llama_gpu: train_llama.cu

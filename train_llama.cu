@@ -15,8 +15,11 @@ Precision:
   bf16  a compute copy of the weights (refreshed by the optimizer kernels), every other
         activation and activation gradient; GEMMs run bf16 x bf16 with fp32 accumulation, and
         weight gradients accumulate in fp32 straight from the GEMM (no bf16 rounding)
-Single GPU for now: gradient communication keeps its one entry point (llama_reduce_gradients on
-the flat fp32 buffer), which is the identity at world size 1; -c accepts only fp32.
+Data parallel over NCCL, one rank per GPU (llmc/comm.cuh): launched by mpirun / srun --mpi=pmix
+(MPI), by plain srun (Slurm, NCCL id through a shared file), or as one process. After the last
+micro-step the flat fp32 gradient buffer goes through the -c mode of llmc/gradcomm.cuh (fp32,
+bf16, fp8, fp8block, geofp8, kfac; --fp8-reduce native | twophase), the GPU twin of the CPU
+engine's llmc/gradcomm.h. Each step's phases are timed with cudaEvents (t_*_ms in metrics.jsonl).
 
 Dimension legend:
   B   micro-batch (sequences)        T   sequence length
@@ -59,6 +62,8 @@ Usage: ./train_llama [flags]   (--help lists them; README.md explains them)
 #include "llmc/adamw.cuh"
 #include "llmc/muon.cuh"
 #include "llmc/global_norm.cuh"
+#include "llmc/comm.cuh"
+#include "llmc/gradcomm.cuh"
 
 #define ADAMW_BETA1 0.9f
 #define ADAMW_BETA2 0.95f
@@ -258,6 +263,20 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
     matmul_forward_fp32(a->logits, NULL, a->lnf, w.lm_head, N, C, c->Vp, s);
 }
 
+// Hands the inputs of the linear units to the gradient communication (factor refresh steps of
+// geofp8 / kfac); the forward keeps every layer's activations, so this runs after it.
+static void llama_observe_inputs(LlamaModel* m, GradCommGPU* gc, int B, int T) {
+    const LlamaConfig* c = &m->config;
+    int N = B * T, C = c->C, FF = c->FF, HSNH = llama_head_size(c) * c->NH;
+    const Activations* a = &m->acts;
+    for (int l = 0; l < c->L; l++) {
+        gradcomm_gpu_observe_input(gc, llama_unit_index(c, T_QKVW, l), a->ln1 + (size_t)l * N * C, N, m->stream);
+        gradcomm_gpu_observe_input(gc, llama_unit_index(c, T_PROJW, l), a->atty + (size_t)l * N * HSNH, N, m->stream);
+        gradcomm_gpu_observe_input(gc, llama_unit_index(c, T_FC1W, l), a->ln2 + (size_t)l * N * C, N, m->stream);
+        gradcomm_gpu_observe_input(gc, llama_unit_index(c, T_FC2W, l), a->sw + (size_t)l * N * FF, N, m->stream);
+    }
+}
+
 // Mean of the per-position losses, copied back and summed in double in a fixed order.
 static float llama_mean_loss(LlamaModel* m, int N) {
     CUDA_CHECK(cudaMemcpyAsync(m->host_losses.data(), m->acts.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
@@ -278,8 +297,10 @@ static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
 // ----------------------------------------------------------------------------
 // backward: accumulates d(loss * dloss_scale) into m->grads; returns this micro-batch's mean loss.
 // dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
+// With gc on a kfac refresh step, the (bf16) gradient at each linear unit's output goes to it too.
 
-static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale) {
+static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale,
+                            GradCommGPU* gc = NULL) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
     int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
@@ -311,15 +332,20 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
         bf16* fc1 = a->fc1 + (size_t)l * N * 2 * FF;
         bf16* sw = a->sw + (size_t)l * N * FF;
 
+        bool kfac = gradcomm_gpu_wants_output_grads(gc);
         // MLP half; dres holds d(out) and, after rmsnorm_backward adds into it, d(mid)
+        if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_FC2W, l), a->dres_bf16, N, s);
         matmul_backward(a->dsw, g.fc2w + (size_t)l * C * FF, a->dres_bf16, sw, w.fc2w + (size_t)l * C * FF, N, FF, C, s);
         swiglu_backward(a->dfc1, a->dsw, fc1, N, FF, s);
+        if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_FC1W, l), a->dfc1, N, s);
         matmul_backward(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, w.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF, s);
         rmsnorm_backward(a->dres, a->dres_bf16, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C, s);
         // attention half; dres becomes d(x)
+        if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_PROJW, l), a->dres_bf16, N, s);
         matmul_backward(a->datty, g.projw + (size_t)l * C * HSNH, a->dres_bf16, atty, w.projw + (size_t)l * C * HSNH, N, HSNH, C, s);
         attention_backward(a->dqkv, a->datty, qkv, atty, lse, &m->attn, B, T, NH, NKV, HS, s);
         rope_backward(a->dqkv, a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS, s);
+        if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_QKVW, l), a->dqkv, N, s);
         matmul_backward(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, w.qkvw + (size_t)l * QKV * C, N, C, QKV, s);
         // layer 0's input gradient only feeds the embedding, which reads the fp32 copy
         rmsnorm_backward(a->dres, l > 0 ? a->dres_bf16 : NULL, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C,
@@ -330,22 +356,82 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
 }
 
 // ----------------------------------------------------------------------------
-// gradient communication: the one entry point, on the flat fp32 gradient buffer after the last
-// micro-step. Single GPU for now: world size 1, the buffer already holds the average.
+// process setup and the small host-side collectives; the gradient itself goes through
+// llmc/gradcomm.cuh (gradcomm_gpu_reduce) in llama_train_step
 
 typedef struct {
-    int rank;        // this process, 0..world_size-1
-    int world_size;  // data-parallel ranks
+    int rank, world_size;  // copies of nccl.rank / nccl.world_size, read everywhere
+    CommGridGPU nccl;      // communicator on the trainer's stream
+    double* scratch;       // (1) device slot of llama_comm_sum / llama_comm_max_int
 } GpuCommGrid;
 
-static void llama_comm_init(GpuCommGrid* g) { g->rank = 0; g->world_size = 1; }
+// The launch decides: PMI variables (mpirun, srun --mpi=pmix) -> MPI; SLURM_PROCID alone (plain
+// srun) -> NCCL id through $TRAIN_LLAMA_NCCL_ID_FILE; otherwise one process. Selects the GPU.
+static void llama_comm_init(GpuCommGrid* g, int* argc = NULL, char*** argv = NULL, cudaStream_t stream = 0) {
+    bool pmi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK");
+    if (pmi && argc) comm_gpu_init_mpi(&g->nccl, argc, argv, stream);
+    else if (getenv("SLURM_PROCID") && argc) comm_gpu_init_slurm_file(&g->nccl, NULL, stream);
+    else comm_gpu_init_single(&g->nccl, stream, 0);
+    g->rank = g->nccl.rank;
+    g->world_size = g->nccl.world_size;
+    g->scratch = cuda_malloc<double>(1);
+}
 
-// Averages grads (n) over ranks in place in the mode given by -c; returns bytes sent by this rank.
-static double llama_reduce_gradients(GpuCommGrid* g, const std::string& mode, float* grads, size_t n, cudaStream_t stream) {
-    (void)grads; (void)n; (void)stream;
-    if (g->world_size == 1 && mode == "fp32") return 0.0;
-    fprintf(stderr, "error: -c %s with %d ranks is not available in the CUDA engine yet\n", mode.c_str(), g->world_size);
-    exit(1);
+static void llama_comm_finalize(GpuCommGrid* g) {
+    CUDA_CHECK(cudaFree(g->scratch));
+    comm_gpu_finalize(&g->nccl);
+}
+
+// Sum of x over ranks (fp64, NCCL; synchronizes).
+static double llama_comm_sum(GpuCommGrid* g, double x) {
+    if (g->world_size == 1) return x;
+    CUDA_CHECK(cudaMemcpyAsync(g->scratch, &x, sizeof(double), cudaMemcpyHostToDevice, g->nccl.stream));
+    comm_gpu_allreduce_f64_sum(&g->nccl, g->scratch, g->scratch, 1);
+    CUDA_CHECK(cudaMemcpyAsync(&x, g->scratch, sizeof(double), cudaMemcpyDeviceToHost, g->nccl.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g->nccl.stream));
+    return x;
+}
+
+// Max of a small non-negative int over ranks (exact in fp32 below 2^24; synchronizes, so it
+// doubles as a barrier).
+static int llama_comm_max_int(GpuCommGrid* g, int x) {
+    if (g->world_size == 1) return x;
+    float v = (float)x;
+    float* slot = reinterpret_cast<float*>(g->scratch);
+    CUDA_CHECK(cudaMemcpyAsync(slot, &v, sizeof(float), cudaMemcpyHostToDevice, g->nccl.stream));
+    comm_gpu_allreduce_f32_max(&g->nccl, slot, slot, 1);
+    CUDA_CHECK(cudaMemcpyAsync(&v, slot, sizeof(float), cudaMemcpyDeviceToHost, g->nccl.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g->nccl.stream));
+    return (int)v;
+}
+
+// Every rank must run with rank 0's settings (flags, model, data): rank 0's text is broadcast
+// over MPI and compared, as comm_check_same_settings. The Slurm id-file launch has no MPI to
+// carry a string, so the check is skipped there with a note.
+static void llama_comm_check_settings(GpuCommGrid* g, const std::string& settings) {
+    if (g->world_size == 1) return;
+    if (g->nccl.launcher != COMM_GPU_MPI) {
+        if (g->rank == 0) printf("note: settings consistency check across ranks skipped (no MPI in this launch)\n");
+        return;
+    }
+#ifdef COMM_GPU_HAVE_MPI
+    int len = (int)settings.size();
+    MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    std::string ref(len, '\0');
+    if (g->rank == 0) ref = settings;
+    MPI_CHECK(MPI_Bcast(&ref[0], len, MPI_CHAR, 0, MPI_COMM_WORLD));
+    std::string diff = train_config_first_difference(ref, settings);
+    if (!diff.empty())
+        fprintf(stderr, "error: rank %d disagrees with rank 0 on %s (rank 0 vs rank %d); every rank must get the same flags and data\n",
+                g->rank, diff.c_str(), g->rank);
+    if (llama_comm_max_int(g, diff.empty() ? 0 : 1)) {
+        fflush(stderr);
+        llama_comm_finalize(g);
+        exit(1);
+    }
+#else
+    (void)settings;  // unreachable: without MPI the launcher is never COMM_GPU_MPI
+#endif
 }
 
 // ----------------------------------------------------------------------------
@@ -444,16 +530,24 @@ static bool test_inject_nan(int step, int rank) {
 // next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T) in host memory.
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
 
+// gc NULL: fp32 averaging (what the whole-model test uses); timer NULL: no timing.
 static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
-                                  GpuCommGrid* grid, int accum_steps, int step, NextBatchFn next_batch, void* ctx) {
+                                  GpuCommGrid* grid, int accum_steps, int step, NextBatchFn next_batch, void* ctx,
+                                  GradCommGPU* gc = NULL, GradCommTimer* timer = NULL) {
     StepStats st;
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(float), m->stream));
+    if (gc) gradcomm_gpu_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size, m->stream);
     double loss_sum = 0.0;
     for (int micro = 0; micro < accum_steps; micro++) {
         const int *inputs, *targets;
         next_batch(ctx, &inputs, &targets);
+        int sp = gradcomm_timer_begin(timer, GC_T_FORWARD);
         llama_forward(m, inputs, tc->B, tc->T);
-        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps);
+        if (gradcomm_gpu_wants_activations(gc)) llama_observe_inputs(m, gc, tc->B, tc->T);
+        gradcomm_timer_end(timer, sp);
+        sp = gradcomm_timer_begin(timer, GC_T_BACKWARD);
+        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc);
+        gradcomm_timer_end(timer, sp);
     }
     if (test_inject_nan(step + 1, grid->rank)) {
         float nan = NAN;
@@ -461,16 +555,34 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     }
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1;
+    // A non-finite loss or gradient on any rank: every rank skips this step identically. A
+    // non-finite element makes the (fp64) sum of squares non-finite, so the local norm is the
+    // finiteness check; the flag (rank + 1) is MAX all-reduced, as the CPU engine does.
+    bool finite = std::isfinite(loss_sum) && std::isfinite(llama_grad_norm(m));
+    int bad_rank = llama_comm_max_int(grid, finite ? 0 : grid->rank + 1);
+    st.skipped_on_rank = bad_rank - 1;
+    if (bad_rank > 0) return st;
     // the gradient communication slot: after the last micro-step, on the flat buffer
-    st.comm_bytes = llama_reduce_gradients(grid, tc->comm, m->grads, m->num_params, m->stream);
-    // A non-finite gradient makes the (fp64) sum of squares non-finite, so the norm doubles as the
-    // finiteness check of the whole buffer: the step is skipped, as the CPU engine skips it.
-    float norm = llama_grad_norm(m);
-    if (!std::isfinite(loss_sum) || !std::isfinite(norm)) { st.skipped_on_rank = grid->rank; return st; }
-    st.loss = (float)(loss_sum / accum_steps);
-    st.grad_norm = norm;
+    int sp = gradcomm_timer_begin(timer, GC_T_COMM);
+    if (gc) {
+        bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+        gradcomm_gpu_reduce(gc, &grid->nccl, m->grads, step, fidelity, timer);
+        st.comm_bytes = gc->stats.bytes;
+    } else {
+        comm_gpu_allreduce_f32_sum(&grid->nccl, m->grads, m->grads, m->num_params);
+        geofp8_average(m->grads, m->num_params, grid->world_size, m->stream);
+        st.comm_bytes = comm_gpu_ring_bytes(&grid->nccl, 4.0 * m->num_params);
+    }
+    gradcomm_timer_end(timer, sp);
+    if (gc && gc->stats.skipped) { st.skipped_on_rank = grid->world_size; return st; }  // a non-finite scale
+    st.loss = (float)(llama_comm_sum(grid, loss_sum / accum_steps) / grid->world_size);
+    st.grad_norm = llama_grad_norm(m);
+    // the communicated gradient is the same on every rank, so this check agrees everywhere
+    if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size; return st; }
+    sp = gradcomm_timer_begin(timer, GC_T_OPTIMIZER);
     llama_clip_grads(m, st.grad_norm, tc->grad_clip);
     llama_update(m, tc, mc, st.lr, step);
+    gradcomm_timer_end(timer, sp);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return st;
 }
@@ -531,19 +643,17 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
 #ifndef TRAIN_LLAMA_NO_MAIN
 
 int main(int argc, char** argv) {
-    GpuCommGrid grid;
-    llama_comm_init(&grid);
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
     if (!cuda_device_present())
         user_error("no CUDA device found (train_llama needs an NVIDIA GPU; train_llama_cpu runs on any machine)");
+    GpuCommGrid grid;
+    llama_comm_init(&grid, &argc, &argv, 0);  // the model runs on the default stream; NCCL enqueues there too
 
     // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;
     bool from_file = false;
     int accum_steps = run_resolve_config(&tc, &lc, grid.world_size, &from_file);
-    if (tc.comm != "fp32")
-        user_error("-c: mode '%s' is not available in the CUDA engine yet (expected fp32; train_llama_cpu also has bf16)", tc.comm.c_str());
     MuonPreset preset = MUON_MOONLIGHT;
     muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
     MuonConfig mc = muon_config(preset);
@@ -561,12 +671,15 @@ int main(int argc, char** argv) {
     // so a run may resume from the other engine's checkpoint
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
     std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL);
+    llama_comm_check_settings(&grid, settings);
+    GradCommGPU gc;
+    gradcomm_gpu_init(&gc, &tc, &lc, grid.rank, grid.world_size, tc.B * tc.T);
     CheckpointState resume_state;
     int start_step = run_find_resume(&tc, &lc, settings, grid.rank, grid.world_size, &resume_state);
 
     // the model
     int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
-    CudaDeviceInfo dev = cuda_device_info(0);
+    CudaDeviceInfo dev = cuda_device_info(grid.nccl.device);
     LlamaModel model;
     llama_model_alloc(&model, &lc, tc.B, tc.T);
     if (start_step > 0) {
@@ -574,6 +687,7 @@ int main(int argc, char** argv) {
         llama_set_optimizer_state(&model, &resume_state);
         dataloader_set_state(&train_loader, resume_state.data_state);
         consecutive_skips = (int)resume_state.skipped_steps;
+        gradcomm_gpu_load(&gc, &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str());
     } else if (from_file) {
         llama_load_model(&model, tc.model.c_str(), "-e");
     } else {
@@ -613,13 +727,18 @@ int main(int argc, char** argv) {
         snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); run_print_row("learning rate", b);
         snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
                  tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); run_print_row("optimizer", b);
-        run_print_row("grad communication", tc.comm);
+        std::string mode = tc.comm;
+        if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_reduce + ")";
+        if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
+        run_print_row("grad communication", mode + ", NCCL");
         run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);
     }
 
+    GradCommTimer timer;
+    gradcomm_timer_init(&timer, model.stream);
     double t_run0 = run_now_seconds(), train_seconds = 0.0;
     int timed_steps = 0;
     float last_loss = NAN;
@@ -635,7 +754,7 @@ int main(int argc, char** argv) {
                 llama_forward(&model, val_loader.inputs, tc.B, tc.T);
                 sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
             }
-            float val_loss = (float)(sum / tc.val_batches);
+            float val_loss = (float)(llama_comm_sum(&grid, sum / tc.val_batches) / grid.world_size);
             if (grid.rank == 0) {
                 printf("val loss %.6f (step %d)\n", val_loss, step);
                 logger_val(&logger, step, val_loss);
@@ -658,7 +777,9 @@ int main(int argc, char** argv) {
             st.skipped_steps = consecutive_skips;
             st.settings = settings;
             llama_get_optimizer_state(&model, &st);
+            gradcomm_gpu_save(&gc, &st.extras);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
+            llama_comm_max_int(&grid, 0);  // a barrier: every state file is in place before DONE marks the checkpoint whole
             checkpoint_test_crash("done", step);
             if (grid.rank == 0) {
                 checkpoint_write_done(tc.output_dir, step);
@@ -670,15 +791,20 @@ int main(int argc, char** argv) {
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         double t0 = run_now_seconds();
-        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader);
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader, &gc, &timer);
+        gradcomm_timer_collect(&timer);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
         double dt = run_now_seconds() - t0;
         if (st.skipped_on_rank >= 0) {
             consecutive_skips++;
             if (grid.rank == 0) {
-                printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
-                       step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
+                if (st.skipped_on_rank < grid.world_size)
+                    printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
+                           step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
+                else
+                    printf("step %5d/%d | skipped: non-finite value in the %s coordinates (%d in a row)\n",
+                           step + 1, tc.steps, tc.comm.c_str(), consecutive_skips);
                 std::string line;
                 logger_field(&line, "step", step + 1);
                 logger_field(&line, "skipped", 1);
@@ -690,6 +816,7 @@ int main(int argc, char** argv) {
                     fprintf(stderr, "error: stopping at step %d: %d consecutive steps had a non-finite loss or gradient "
                             "(limit --max-skips %d; hint: lower -l, or resume from an earlier checkpoint)\n",
                             step + 1, consecutive_skips, tc.max_skips);
+                llama_comm_finalize(&grid);
                 return 1;
             }
             continue;
@@ -705,8 +832,9 @@ int main(int argc, char** argv) {
             double mfu = dev.peak_bf16_flops > 0 ? flops_per_token * tok_s / (dev.peak_bf16_flops * grid.world_size) : -1.0;
             char mfu_s[32];
             if (mfu >= 0) snprintf(mfu_s, sizeof(mfu_s), "%.1f%%", 100.0 * mfu); else snprintf(mfu_s, sizeof(mfu_s), "n/a");
-            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.0f B | eta %s\n",
-                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, mfu_s, comm_bytes, run_format_duration(eta).c_str());
+            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | comm %.0f B | eta %s%s%s\n",
+                   step + 1, tc.steps, loss, lr, norm, dt * 1e3, tok_s, mfu_s, comm_bytes, run_format_duration(eta).c_str(),
+                   gradcomm_gpu_step_summary(&gc).c_str(), gradcomm_timer_summary(&timer).c_str());
             fflush(stdout);
             logger_train(&logger, step + 1, loss);
             std::string line;
@@ -719,6 +847,8 @@ int main(int argc, char** argv) {
             if (mfu >= 0) logger_field(&line, "mfu", mfu);
             logger_field(&line, "comm_bytes", comm_bytes);
             logger_field(&line, "eta_s", eta);
+            gradcomm_gpu_log_fields(&gc, &line);
+            gradcomm_timer_log_fields(&timer, &line);
             logger_metrics(&logger, line);
         }
     }
@@ -736,8 +866,11 @@ int main(int argc, char** argv) {
     if (tokenizer.ok) tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);
     if (do_val) dataloader_free(&val_loader);
+    gradcomm_timer_free(&timer);
+    gradcomm_gpu_free(&gc);
     llama_model_free(&model);
     matmul_free();
+    llama_comm_finalize(&grid);
     return 0;
 }
 #endif  // TRAIN_LLAMA_NO_MAIN

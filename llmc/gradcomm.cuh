@@ -1,0 +1,672 @@
+// gradcomm.cuh — the gradient communication modes of the CUDA engine (DESIGN §5–6): the GPU
+// twin of llmc/gradcomm.h, which stays the spec. Same modes, same unit order, same layer
+// selection, same byte counts, same log fields and the same checkpoint extras (names and
+// layouts), so either engine resumes the other's FP8 state.
+//
+// gradcomm_gpu_reduce() is the one entry point: after the last micro-step it replaces the local
+// fp32 gradient buffer grads (num_params, flat layout of llama.h, device) by the communicated
+// average over ranks. Every kernel / cuBLAS / cuSOLVER step is llmc/geofp8.cuh (GeoFP8Device),
+// every collective is llmc/comm.cuh (NCCL on the trainer's stream); this file only orders them:
+//
+//   fp32      f32 SUM all-reduce, / N
+//   bf16      bf16 encode, bf16 SUM all-reduce (bf16 rounding at every combine), decode / N
+//   fp8, fp8block, geofp8, kfac, native (geofp8.cuh §6):
+//             [refresh] whiten + residual (geometry units) | amax | f32 MAX all-reduce of the amax |
+//             scales + quantize (error feedback on the geometry units) | E4M3 SUM all-reduce |
+//             decode / (s N) | unwhiten | u64 SUM all-reduce of the counts | read stats (sync)
+//   twophase  [refresh] whiten | local amax, scales (N = 1) | MAX all-reduce of the skip flag
+//             (sync: a skipped step must not touch the server residual) | quantize | all-gather
+//             exponents, all-to-all codes | server sum + re-quantize | all-gather codes and
+//             server exponents | decode | unwhiten | counts
+//   refresh   (every --geofp8-refresh steps from the first geometry step) per geometry unit:
+//             SUM all-reduce of Y and tr(A) (kfac: A and G), rank 0 factorizes, broadcast of the
+//             packed factor (kfac: LA, LG), R <- R T_old⁻¹ T_new.
+// Activations reach the sketches through gradcomm_gpu_observe_input (after each forward of a
+// refresh step) and, for kfac, output gradients through gradcomm_gpu_observe_output_grad (in the
+// backward); both take bf16 (the CPU engine hands fp32: the factors differ by bf16 rounding).
+//
+// Timing: GradCommTimer records cudaEvent pairs around phases on the trainer's stream (forward,
+// backward, comm and its sub-phases, optimizer) and sums them per step at gradcomm_timer_collect
+// (one sync). A NULL timer records nothing.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "checkpoint.h"
+#include "comm.cuh"
+#include "geofp8.cuh"
+#include "llama.h"
+#include "logger.h"
+#include "train_config.h"
+#include "utils.h"
+
+// ----------------------------------------------------------------------------
+// per-step phase timer (cudaEvents on one stream)
+
+enum {
+    GC_T_FORWARD = 0, GC_T_BACKWARD, GC_T_COMM, GC_T_REFRESH, GC_T_WHITEN, GC_T_AMAX, GC_T_QUANTIZE, GC_T_NCCL,
+    GC_T_DECODE, GC_T_UNWHITEN, GC_T_OPTIMIZER, GC_T_NUM
+};
+static const char* const GRADCOMM_PHASE_NAMES[GC_T_NUM] = {"forward", "backward", "comm", "refresh", "whiten", "amax",
+                                                           "quantize", "nccl", "decode", "unwhiten", "optimizer"};
+
+typedef struct {
+    cudaStream_t stream;
+    std::vector<cudaEvent_t> events;  // a pool, grown on the first step, reused afterwards
+    std::vector<int> span_phase;      // (spans) the phase of span i: events 2i (start), 2i+1 (end)
+    double ms[GC_T_NUM];              // the last collected step
+} GradCommTimer;
+
+static inline void gradcomm_timer_init(GradCommTimer* t, cudaStream_t stream) {
+    t->stream = stream;
+    t->events.clear();
+    t->span_phase.clear();
+    for (double& v : t->ms) v = 0.0;
+}
+
+// Opens a span of `phase`; returns its handle for gradcomm_timer_end (-1 with no timer).
+static inline int gradcomm_timer_begin(GradCommTimer* t, int phase) {
+    if (!t) return -1;
+    int i = (int)t->span_phase.size();
+    while (t->events.size() < 2 * (size_t)(i + 1)) {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreate(&e));
+        t->events.push_back(e);
+    }
+    t->span_phase.push_back(phase);
+    CUDA_CHECK(cudaEventRecord(t->events[2 * i], t->stream));
+    return i;
+}
+
+static inline void gradcomm_timer_end(GradCommTimer* t, int span) {
+    if (!t || span < 0) return;
+    CUDA_CHECK(cudaEventRecord(t->events[2 * span + 1], t->stream));
+}
+
+// Sums the spans of this step per phase into t->ms (synchronizes) and starts a new step.
+static inline void gradcomm_timer_collect(GradCommTimer* t) {
+    if (!t) return;
+    for (double& v : t->ms) v = 0.0;
+    if (!t->span_phase.empty()) CUDA_CHECK(cudaEventSynchronize(t->events[2 * t->span_phase.size() - 1]));
+    for (size_t i = 0; i < t->span_phase.size(); i++) {
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t->events[2 * i], t->events[2 * i + 1]));
+        t->ms[t->span_phase[i]] += ms;
+    }
+    t->span_phase.clear();
+}
+
+static inline void gradcomm_timer_free(GradCommTimer* t) {
+    for (cudaEvent_t e : t->events) CUDA_CHECK(cudaEventDestroy(e));
+    t->events.clear();
+}
+
+// ----------------------------------------------------------------------------
+// state
+
+// Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps:
+// the fields of gradcomm.h's GradCommStats.
+typedef struct {
+    double bytes;                     // sent by this rank
+    bool skipped;                     // a non-finite amax: every rank skips this step
+    bool refreshed;
+    std::vector<long> saturated, underflow, nonzero, sum_saturated;  // (units)
+    bool has_fidelity;
+    std::vector<double> rel_l2, cos;  // (units) against the fp32 average
+    double rel_l2_all, cos_all, rel_l2_geo, cos_geo;
+} GradCommGPUStats;
+
+typedef struct {
+    std::string mode;                 // -c
+    bool twophase;                    // --fp8-reduce twophase
+    std::vector<LlamaUnit> units;
+    size_t num_params;
+    int world_size, rank;
+    int rank_r, refresh_every, profile_steps, top_k;
+    unsigned long long seed;
+    bool profiling;                   // --geofp8-layers auto, selection still to come
+    int geometry_start;               // first step of the geometry path (-1: not yet)
+    std::vector<double> score_sum;    // (units) summed vulnerability over the profiling window
+    int profiled_steps;
+    bool refresh_now;
+    float sketch_weight;              // 1 / tokens per step over all ranks
+    int max_tokens;                   // B * T: the activation scratch of the sketches
+    bool has_device;                  // the FP8 modes
+    GeoFP8Device dev;                 // unit table, codes, scales, counts, geometry units
+    bf16* codes16;                    // (num_params) bf16 mode
+    float* ref;                       // (num_params) fp32 reference of the fidelity, or NULL
+    std::string output_dir;
+    GradCommGPUStats stats;
+} GradCommGPU;
+
+static inline bool gradcomm_gpu_is_fp8(const GradCommGPU* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
+static inline size_t gradcomm_gpu_unit_size(const LlamaUnit& u) { return (size_t)u.rows * u.cols; }
+static inline int gradcomm_gpu_geo_index(const GradCommGPU* gc, int u) { return gc->has_device ? gc->dev.unit_to_geo[u] : -1; }
+
+// Puts unit u on the geometry path (identity transform, zero residual), as gradcomm_add_geo.
+static inline void gradcomm_gpu_add_geo(GradCommGPU* gc, int u) {
+    const LlamaUnit& lu = gc->units[u];
+    geofp8_device_add_unit(&gc->dev, u, lu.rows, lu.cols, gc->rank_r, gc->mode == "kfac" ? 1 : 0);
+    geofp8_device_reserve_tokens(&gc->dev, gc->max_tokens);
+}
+
+// --geofp8-layers: a file of names (optional score after each) or a comma list; gradcomm_parse_layers.
+static inline std::vector<int> gradcomm_gpu_parse_layers(const GradCommGPU* gc, const std::string& spec) {
+    std::vector<std::string> names;
+    FILE* f = fopen(spec.c_str(), "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof(line), f)) {
+            char name[256];
+            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name);
+        }
+        fclose(f);
+        if (names.empty()) user_error("--geofp8-layers: file '%s' lists no layer names (expected one name per line, e.g. layers.3.fc2)", spec.c_str());
+    } else {
+        size_t start = 0;
+        while (start <= spec.size()) {
+            size_t end = spec.find(',', start);
+            if (end == std::string::npos) end = spec.size();
+            if (end > start) names.push_back(spec.substr(start, end - start));
+            start = end + 1;
+        }
+    }
+    std::vector<int> out;
+    for (const std::string& n : names) {
+        int u = -1;
+        for (size_t i = 0; i < gc->units.size(); i++) if (gc->units[i].name == n) u = (int)i;
+        if (u < 0 || !gc->units[u].is_matrix)
+            user_error("--geofp8-layers: '%s' is not a file and '%s' is not a linear layer of this model "
+                       "(expected auto, a file, or names like layers.0.fc2 with qkv, proj, fc1 or fc2)", spec.c_str(), n.c_str());
+        bool dup = false;
+        for (int v : out) dup |= v == u;
+        if (!dup) out.push_back(u);
+    }
+    return out;
+}
+
+// Validates the mode's settings (user_error) and sets up the state; call before any file is
+// written, after the GPU of this rank is selected. max_tokens = B * T of a micro-batch.
+static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, const LlamaConfig* c, int rank, int world_size,
+                                     int max_tokens) {
+    gc->mode = tc->comm;
+    gc->twophase = tc->fp8_reduce == "twophase";
+    gc->units = llama_units(c);
+    gc->num_params = llama_num_params(c);
+    gc->world_size = world_size;
+    gc->rank = rank;
+    gc->rank_r = tc->geofp8_rank;
+    gc->refresh_every = tc->geofp8_refresh;
+    gc->profile_steps = tc->geofp8_profile_steps;
+    gc->top_k = tc->geofp8_top;
+    gc->seed = tc->seed;
+    gc->profiling = false;
+    gc->geometry_start = -1;
+    gc->score_sum.assign(gc->units.size(), 0.0);
+    gc->profiled_steps = 0;
+    gc->refresh_now = false;
+    gc->sketch_weight = 0.0f;
+    gc->max_tokens = max_tokens;
+    gc->has_device = false;
+    gc->dev = GeoFP8Device();
+    gc->codes16 = NULL;
+    gc->ref = NULL;
+    gc->output_dir = tc->output_dir;
+    if (gc->twophase && gc->mode == "fp8block")
+        user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
+    std::vector<int> explicit_layers;
+    if (gc->mode == "geofp8" && tc->geofp8_layers != "auto") explicit_layers = gradcomm_gpu_parse_layers(gc, tc->geofp8_layers);
+    if (gc->mode == "bf16") gc->codes16 = cuda_malloc<bf16>(gc->num_params);
+    if (tc->fidelity_every > 0) gc->ref = cuda_malloc<float>(gc->num_params);
+    if (!gradcomm_gpu_is_fp8(gc)) return;
+    std::vector<size_t> off, size;
+    for (const LlamaUnit& u : gc->units) { off.push_back(u.offset); size.push_back(gradcomm_gpu_unit_size(u)); }
+    geofp8_device_init(&gc->dev, off, size, gc->num_params, world_size, rank, gc->mode == "fp8block" ? 1 : 0, gc->twophase ? 1 : 0);
+    gc->has_device = true;
+    if (gc->mode == "geofp8") {
+        if (tc->geofp8_layers == "auto") gc->profiling = true;
+        else { for (int u : explicit_layers) gradcomm_gpu_add_geo(gc, u); gc->geometry_start = 0; }
+    } else if (gc->mode == "kfac") {
+        for (size_t u = 0; u < gc->units.size(); u++) if (gc->units[u].is_matrix) gradcomm_gpu_add_geo(gc, (int)u);
+        gc->geometry_start = 0;
+    }
+}
+
+static inline void gradcomm_gpu_free(GradCommGPU* gc) {
+    if (gc->has_device) geofp8_device_free(&gc->dev);
+    if (gc->codes16) CUDA_CHECK(cudaFree(gc->codes16));
+    if (gc->ref) CUDA_CHECK(cudaFree(gc->ref));
+    gc->has_device = false;
+    gc->codes16 = NULL;
+    gc->ref = NULL;
+}
+
+// Before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
+static inline void gradcomm_gpu_begin_step(GradCommGPU* gc, int step, long long tokens, cudaStream_t stream) {
+    gc->refresh_now = gc->has_device && gc->geometry_start >= 0 && step >= gc->geometry_start &&
+                      (step - gc->geometry_start) % gc->refresh_every == 0 && !gc->dev.geo.empty();
+    gc->sketch_weight = (float)(1.0 / (double)tokens);
+    if (gc->refresh_now) geofp8_device_refresh_begin(&gc->dev, gc->seed, step, step == gc->geometry_start ? 1 : 0, stream);
+}
+
+static inline bool gradcomm_gpu_wants_activations(const GradCommGPU* gc) { return gc && gc->refresh_now; }
+static inline bool gradcomm_gpu_wants_output_grads(const GradCommGPU* gc) { return gc && gc->refresh_now && gc->mode == "kfac"; }
+
+// h (n, d_in) bf16: the input of `unit` in one micro-batch (no-op off the geometry path).
+static inline void gradcomm_gpu_observe_input(GradCommGPU* gc, int unit, const bf16* h, int n, cudaStream_t stream) {
+    if (!gradcomm_gpu_wants_activations(gc)) return;
+    geofp8_device_observe_input(&gc->dev, unit, h, n, gc->sketch_weight, stream);
+}
+
+// delta (n, d_out) bf16: the gradient at the output of `unit` in one micro-batch (kfac only).
+static inline void gradcomm_gpu_observe_output_grad(GradCommGPU* gc, int unit, const bf16* delta, int n, cudaStream_t stream) {
+    if (!gradcomm_gpu_wants_output_grads(gc)) return;
+    geofp8_device_observe_output_grad(&gc->dev, unit, delta, n, gc->sketch_weight, stream);
+}
+
+// ----------------------------------------------------------------------------
+// the refresh: every rank ends with bitwise the same factor; returns the bytes it sent
+
+static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid) {
+    double bytes = 0.0;
+    cudaStream_t s = grid->stream;
+    for (size_t gi = 0; gi < gc->dev.geo.size(); gi++) {
+        GeoFP8DeviceUnit& gu = gc->dev.geo[gi];
+        int status = 0;
+        if (gu.kfac) {
+            const size_t nin = (size_t)gu.d_in * gu.d_in, nout = (size_t)gu.d_out * gu.d_out;
+            comm_gpu_allreduce_f32_sum(grid, gu.A, gu.A, nin);
+            comm_gpu_allreduce_f32_sum(grid, gu.Gs, gu.Gs, nout);
+            bytes += comm_gpu_ring_bytes(grid, 4.0 * (nin + nout));
+            if (gc->rank == 0) status = geofp8_device_refresh_factor(&gc->dev, (int)gi, s);
+            comm_gpu_broadcast_f32(grid, gu.LA_next, nin, 0);
+            comm_gpu_broadcast_f32(grid, gu.LG_next, nout, 0);
+            bytes += 4.0 * (nin + nout);
+        } else {
+            const size_t dk = (size_t)gu.d_in * gu.k, nf = geofp8_factor_floats(gu.d_in, gu.r);
+            comm_gpu_allreduce_f32_sum(grid, gu.Y, gu.Y, dk);
+            comm_gpu_allreduce_f64_sum(grid, gu.trA, gu.trA, 1);
+            bytes += comm_gpu_ring_bytes(grid, 4.0 * dk + 8.0);
+            if (gc->rank == 0) status = geofp8_device_refresh_factor(&gc->dev, (int)gi, s);
+            comm_gpu_broadcast_f32(grid, gu.factor_next, nf, 0);
+            bytes += 4.0 * nf;
+        }
+        if (status < 0) fprintf(stderr, "warning: geofp8 refresh of %s: the factorization failed (status %d)\n",
+                                gc->units[gu.unit].name.c_str(), status);
+        geofp8_device_refresh_finish(&gc->dev, (int)gi, s);
+    }
+    return bytes;
+}
+
+// ----------------------------------------------------------------------------
+// the step phases (geofp8_device_begin / _finish split, so that each half gets its own timer span)
+
+static inline void gradcomm_gpu_whiten(GradCommGPU* gc, float* x, cudaStream_t s) {
+    GeoFP8Device* g = &gc->dev;
+    for (const GeoFP8DeviceUnit& gu : g->geo) {
+        float* xu = geofp8_device_unit_ptr(g, x, gu);
+        if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, s);
+        else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, s);
+        geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, s);
+    }
+}
+
+static inline void gradcomm_gpu_unwhiten(GradCommGPU* gc, float* x, cudaStream_t s) {
+    GeoFP8Device* g = &gc->dev;
+    for (const GeoFP8DeviceUnit& gu : g->geo) {
+        float* xu = geofp8_device_unit_ptr(g, x, gu);
+        if (gu.kfac) geofp8_kfac_unwhiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, s);
+        else geofp8_unwhiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, s);
+    }
+}
+
+static inline void gradcomm_gpu_amax(GradCommGPU* gc, const float* x, cudaStream_t s) {
+    GeoFP8Device* g = &gc->dev;
+    CUDA_CHECK(cudaMemsetAsync(g->counts, 0, 4 * (size_t)g->units.dev.num_units * sizeof(unsigned long long), s));
+    if (g->block_mode) geofp8_block_amax_units(g->amax, x, &g->units, s);
+    else geofp8_amax_units(g->amax, x, &g->units, s);
+}
+
+// native: returns the bytes sent
+static inline double gradcomm_gpu_native(GradCommGPU* gc, CommGridGPU* grid, float* grads, bool geometry, GradCommTimer* t) {
+    GeoFP8Device* g = &gc->dev;
+    cudaStream_t s = grid->stream;
+    double bytes = 0.0;
+    int sp = gradcomm_timer_begin(t, GC_T_AMAX);
+    gradcomm_gpu_amax(gc, grads, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin(t, GC_T_NCCL);
+    comm_gpu_allreduce_f32_max(grid, g->amax, g->amax, g->num_groups);
+    gradcomm_timer_end(t, sp);
+    bytes += comm_gpu_ring_bytes(grid, 4.0 * g->num_groups);
+    sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
+    geofp8_device_scales(g, s);  // a non-finite amax sets g->skip: the quantizer then leaves codes and residuals alone
+    geofp8_device_quantize(g, grads, geometry ? 1 : 0, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin(t, GC_T_NCCL);
+    comm_gpu_allreduce_e4m3_sum(grid, g->q, g->q, gc->num_params);
+    gradcomm_timer_end(t, sp);
+    bytes += comm_gpu_ring_bytes(grid, (double)gc->num_params);
+    sp = gradcomm_timer_begin(t, GC_T_DECODE);
+    geofp8_dequantize_units(grads, g->q, g->scale, g->block_mode, g->world_size, &g->units,
+                            g->counts + 3 * (size_t)g->units.dev.num_units, s);
+    gradcomm_timer_end(t, sp);
+    return bytes;
+}
+
+// twophase: returns the bytes sent, or -1 when the step must be skipped (before the server phase,
+// so that a skipped step leaves the server residual as it was, as gradcomm_twophase does)
+static inline double gradcomm_gpu_twophase(GradCommGPU* gc, CommGridGPU* grid, float* grads, bool geometry, GradCommTimer* t) {
+    GeoFP8Device* g = &gc->dev;
+    cudaStream_t s = grid->stream;
+    const int N = gc->world_size, U = g->units.dev.num_units;
+    const double P = (double)gc->num_params;
+    int sp = gradcomm_timer_begin(t, GC_T_AMAX);
+    gradcomm_gpu_amax(gc, grads, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
+    geofp8_device_scales(g, s);  // local scales (N = 1)
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin(t, GC_T_NCCL);
+    comm_gpu_allreduce_f32_max(grid, g->skip, g->skip, 1);
+    gradcomm_timer_end(t, sp);
+    float skip = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(&skip, g->skip, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (skip != 0.0f) return -1.0;
+    sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
+    geofp8_device_quantize(g, grads, geometry ? 1 : 0, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin(t, GC_T_NCCL);
+    comm_gpu_allgather_bytes(grid, g->exps, g->exps_all, 4 * (size_t)U);
+    comm_gpu_alltoall_bytes(grid, g->q, g->recv, g->shard_size);
+    gradcomm_timer_end(t, sp);
+    double bytes = (N - 1) * 4.0 * U + (N > 1 ? (double)(N - 1) / N * P : 0.0);  // scales, then codes
+    sp = gradcomm_timer_begin(t, GC_T_DECODE);
+    geofp8_device_twophase_server(g, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin(t, GC_T_NCCL);
+    comm_gpu_allgather_bytes(grid, g->mine, g->q, g->shard_size);
+    comm_gpu_allgather_bytes(grid, g->server_exps, g->server_exps_all, 4 * (size_t)U);
+    gradcomm_timer_end(t, sp);
+    bytes += (N > 1 ? (double)(N - 1) / N * P : 0.0) + (N - 1) * 4.0 * U;
+    sp = gradcomm_timer_begin(t, GC_T_DECODE);
+    geofp8_twophase_dequantize(grads, g->q, g->server_exps_all, g->shard_size, g->world_size, &g->units, s);
+    gradcomm_timer_end(t, sp);
+    return bytes;
+}
+
+// Scores this step's fc1/fc2 units while profiling; at the end of the window, selects the
+// geometry units, prints them and writes geofp8_layers.txt (gradcomm_profile).
+static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
+    GradCommGPUStats& st = gc->stats;
+    auto is_mlp = [](const LlamaUnit& u) { return u.tensor == T_FC1W || u.tensor == T_FC2W; };
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        if (!is_mlp(gc->units[u])) continue;
+        size_t n = gradcomm_gpu_unit_size(gc->units[u]) * gc->world_size;
+        gc->score_sum[u] += geofp8_vulnerability(st.saturated[u], st.underflow[u], st.nonzero[u], n);
+    }
+    gc->profiled_steps++;
+    if (gc->profiled_steps < gc->profile_steps) return;
+    std::vector<int> cand;
+    std::vector<double> scores;
+    for (size_t u = 0; u < gc->units.size(); u++) {
+        if (!is_mlp(gc->units[u])) continue;
+        cand.push_back((int)u);
+        scores.push_back(gc->score_sum[u] / gc->profiled_steps);
+    }
+    std::vector<int> pick = geofp8_select_top(scores, gc->top_k);
+    for (int i : pick) gradcomm_gpu_add_geo(gc, cand[i]);
+    gc->profiling = false;
+    gc->geometry_start = step + 1;
+    if (gc->rank != 0) return;
+    printf("geofp8: profiled %d steps in fp8; vulnerability of fc1/fc2 (saturated + underflowed fractions):\n", gc->profiled_steps);
+    for (int i : geofp8_rank_scores(scores)) {
+        bool chosen = gc->dev.unit_to_geo[cand[i]] >= 0;
+        printf("  %s %-16s %.6e\n", chosen ? "*" : " ", gc->units[cand[i]].name.c_str(), scores[i]);
+    }
+    printf("geofp8: %zu layers switch to the geometry path from step %d\n", pick.size(), gc->geometry_start + 1);
+    if (!gc->output_dir.empty()) {
+        std::string path = gc->output_dir + "/geofp8_layers.txt", tmp = path + ".tmp";
+        FILE* f = fopen_check(tmp.c_str(), "w");
+        for (int i : pick) fprintf(f, "%s %.9e\n", gc->units[cand[i]].name.c_str(), scores[i]);
+        fclose_check(f);
+        checkpoint_commit(tmp, path);
+    }
+}
+
+// RelL2 and cosine of grads against gc->ref per unit, all units, and the geometry units (host, double).
+static inline void gradcomm_gpu_fidelity(GradCommGPU* gc, const float* grads) {
+    GradCommGPUStats& st = gc->stats;
+    std::vector<float> h = cuda_download(grads, gc->num_params), r = cuda_download(gc->ref, gc->num_params);
+    const size_t U = gc->units.size();
+    st.rel_l2.assign(U, 0.0); st.cos.assign(U, 0.0);
+    double ee = 0, gg = 0, hh = 0, hg = 0, ee_geo = 0, gg_geo = 0, hh_geo = 0, hg_geo = 0;
+    for (size_t u = 0; u < U; u++) {
+        const LlamaUnit& lu = gc->units[u];
+        double e2 = 0, g2 = 0, h2 = 0, d = 0;
+        for (size_t i = lu.offset; i < lu.offset + gradcomm_gpu_unit_size(lu); i++) {
+            double a = h[i], b = r[i];
+            e2 += (a - b) * (a - b); g2 += b * b; h2 += a * a; d += a * b;
+        }
+        st.rel_l2[u] = g2 > 0 ? sqrt(e2 / g2) : 0.0;
+        st.cos[u] = (g2 > 0 && h2 > 0) ? d / sqrt(g2 * h2) : 1.0;
+        ee += e2; gg += g2; hh += h2; hg += d;
+        if (gradcomm_gpu_geo_index(gc, (int)u) >= 0) { ee_geo += e2; gg_geo += g2; hh_geo += h2; hg_geo += d; }
+    }
+    st.rel_l2_all = gg > 0 ? sqrt(ee / gg) : 0.0;
+    st.cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
+    st.rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
+    st.cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+}
+
+// The entry point: averages grads (num_params, device) over ranks in the configured mode. With
+// `fidelity`, also all-reduces an fp32 copy and records how far the result is from it. The
+// result is in gc->stats (stats.skipped: every rank skips this step). Synchronizes the stream.
+static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float* grads, int step, bool fidelity, GradCommTimer* t) {
+    GradCommGPUStats& st = gc->stats;
+    const size_t U = gc->units.size(), P = gc->num_params;
+    const int N = gc->world_size;
+    cudaStream_t s = grid->stream;
+    st.bytes = 0.0;
+    st.skipped = false;
+    st.refreshed = false;
+    st.has_fidelity = fidelity && gc->ref;
+    st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
+    if (st.has_fidelity) {
+        CUDA_CHECK(cudaMemcpyAsync(gc->ref, grads, P * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        comm_gpu_allreduce_f32_sum(grid, gc->ref, gc->ref, P);
+        geofp8_average(gc->ref, P, N, s);
+    }
+    if (gc->mode == "fp32") {
+        int sp = gradcomm_timer_begin(t, GC_T_NCCL);
+        comm_gpu_allreduce_f32_sum(grid, grads, grads, P);
+        gradcomm_timer_end(t, sp);
+        sp = gradcomm_timer_begin(t, GC_T_DECODE);
+        geofp8_average(grads, P, N, s);
+        gradcomm_timer_end(t, sp);
+        st.bytes = comm_gpu_ring_bytes(grid, 4.0 * P);
+    } else if (gc->mode == "bf16") {
+        int sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
+        geofp8_bf16_encode(gc->codes16, grads, P, s);
+        gradcomm_timer_end(t, sp);
+        sp = gradcomm_timer_begin(t, GC_T_NCCL);
+        comm_gpu_allreduce_bf16_sum(grid, gc->codes16, gc->codes16, P);
+        gradcomm_timer_end(t, sp);
+        sp = gradcomm_timer_begin(t, GC_T_DECODE);
+        geofp8_bf16_decode_average(grads, gc->codes16, P, N, s);
+        gradcomm_timer_end(t, sp);
+        st.bytes = comm_gpu_ring_bytes(grid, 2.0 * P);
+    } else {
+        if (gc->refresh_now) {
+            int sp = gradcomm_timer_begin(t, GC_T_REFRESH);
+            st.bytes += gradcomm_gpu_refresh(gc, grid);
+            gradcomm_timer_end(t, sp);
+            st.refreshed = true;
+        }
+        // X = G for Euclidean units; X = G T + R on the geometry path (in place: grads is overwritten anyway)
+        bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
+        if (geometry) {
+            int sp = gradcomm_timer_begin(t, GC_T_WHITEN);
+            gradcomm_gpu_whiten(gc, grads, s);
+            gradcomm_timer_end(t, sp);
+        }
+        double b = gc->twophase ? gradcomm_gpu_twophase(gc, grid, grads, geometry, t) : gradcomm_gpu_native(gc, grid, grads, geometry, t);
+        if (b < 0) { st.skipped = true; return; }
+        st.bytes += b;
+        if (geometry) {
+            int sp = gradcomm_timer_begin(t, GC_T_UNWHITEN);
+            gradcomm_gpu_unwhiten(gc, grads, s);
+            gradcomm_timer_end(t, sp);
+        }
+        int sp = gradcomm_timer_begin(t, GC_T_NCCL);
+        comm_gpu_allreduce_u64_sum(grid, gc->dev.counts, gc->dev.counts, 3 * U);  // sum_saturated: already the same sum everywhere
+        gradcomm_timer_end(t, sp);
+        if (geofp8_device_read_stats(&gc->dev, st.saturated.data(), st.underflow.data(), st.nonzero.data(), st.sum_saturated.data(), s)) {
+            st.skipped = true;  // a non-finite amax (after the MAX all-reduce: on every rank alike)
+            return;
+        }
+        if (gc->profiling) gradcomm_gpu_profile(gc, step);
+    }
+    if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads);
+}
+
+// ----------------------------------------------------------------------------
+// checkpoint state: the names and layouts of gradcomm_save / gradcomm_load
+
+static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<CheckpointArray>* out) {
+    if (!gradcomm_gpu_is_fp8(gc)) return;
+    std::vector<float> sel = {(float)gc->geometry_start, (float)gc->profiled_steps, (float)(gc->profiling ? 1 : 0)};
+    for (const GeoFP8DeviceUnit& gu : gc->dev.geo) sel.push_back((float)gu.unit);
+    out->push_back({"gradcomm.selection", sel});
+    out->push_back({"gradcomm.scores", std::vector<float>(gc->score_sum.begin(), gc->score_sum.end())});
+    for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
+        const std::string p = "gradcomm." + gc->units[gu.unit].name + ".";
+        out->push_back({p + "residual", cuda_download(gu.residual, (size_t)gu.d_out * gu.d_in)});
+        if (gu.kfac) {
+            out->push_back({p + "LA", cuda_download(gu.LA, (size_t)gu.d_in * gu.d_in)});
+            out->push_back({p + "LG", cuda_download(gu.LG, (size_t)gu.d_out * gu.d_out)});
+        } else {
+            out->push_back({p + "factor", cuda_download(gu.factor, geofp8_factor_floats(gu.d_in, gu.r))});
+        }
+    }
+    if (gc->twophase) out->push_back({"gradcomm.server_residual", cuda_download(gc->dev.server_residual, gc->dev.shard_size)});
+}
+
+// Restores what gradcomm_gpu_save (or the CPU engine's gradcomm_save) wrote; user_error naming the file.
+static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, const char* path) {
+    if (!gradcomm_gpu_is_fp8(gc)) return;
+    auto need = [&](const std::string& name, size_t size) -> const CheckpointArray* {
+        const CheckpointArray* a = checkpoint_find_extra(s, name);
+        if (!a || (size != (size_t)-1 && a->data.size() != size))
+            user_error("-y: state file '%s' lacks '%s' (or it has the wrong size); was it written with another -c mode?", path, name.c_str());
+        return a;
+    };
+    auto upload = [](float* dst, const std::vector<float>& src) {
+        CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * sizeof(float), cudaMemcpyHostToDevice));
+    };
+    const CheckpointArray* sel = need("gradcomm.selection", (size_t)-1);
+    if (sel->data.size() < 3) user_error("-y: state file '%s' has a malformed gradcomm.selection", path);
+    const CheckpointArray* scores = need("gradcomm.scores", gc->units.size());
+    gc->score_sum.assign(scores->data.begin(), scores->data.end());
+    gc->geometry_start = (int)sel->data[0];
+    gc->profiled_steps = (int)sel->data[1];
+    gc->profiling = sel->data[2] != 0.0f;
+    // the device keeps the units added at init (explicit layers, kfac): they must be the saved ones
+    if (gc->dev.geo.size() > sel->data.size() - 3)
+        user_error("-y: state file '%s' has %zu geometry units, this run starts with %zu (--geofp8-layers changed?)", path,
+                   sel->data.size() - 3, gc->dev.geo.size());
+    for (size_t i = 3; i < sel->data.size(); i++) {
+        int u = (int)sel->data[i];
+        if (u < 0 || u >= (int)gc->units.size() || !gc->units[u].is_matrix)
+            user_error("-y: state file '%s' names unit %d, which is not a linear unit of this model", path, u);
+        if (gc->dev.unit_to_geo[u] < 0) gradcomm_gpu_add_geo(gc, u);
+        GeoFP8DeviceUnit& gu = gc->dev.geo[gc->dev.unit_to_geo[u]];
+        const std::string p = "gradcomm." + gc->units[u].name + ".";
+        upload(gu.residual, need(p + "residual", (size_t)gu.d_out * gu.d_in)->data);
+        if (gu.kfac) {
+            upload(gu.LA, need(p + "LA", (size_t)gu.d_in * gu.d_in)->data);
+            upload(gu.LG, need(p + "LG", (size_t)gu.d_out * gu.d_out)->data);
+        } else {
+            upload(gu.factor, need(p + "factor", geofp8_factor_floats(gu.d_in, gu.r))->data);
+        }
+    }
+    if (gc->twophase) upload(gc->dev.server_residual, need("gradcomm.server_residual", gc->dev.shard_size)->data);
+}
+
+// ----------------------------------------------------------------------------
+// logs: the step line's tail and the metrics.jsonl fields of gradcomm_step_summary / gradcomm_log_fields
+
+static inline std::string gradcomm_gpu_step_summary(const GradCommGPU* gc) {
+    const GradCommGPUStats& st = gc->stats;
+    std::string out;
+    char b[160];
+    if (gradcomm_gpu_is_fp8(gc)) {
+        long sat = 0, und = 0, ssat = 0;
+        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
+        snprintf(b, sizeof(b), " | fp8 sat %ld und %ld sumsat %ld%s", sat, und, ssat, st.refreshed ? " | refresh" : "");
+        out += b;
+    }
+    if (st.has_fidelity) {
+        if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
+        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
+        out += b;
+    }
+    return out;
+}
+
+static inline void gradcomm_gpu_log_fields(const GradCommGPU* gc, std::string* line) {
+    const GradCommGPUStats& st = gc->stats;
+    if (gradcomm_gpu_is_fp8(gc)) {
+        long sat = 0, und = 0, ssat = 0;
+        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
+        logger_field(line, "fp8_saturated", (double)sat);
+        logger_field(line, "fp8_underflow", (double)und);
+        logger_field(line, "fp8_sum_saturated", (double)ssat);
+        logger_field(line, "geo_refresh", st.refreshed ? 1 : 0);
+        std::string units = "{";
+        for (size_t u = 0; u < gc->units.size(); u++) {
+            if (!gc->units[u].is_matrix) continue;
+            char b[200];
+            snprintf(b, sizeof(b), "%s\"%s\": [%ld, %ld, %ld, %d]", units.size() > 1 ? ", " : "", gc->units[u].name.c_str(),
+                     st.saturated[u], st.underflow[u], st.sum_saturated[u], gradcomm_gpu_geo_index(gc, (int)u) >= 0 ? 1 : 0);
+            units += b;
+        }
+        units += "}";
+        logger_field_json(line, "fp8_units", units);  // name: [saturated, underflow, sum_saturated, geometry path]
+    }
+    if (st.has_fidelity) {
+        logger_field(line, "fidelity_rel_l2", st.rel_l2_all);
+        logger_field(line, "fidelity_cos", st.cos_all);
+        logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
+        logger_field(line, "fidelity_cos_geo", st.cos_geo);
+        std::string units = "{";
+        for (size_t u = 0; u < gc->units.size(); u++) {
+            std::string v;
+            logger_json_number(&v, st.rel_l2[u]);
+            v += ", ";
+            logger_json_number(&v, st.cos[u]);
+            units += (units.size() > 1 ? ", \"" : "\"") + gc->units[u].name + "\": [" + v + "]";
+        }
+        units += "}";
+        logger_field_json(line, "fidelity_units", units);  // name: [rel_l2, cos]
+    }
+}
+
+// " | fwd 1.2 bwd 2.3 comm 0.4 (nccl 0.3) opt 0.5 ms": the timing tail of the step line.
+static inline std::string gradcomm_timer_summary(const GradCommTimer* t) {
+    char b[200];
+    snprintf(b, sizeof(b), " | fwd %.1f bwd %.1f comm %.1f (nccl %.1f) opt %.1f ms", t->ms[GC_T_FORWARD], t->ms[GC_T_BACKWARD],
+             t->ms[GC_T_COMM], t->ms[GC_T_NCCL], t->ms[GC_T_OPTIMIZER]);
+    return b;
+}
+
+// metrics.jsonl: "t_forward_ms", "t_backward_ms", "t_comm_ms", "t_refresh_ms", "t_whiten_ms", ...
+static inline void gradcomm_timer_log_fields(const GradCommTimer* t, std::string* line) {
+    for (int p = 0; p < GC_T_NUM; p++) {
+        std::string key = std::string("t_") + GRADCOMM_PHASE_NAMES[p] + "_ms";
+        logger_field(line, key.c_str(), t->ms[p]);
+    }
+}
