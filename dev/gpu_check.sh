@@ -6,7 +6,9 @@
 #   3. the GPU tests (build/test_*.cu binaries: the whole model against the fixture, ...)
 #   4. a 50-step tiny training run of train_llama whose per-step losses must match the fp32 CPU
 #      engine's (train_llama_cpu, same flags) within the bf16 tolerance below
-#   5. throughput: tokens/s and MFU of d12 and llama600m at micro-batch 4 (a few steps each)
+#   5. every -c mode (and twophase) on 1 GPU for 30 tiny steps against the CPU engine's loss in
+#      the same mode, with the per-step phase times of the GPU run
+#   6. throughput: tokens/s and MFU of d12 and llama600m at micro-batch 4 (a few steps each)
 # Usage (from anywhere):   bash dev/gpu_check.sh
 #        bash dev/gpu_check.sh --cpu-reference   only run step 4's CPU side, into
 #                                                 out/gpu_check/cpu/main.log
@@ -143,7 +145,42 @@ EOF
 fi
 fi
 
-# 5. throughput at micro-batch 4
+# 5. every communication mode, 30 tiny steps on 1 GPU, against the CPU engine in the same mode
+MODE_FLAGS=(-e tiny -b 4 -t 128 -x 30 -v 0 -l 2e-3 -u 5 --seed 1337 --geofp8-profile-steps 5 --geofp8-refresh 10)
+if [ $HAVE_GPU = 1 ]; then
+for mode in "bf16" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase"; do
+    tag=$(echo "$mode" | tr ' ' '_' | sed 's/--fp8-reduce_//')
+    rm -rf "$OUT/mode_gpu_$tag" "$OUT/mode_cpu_$tag"
+    # shellcheck disable=SC2086
+    ./train_llama "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_gpu_$tag" >"$OUT/mode_gpu_$tag.log" 2>&1
+    grc=$?
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=$(nproc) ./train_llama_cpu "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_cpu_$tag" >"$OUT/mode_cpu_$tag.log" 2>&1
+    crc=$?
+    if [ $grc -ne 0 ] || [ $crc -ne 0 ]; then row "mode $tag: GPU vs CPU 30 steps" FAIL "exit gpu $grc cpu $crc"; continue; fi
+    cmp=$(python3 - "$OUT/mode_gpu_$tag/metrics.jsonl" "$OUT/mode_cpu_$tag/metrics.jsonl" <<'EOF'
+import json, sys
+def rows(p):
+    return [json.loads(l) for l in open(p)]
+g = {r["step"]: r for r in rows(sys.argv[1]) if "train_loss" in r}
+c = {r["step"]: r for r in rows(sys.argv[2]) if "train_loss" in r}
+steps = sorted(set(g) & set(c))
+if len(steps) < 30:
+    print("FAIL %d common steps" % len(steps)); sys.exit()
+rel = max(abs(g[s]["train_loss"] - c[s]["train_loss"]) / c[s]["train_loss"] for s in steps)
+t = lambda k: sum(g[s].get(k, 0.0) for s in steps[1:]) / (len(steps) - 1)
+# bf16 compute against fp32 plus FP8 rounding of different gradients: 1e-2 on the per-step loss
+print("%s max rel %.1e | fwd %.1f bwd %.1f comm %.1f (nccl %.1f) opt %.1f ms" % ("PASS" if rel <= 1e-2 else "FAIL", rel,
+      t("t_forward_ms"), t("t_backward_ms"), t("t_comm_ms"), t("t_nccl_ms"), t("t_optimizer_ms")))
+EOF
+)
+    row "mode $tag: GPU vs CPU 30 steps" "${cmp%% *}" "${cmp#* }"
+done
+else
+    row "modes: GPU vs CPU 30 steps" SKIP "no CUDA device"
+fi
+
+# 6. throughput at micro-batch 4
 for preset in $BENCH_PRESETS; do
     ./train_llama -e "$preset" -b 4 -x $BENCH_STEPS -v 0 >"$OUT/bench_$preset.log" 2>&1
     rc=$?
