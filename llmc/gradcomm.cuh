@@ -38,6 +38,7 @@
 #include "comm.cuh"
 #include "geofp8.cuh"
 #include "llama.h"
+#include "gradcomm_stats.h"
 #include "logger.h"
 #include "train_config.h"
 #include "utils.h"
@@ -108,15 +109,7 @@ static inline void gradcomm_timer_free(GradCommTimer* t) {
 
 // Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps:
 // the fields of gradcomm.h's GradCommStats.
-typedef struct {
-    double bytes;                     // sent by this rank
-    bool skipped;                     // a non-finite amax: every rank skips this step
-    bool refreshed;
-    std::vector<long> saturated, underflow, nonzero, sum_saturated;  // (units)
-    bool has_fidelity;
-    std::vector<double> rel_l2, cos;  // (units) against the fp32 average
-    double rel_l2_all, cos_all, rel_l2_geo, cos_geo;
-} GradCommGPUStats;
+typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_stats.h
 
 typedef struct {
     std::string mode;                 // -c
@@ -600,59 +593,14 @@ static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, 
 // logs: the step line's tail and the metrics.jsonl fields of gradcomm_step_summary / gradcomm_log_fields
 
 static inline std::string gradcomm_gpu_step_summary(const GradCommGPU* gc) {
-    const GradCommGPUStats& st = gc->stats;
-    std::string out;
-    char b[160];
-    if (gradcomm_gpu_is_fp8(gc)) {
-        long sat = 0, und = 0, ssat = 0;
-        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
-        snprintf(b, sizeof(b), " | fp8 sat %ld und %ld sumsat %ld%s", sat, und, ssat, st.refreshed ? " | refresh" : "");
-        out += b;
-    }
-    if (st.has_fidelity) {
-        if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
-        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
-        out += b;
-    }
-    return out;
+    return gradcomm_stats_summary(gc->stats, gradcomm_gpu_is_fp8(gc));
 }
 
 static inline void gradcomm_gpu_log_fields(const GradCommGPU* gc, std::string* line) {
-    const GradCommGPUStats& st = gc->stats;
-    if (gradcomm_gpu_is_fp8(gc)) {
-        long sat = 0, und = 0, ssat = 0;
-        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
-        logger_field(line, "fp8_saturated", (double)sat);
-        logger_field(line, "fp8_underflow", (double)und);
-        logger_field(line, "fp8_sum_saturated", (double)ssat);
-        logger_field(line, "geo_refresh", st.refreshed ? 1 : 0);
-        std::string units = "{";
-        for (size_t u = 0; u < gc->units.size(); u++) {
-            if (!gc->units[u].is_matrix) continue;
-            char b[200];
-            snprintf(b, sizeof(b), "%s\"%s\": [%ld, %ld, %ld, %d]", units.size() > 1 ? ", " : "", gc->units[u].name.c_str(),
-                     st.saturated[u], st.underflow[u], st.sum_saturated[u], gradcomm_gpu_geo_index(gc, (int)u) >= 0 ? 1 : 0);
-            units += b;
-        }
-        units += "}";
-        logger_field_json(line, "fp8_units", units);  // name: [saturated, underflow, sum_saturated, geometry path]
-    }
-    if (st.has_fidelity) {
-        logger_field(line, "fidelity_rel_l2", st.rel_l2_all);
-        logger_field(line, "fidelity_cos", st.cos_all);
-        logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
-        logger_field(line, "fidelity_cos_geo", st.cos_geo);
-        std::string units = "{";
-        for (size_t u = 0; u < gc->units.size(); u++) {
-            std::string v;
-            logger_json_number(&v, st.rel_l2[u]);
-            v += ", ";
-            logger_json_number(&v, st.cos[u]);
-            units += (units.size() > 1 ? ", \"" : "\"") + gc->units[u].name + "\": [" + v + "]";
-        }
-        units += "}";
-        logger_field_json(line, "fidelity_units", units);  // name: [rel_l2, cos]
-    }
+    static const std::vector<int> none;
+    const std::vector<int>& to_geo = gc->has_device ? gc->dev.unit_to_geo : none;
+    if (to_geo.size() == gc->units.size()) gradcomm_stats_log_fields(gc->units, to_geo, gc->stats, gradcomm_gpu_is_fp8(gc), line);
+    else gradcomm_stats_log_fields(gc->units, std::vector<int>(gc->units.size(), -1), gc->stats, gradcomm_gpu_is_fp8(gc), line);
 }
 
 // " | fwd 1.2 bwd 2.3 comm 0.4 (nccl 0.3) opt 0.5 ms": the timing tail of the step line.

@@ -36,6 +36,7 @@
 #include "comm.h"
 #include "fp8.h"
 #include "geofp8.h"
+#include "gradcomm_stats.h"
 #include "llama.h"
 #include "logger.h"
 #include "utils.h"
@@ -55,19 +56,6 @@ struct GeoUnit {
     std::vector<float> residual;   // (d_out, d_in) error feedback, in whitened coordinates
 };
 
-// Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps.
-typedef struct {
-    double bytes;                  // sent by this rank
-    bool skipped;                  // a non-finite amax: the step must be skipped by every rank
-    bool refreshed;                // the geometry factors were refreshed this step
-    std::vector<long> saturated;   // (units) codes at ±448 after local quantization
-    std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
-    std::vector<long> nonzero;     // (units)
-    std::vector<long> sum_saturated;  // (units) codes at ±448 after the native FP8 sum
-    bool has_fidelity;
-    std::vector<double> rel_l2, cos;  // (units) against the fp32 average
-    double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together
-} GradCommStats;
 
 typedef struct {
     std::string mode;              // -c
@@ -642,60 +630,8 @@ static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const c
 // ----------------------------------------------------------------------------
 // logs
 
-// " | fp8 sat 0 und 1234 | fid 1.2e-02 (geo 3.4e-02)": the step line's tail for the FP8 modes.
-static inline std::string gradcomm_step_summary(const GradComm* gc) {
-    const GradCommStats& st = gc->stats;
-    std::string out;
-    char b[160];
-    if (gradcomm_is_fp8(gc)) {
-        long sat = 0, und = 0, ssat = 0;
-        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
-        snprintf(b, sizeof(b), " | fp8 sat %ld und %ld sumsat %ld%s", sat, und, ssat, st.refreshed ? " | refresh" : "");
-        out += b;
-    }
-    if (st.has_fidelity) {
-        if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
-        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
-        out += b;
-    }
-    return out;
-}
+static inline std::string gradcomm_step_summary(const GradComm* gc) { return gradcomm_stats_summary(gc->stats, gradcomm_is_fp8(gc)); }
 
-// metrics.jsonl fields: FP8 totals, per-unit boundary hits of the geometry units, fidelity.
 static inline void gradcomm_log_fields(const GradComm* gc, std::string* line) {
-    const GradCommStats& st = gc->stats;
-    if (gradcomm_is_fp8(gc)) {
-        long sat = 0, und = 0, ssat = 0;
-        for (size_t u = 0; u < gc->units.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
-        logger_field(line, "fp8_saturated", (double)sat);
-        logger_field(line, "fp8_underflow", (double)und);
-        logger_field(line, "fp8_sum_saturated", (double)ssat);
-        logger_field(line, "geo_refresh", st.refreshed ? 1 : 0);
-        std::string units = "{";
-        for (size_t u = 0; u < gc->units.size(); u++) {
-            if (!gradcomm_is_linear(gc->units[u])) continue;
-            char b[200];
-            snprintf(b, sizeof(b), "%s\"%s\": [%ld, %ld, %ld, %d]", units.size() > 1 ? ", " : "", gc->units[u].name.c_str(),
-                     st.saturated[u], st.underflow[u], st.sum_saturated[u], gc->unit_to_geo[u] >= 0 ? 1 : 0);
-            units += b;
-        }
-        units += "}";
-        logger_field_json(line, "fp8_units", units);  // name: [saturated, underflow, sum_saturated, geometry path]
-    }
-    if (st.has_fidelity) {
-        logger_field(line, "fidelity_rel_l2", st.rel_l2_all);
-        logger_field(line, "fidelity_cos", st.cos_all);
-        logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
-        logger_field(line, "fidelity_cos_geo", st.cos_geo);
-        std::string units = "{";
-        for (size_t u = 0; u < gc->units.size(); u++) {
-            std::string v;
-            logger_json_number(&v, st.rel_l2[u]);
-            v += ", ";
-            logger_json_number(&v, st.cos[u]);
-            units += (units.size() > 1 ? ", \"" : "\"") + gc->units[u].name + "\": [" + v + "]";
-        }
-        units += "}";
-        logger_field_json(line, "fidelity_units", units);  // name: [rel_l2, cos]
-    }
+    gradcomm_stats_log_fields(gc->units, gc->unit_to_geo, gc->stats, gradcomm_is_fp8(gc), line);
 }
