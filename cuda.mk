@@ -20,7 +20,7 @@ NVCCFLAGS  ?= -O3 -std=c++17 -arch=$(GPU_ARCH) --expt-relaxed-constexpr \
 NVCC_LDLIBS = -lcublas -lcublasLt -lcusolver -lnccl -lopenblas -llapacke -lgomp -lm
 
 CUDA_H     = $(wildcard llmc/*.cuh) $(wildcard llmc/*.h)
-DEV_OPS    = matmul encoder rmsnorm rope swiglu attention crossentropy adamw muon global_norm
+DEV_OPS    = matmul encoder rmsnorm rope swiglu attention crossentropy adamw muon global_norm geofp8
 DEV_BINS   = $(patsubst %,$(BUILD)/dev_%,$(DEV_OPS))
 GPU_TESTS  = $(patsubst test/%.cu,$(BUILD)/%,$(wildcard test/test_*.cu))
 

@@ -365,13 +365,23 @@ typedef struct {
     double* scratch;       // (1) device slot of llama_comm_sum / llama_comm_max_int
 } GpuCommGrid;
 
-// The launch decides: PMI variables (mpirun, srun --mpi=pmix) -> MPI; SLURM_PROCID alone (plain
-// srun) -> NCCL id through $TRAIN_LLAMA_NCCL_ID_FILE; otherwise one process. Selects the GPU.
+// The launch decides: PMI variables (mpirun, srun --mpi=pmix) in a build with MPI -> MPI;
+// SLURM_PROCID (plain srun, or any srun of a build without MPI) -> NCCL id through
+// $TRAIN_LLAMA_NCCL_ID_FILE; otherwise one process, with a one-rank NCCL communicator when
+// TRAIN_LLAMA_TEST_NCCL=1 (so that a single GPU runs every collective of the step). Without argc
+// (the tests) always one process.
 static void llama_comm_init(GpuCommGrid* g, int* argc = NULL, char*** argv = NULL, cudaStream_t stream = 0) {
+#ifdef COMM_GPU_HAVE_MPI
     bool pmi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK");
+#else
+    bool pmi = false;
+    if (argc && !getenv("SLURM_PROCID") && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK")))
+        comm_gpu_init_mpi(&g->nccl, argc, argv, stream);  // explains how to rebuild, exits
+#endif
+    const char* test_nccl = getenv("TRAIN_LLAMA_TEST_NCCL");
     if (pmi && argc) comm_gpu_init_mpi(&g->nccl, argc, argv, stream);
     else if (getenv("SLURM_PROCID") && argc) comm_gpu_init_slurm_file(&g->nccl, NULL, stream);
-    else comm_gpu_init_single(&g->nccl, stream, 0);
+    else comm_gpu_init_single(&g->nccl, stream, test_nccl && strcmp(test_nccl, "1") == 0);
     g->rank = g->nccl.rank;
     g->world_size = g->nccl.world_size;
     g->scratch = cuda_malloc<double>(1);
@@ -406,20 +416,16 @@ static int llama_comm_max_int(GpuCommGrid* g, int x) {
 }
 
 // Every rank must run with rank 0's settings (flags, model, data): rank 0's text is broadcast
-// over MPI and compared, as comm_check_same_settings. The Slurm id-file launch has no MPI to
-// carry a string, so the check is skipped there with a note.
+// over NCCL (whatever the launcher) and compared, as comm_check_same_settings does over MPI.
 static void llama_comm_check_settings(GpuCommGrid* g, const std::string& settings) {
     if (g->world_size == 1) return;
-    if (g->nccl.launcher != COMM_GPU_MPI) {
-        if (g->rank == 0) printf("note: settings consistency check across ranks skipped (no MPI in this launch)\n");
-        return;
-    }
-#ifdef COMM_GPU_HAVE_MPI
-    int len = (int)settings.size();
-    MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    std::string ref(len, '\0');
-    if (g->rank == 0) ref = settings;
-    MPI_CHECK(MPI_Bcast(&ref[0], len, MPI_CHAR, 0, MPI_COMM_WORLD));
+    int len = (int)llama_comm_max_int(g, g->rank == 0 ? (int)settings.size() : 0);
+    char* buf = cuda_malloc<char>((size_t)len + 1);
+    if (g->rank == 0) CUDA_CHECK(cudaMemcpy(buf, settings.data(), (size_t)len, cudaMemcpyHostToDevice));
+    comm_gpu_broadcast_bytes(&g->nccl, buf, (size_t)len, 0);
+    std::string ref((size_t)len, '\0');
+    CUDA_CHECK(cudaMemcpy(&ref[0], buf, (size_t)len, cudaMemcpyDeviceToHost));  // (after the broadcast on the same stream)
+    CUDA_CHECK(cudaFree(buf));
     std::string diff = train_config_first_difference(ref, settings);
     if (!diff.empty())
         fprintf(stderr, "error: rank %d disagrees with rank 0 on %s (rank 0 vs rank %d); every rank must get the same flags and data\n",
@@ -429,9 +435,6 @@ static void llama_comm_check_settings(GpuCommGrid* g, const std::string& setting
         llama_comm_finalize(g);
         exit(1);
     }
-#else
-    (void)settings;  // unreachable: without MPI the launcher is never COMM_GPU_MPI
-#endif
 }
 
 // ----------------------------------------------------------------------------
@@ -577,8 +580,10 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     if (gc && gc->stats.skipped) { st.skipped_on_rank = grid->world_size; return st; }  // a non-finite scale
     st.loss = (float)(llama_comm_sum(grid, loss_sum / accum_steps) / grid->world_size);
     st.grad_norm = llama_grad_norm(m);
-    // the communicated gradient is the same on every rank, so this check agrees everywhere
-    if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size; return st; }
+    // the averaged gradient itself (e.g. a sum that overflowed in the collective): the same on
+    // every rank, so this check agrees everywhere; the error-feedback residuals of this step are
+    // kept, unlike the skips above
+    if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size + 1; return st; }
     sp = gradcomm_timer_begin(timer, GC_T_OPTIMIZER);
     llama_clip_grads(m, st.grad_norm, tc->grad_clip);
     llama_update(m, tc, mc, st.lr, step);
@@ -802,9 +807,12 @@ int main(int argc, char** argv) {
                 if (st.skipped_on_rank < grid.world_size)
                     printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
                            step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
-                else
+                else if (st.skipped_on_rank == grid.world_size)
                     printf("step %5d/%d | skipped: non-finite value in the %s coordinates (%d in a row)\n",
                            step + 1, tc.steps, tc.comm.c_str(), consecutive_skips);
+                else
+                    printf("step %5d/%d | skipped: non-finite averaged gradient after communication (%d in a row)\n",
+                           step + 1, tc.steps, consecutive_skips);
                 std::string line;
                 logger_field(&line, "step", step + 1);
                 logger_field(&line, "skipped", 1);
@@ -858,7 +866,7 @@ int main(int argc, char** argv) {
         if (timed_steps > 0) {
             double tok_s = tc.total_batch * timed_steps / train_seconds;
             printf(", %.0f tok/s average", tok_s);
-            if (dev.peak_bf16_flops > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tok_s / dev.peak_bf16_flops);
+            if (dev.peak_bf16_flops > 0) printf(", MFU %.1f%%", 100.0 * flops_per_token * tok_s / (dev.peak_bf16_flops * grid.world_size));
         }
         printf("\n");
     }

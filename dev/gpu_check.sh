@@ -8,6 +8,8 @@
 #      engine's (train_llama_cpu, same flags) within the bf16 tolerance below
 #   5. every -c mode (and twophase) on 1 GPU for 30 tiny steps against the CPU engine's loss in
 #      the same mode, with the per-step phase times of the GPU run
+#      (with TRAIN_LLAMA_TEST_NCCL=1: a one-rank NCCL communicator, so every collective runs);
+#      with 2+ GPUs and mpirun also fp8, geofp8 and twophase on 2 GPUs against 2 CPU ranks
 #   6. throughput: tokens/s and MFU of d12 and llama600m at micro-batch 4 (a few steps each)
 # Usage (from anywhere):   bash dev/gpu_check.sh
 #        bash dev/gpu_check.sh --cpu-reference   only run step 4's CPU side, into
@@ -78,7 +80,7 @@ if [ -x build/dev_encoder ]; then build/dev_encoder --validate-only >/dev/null 2
 [ $HAVE_GPU = 0 ] && echo "no CUDA device: the checks below SKIP"
 
 # 2. kernel validations
-for op in matmul encoder rmsnorm rope swiglu attention crossentropy adamw muon global_norm; do
+for op in matmul encoder rmsnorm rope swiglu attention crossentropy adamw muon global_norm geofp8; do
     bin=build/dev_$op
     if [ ! -x "$bin" ]; then row "dev_$op" FAIL "not built"; continue; fi
     t=$(date +%s)
@@ -152,7 +154,8 @@ for mode in "bf16" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase";
     tag=$(echo "$mode" | tr ' ' '_' | sed 's/--fp8-reduce_//')
     rm -rf "$OUT/mode_gpu_$tag" "$OUT/mode_cpu_$tag"
     # shellcheck disable=SC2086
-    ./train_llama "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_gpu_$tag" >"$OUT/mode_gpu_$tag.log" 2>&1
+    # a one-rank NCCL communicator: every collective of the mode runs (E4M3 sum, all-to-all, broadcasts)
+    TRAIN_LLAMA_TEST_NCCL=1 ./train_llama "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_gpu_$tag" >"$OUT/mode_gpu_$tag.log" 2>&1
     grc=$?
     # shellcheck disable=SC2086
     OMP_NUM_THREADS=$(nproc) ./train_llama_cpu "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_cpu_$tag" >"$OUT/mode_cpu_$tag.log" 2>&1
@@ -178,6 +181,27 @@ EOF
 done
 else
     row "modes: GPU vs CPU 30 steps" SKIP "no CUDA device"
+fi
+
+# 5b. with two or more GPUs and mpirun: fp8, geofp8 and fp8 twophase on 2 ranks against the CPU
+# engine on 2 ranks (the real NCCL E4M3 sum, all-to-all and broadcasts across GPUs)
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ $HAVE_GPU = 1 ] && [ "$NGPU" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+for mode in "fp8" "geofp8 --geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2" "fp8 --fp8-reduce twophase"; do
+    tag=np2_$(echo "$mode" | cut -d' ' -f1)$(echo "$mode" | grep -q twophase && echo _twophase)
+    rm -rf "$OUT/mode_gpu_$tag" "$OUT/mode_cpu_$tag"
+    # shellcheck disable=SC2086
+    mpirun --allow-run-as-root -np 2 ./train_llama "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_gpu_$tag" >"$OUT/mode_gpu_$tag.log" 2>&1
+    grc=$?
+    # shellcheck disable=SC2086
+    mpirun --allow-run-as-root --oversubscribe -np 2 ./train_llama_cpu "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_cpu_$tag" >"$OUT/mode_cpu_$tag.log" 2>&1
+    crc=$?
+    if [ $grc -ne 0 ] || [ $crc -ne 0 ]; then row "mode $tag: 2 GPUs vs CPU" FAIL "exit gpu $grc cpu $crc"; continue; fi
+    last() { grep -o '"train_loss": [0-9.e+-]*' "$1/metrics.jsonl" | tail -1 | awk '{print $2}'; }
+    g=$(last "$OUT/mode_gpu_$tag"); c=$(last "$OUT/mode_cpu_$tag")
+    ok=$(python3 -c "print('PASS' if abs($g - $c) / $c <= 1e-2 else 'FAIL')")
+    row "mode $tag: 2 GPUs vs CPU" "$ok" "final loss $g vs $c (tol 1e-2 rel)"
+done
 fi
 
 # 6. throughput at micro-batch 4

@@ -8,10 +8,12 @@
 //                              node from an MPI_COMM_TYPE_SHARED split, the NCCL unique id broadcast
 //                              over MPI. Needs the MPI include path at build time
 //                              ($(mpicxx --showme:compile)) and its libraries at link time.
-//   comm_gpu_init_slurm_file   plain srun, no MPI: SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID; rank 0
-//                              writes the NCCL id to a file on a shared file system (path argument or
-//                              $TRAIN_LLAMA_NCCL_ID_FILE), the others poll for it (timeout
-//                              $TRAIN_LLAMA_NCCL_ID_TIMEOUT seconds, default 600).
+//   comm_gpu_init_slurm_file   plain srun, no MPI: SLURM_PROCID / SLURM_STEP_NUM_TASKS (else
+//                              SLURM_NTASKS) / SLURM_LOCALID; rank 0 writes the NCCL id to a file on a
+//                              shared file system (path argument or $TRAIN_LLAMA_NCCL_ID_FILE, with
+//                              .$SLURM_JOB_ID.$SLURM_STEP_ID appended), the others poll for it (timeout
+//                              $TRAIN_LLAMA_NCCL_ID_TIMEOUT seconds, default 600; rank 1 prints a line
+//                              each minute it waits).
 //   comm_gpu_init_single       one process; with use_nccl a one-rank communicator, so the same
 //                              collectives run (a copy) — what dev/cuda/geofp8.cu uses.
 // MPI is optional: without <mpi.h> on the include path (or with -DCOMM_GPU_NO_MPI) the MPI launch
@@ -21,7 +23,7 @@
 // call is asynchronous on g->stream; with no communicator they copy send to recv):
 //   comm_gpu_allreduce_f32_sum / _f64_sum / _u64_sum / _bf16_sum / _e4m3_sum, comm_gpu_allreduce_f32_max,
 //   comm_gpu_alltoall_bytes (grouped ncclSend / ncclRecv), comm_gpu_allgather_bytes,
-//   comm_gpu_broadcast_f32 (from a root, in place).
+//   comm_gpu_broadcast_f32 / _bytes (from a root, in place).
 // The E4M3 sum is NCCL's native ncclFloat8e4m3 + ncclSum (NCCL >= 2.24, Hopper or newer GPUs):
 // every combine rounds back to E4M3, which the CPU engine's MPI operator (comm.h) models. It is
 // never ncclAvg: the average is decode(sum) / (s N) afterwards (geofp8_dequantize_units).
@@ -83,20 +85,17 @@ typedef struct {
     int launcher;      // COMM_GPU_SINGLE / COMM_GPU_MPI / COMM_GPU_SLURM_FILE
 } CommGridGPU;
 
-// Picks this rank's GPU: local_rank when the node shows several GPUs; device 0 when the launcher
-// gave each task its own single GPU (CUDA_VISIBLE_DEVICES per task, srun --gpus-per-task=1).
+// Picks this rank's GPU from the GPUs this task sees: local_rank modulo their count. That is
+// local_rank when the task sees the whole node, device 0 when it was given one GPU
+// (--gpus-per-task=1), and the right one of its socket's GPUs under --gpu-bind=closest (tasks are
+// numbered in node order, so each socket's tasks map onto its own GPUs).
 static inline void comm_gpu_select_device(CommGridGPU* g) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         fprintf(stderr, "error: rank %d sees no CUDA device (launch one task per GPU, e.g. srun --gpus-per-task=1)\n", g->rank);
         exit(1);
     }
-    if (count > 1 && g->local_rank >= count) {
-        fprintf(stderr, "error: rank %d is task %d on its node, but the node shows only %d GPUs; launch at most one task per GPU "
-                        "(--ntasks-per-node <= GPUs per node)\n", g->rank, g->local_rank, count);
-        exit(1);
-    }
-    g->device = count == 1 ? 0 : g->local_rank;
+    g->device = g->local_rank % count;
     CUDA_CHECK(cudaSetDevice(g->device));
 }
 
@@ -232,7 +231,9 @@ static inline void comm_gpu_init_slurm_file(CommGridGPU* g, const char* id_path,
     g->stream = stream;
     g->launcher = COMM_GPU_SLURM_FILE;
     g->rank = comm_gpu_env_int("SLURM_PROCID", 0, true);
-    g->world_size = comm_gpu_env_int("SLURM_NTASKS", 1, true);
+    // the tasks of this srun step (SLURM_NTASKS is the allocation's, also seen in the batch script)
+    g->world_size = getenv("SLURM_STEP_NUM_TASKS") ? comm_gpu_env_int("SLURM_STEP_NUM_TASKS", 1, true)
+                                                   : comm_gpu_env_int("SLURM_NTASKS", 1, true);
     g->local_rank = comm_gpu_env_int("SLURM_LOCALID", 0, true);
     if (g->world_size < 1 || g->rank >= g->world_size) {
         fprintf(stderr, "error: SLURM_PROCID=%d is not below SLURM_NTASKS=%d\n", g->rank, g->world_size);
@@ -246,19 +247,27 @@ static inline void comm_gpu_init_slurm_file(CommGridGPU* g, const char* id_path,
                         "(e.g. $OUT_DIR/nccl_id), or launch with MPI\n", g->rank, COMM_GPU_ID_FILE_ENV);
         exit(1);
     }
+    // one file per job step: concurrent sruns of one allocation may share the variable
+    if (getenv("SLURM_JOB_ID")) path += std::string(".") + getenv("SLURM_JOB_ID");
+    if (getenv("SLURM_STEP_ID")) path += std::string(".") + getenv("SLURM_STEP_ID");
     const std::string tag = comm_gpu_launch_tag(g->world_size);
     ncclUniqueId id;
     if (g->rank == 0) {
         NCCL_CHECK(ncclGetUniqueId(&id));
         comm_gpu_write_id_file(path.c_str(), tag, &id);
     } else {
-        double timeout = COMM_GPU_ID_TIMEOUT_S;
-        const char* t = getenv(COMM_GPU_ID_TIMEOUT_ENV);
-        if (t && *t) timeout = atof(t);
+        double timeout = comm_gpu_env_int(COMM_GPU_ID_TIMEOUT_ENV, (int)COMM_GPU_ID_TIMEOUT_S, false);
         auto start = std::chrono::steady_clock::now();
         std::string found;
+        int reported = 0;
         while (comm_gpu_read_id_file(path.c_str(), tag, &id, &found) != 0) {
             double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (g->rank == 1 && waited >= 60.0 * (reported + 1)) {
+                reported++;
+                printf("rank 1: still waiting for the NCCL id in '%s' after %.0f s (found %s)\n", path.c_str(), waited,
+                       found.empty() ? "no file" : ("'" + found + "'").c_str());
+                fflush(stdout);
+            }
             if (waited > timeout) {
                 fprintf(stderr, "error: rank %d waited %.0f s for the NCCL id that rank 0 writes to '%s' and %s; the file must be on a "
                                 "file system every node shares (not /tmp), and rank 0 must have started (raise %s if the job starts slowly)\n",
@@ -358,6 +367,12 @@ static inline void comm_gpu_allgather_bytes(CommGridGPU* g, const void* send, vo
     if (bytes == 0) return;
     if (!g->comm) { comm_gpu_copy(g, send, recv, bytes); return; }
     NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, g->comm, g->stream));
+}
+
+// buf (bytes) = root's buf, in place (the settings text of the launch check)
+static inline void comm_gpu_broadcast_bytes(CommGridGPU* g, void* buf, size_t bytes, int root) {
+    if (bytes == 0 || !g->comm) return;
+    NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->comm, g->stream));
 }
 
 // buf (n) = root's buf (n), in place: the factors rank 0 computes

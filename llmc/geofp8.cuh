@@ -505,6 +505,47 @@ static inline void geofp8_bf16_decode_average(float* out, const bf16* in, size_t
     KERNEL_CHECK();
 }
 
+// Fidelity (--fidelity-every): per chunk of the unit table, in double, Σ (got - ref)², Σ ref²,
+// Σ got², Σ got·ref -> out (4, num_chunks); fixed reduction order, so run to run the same.
+__global__ void geofp8_fidelity_sums_kernel(double* __restrict__ out, const float* __restrict__ got, const float* __restrict__ ref,
+                                            GeoFP8Units t) {
+    int u;
+    size_t begin, end;
+    geofp8_chunk_range(t, blockIdx.x, &u, &begin, &end);
+    double e2 = 0.0, g2 = 0.0, h2 = 0.0, d = 0.0;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        double a = got[i], b = ref[i];
+        e2 += (a - b) * (a - b); g2 += b * b; h2 += a * a; d += a * b;
+    }
+    e2 = cuda_block_sum_double(e2);
+    g2 = cuda_block_sum_double(g2);
+    h2 = cuda_block_sum_double(h2);
+    d = cuda_block_sum_double(d);
+    if (threadIdx.x == 0) {
+        const size_t c = blockIdx.x, C = gridDim.x;
+        out[c] = e2; out[C + c] = g2; out[2 * C + c] = h2; out[3 * C + c] = d;
+    }
+}
+
+// The four sums per unit, (4, num_units) on the host (chunks added in order); scratch holds
+// 4 num_chunks doubles. Synchronizes. What gradcomm_fidelity_finish (llmc/gradcomm_common.h) takes.
+static inline std::vector<double> geofp8_fidelity_sums(double* scratch, const float* got, const float* ref, const GeoFP8UnitTable* t,
+                                                       cudaStream_t stream) {
+    const int U = t->dev.num_units, C = t->dev.num_chunks;
+    std::vector<double> sums(4 * (size_t)U, 0.0);
+    if (C == 0) return sums;
+    geofp8_fidelity_sums_kernel<<<C, GEOFP8_THREADS, 0, stream>>>(scratch, got, ref, t->dev);
+    KERNEL_CHECK();
+    std::vector<double> part(4 * (size_t)C);
+    CUDA_CHECK(cudaMemcpyAsync(part.data(), scratch, part.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<int> chunk_unit(C);
+    CUDA_CHECK(cudaMemcpy(chunk_unit.data(), t->dev.chunk_unit, C * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < 4; k++) sums[(size_t)k * U + chunk_unit[c]] += part[(size_t)k * C + c];
+    return sums;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6 (first part). GeoFP8Device: handles, scratch and per-unit state. Defined before the GEMM
 // paths, which take their handles and scratch from it.
@@ -1023,12 +1064,15 @@ static inline void geofp8_kfac_unwhiten(GeoFP8Device* g, float* Gt, int d_out, i
 // 6. GeoFP8Device: setup, the refresh, and the step phases
 //
 // A step of -c fp8 / fp8block / geofp8 / kfac, native reduction (gradcomm_reduce + gradcomm_native):
-//   geofp8_device_begin(g, grads, geometry, s)          whiten + residual on the geometry units; amax
+//   geofp8_device_begin(g, grads, geometry, s)          = geofp8_device_whiten (geometry units: X = G T + R,
+//                                                          when geometry) + geofp8_device_amax
 //   comm_gpu_allreduce_f32_max(grid, g->amax, g->amax, g->num_groups)
 //   geofp8_device_scales(g, s)                           scales; g->skip
 //   geofp8_device_quantize(g, grads, geometry, s)        codes into g->q, residuals, counts
 //   comm_gpu_allreduce_e4m3_sum(grid, g->q, g->q, g->num_params)
-//   geofp8_device_finish(g, grads, geometry, s)          decode / (s N), sum_saturated; unwhiten
+//   geofp8_device_finish(g, grads, geometry, s)          = geofp8_device_dequantize (decode / (s N),
+//                                                          sum_saturated) + geofp8_device_unwhiten (when geometry)
+// (the trainer, llmc/gradcomm.cuh, calls the four parts itself, one timer span each)
 //   comm_gpu_allreduce_u64_sum(grid, g->counts, g->counts, 3 * num_units)   (not sum_saturated)
 // twophase (gradcomm_twophase): begin; scales (local, N = 1); comm_gpu_allreduce_f32_max(g->skip, 1);
 //   quantize; comm_gpu_allgather_bytes(g->exps -> g->exps_all, 4 U); comm_gpu_alltoall_bytes(g->q ->
@@ -1281,18 +1325,24 @@ static inline float* geofp8_device_unit_ptr(GeoFP8Device* g, float* x, const Geo
 
 // x (num_params): with `geometry`, every geometry unit becomes X = G T + R in place; then the
 // counters are zeroed and g->amax (num_groups) gets the local amax of every scale group.
-static inline void geofp8_device_begin(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
-    if (geometry) {
-        for (const GeoFP8DeviceUnit& gu : g->geo) {
-            float* xu = geofp8_device_unit_ptr(g, x, gu);
-            if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
-            else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
-            geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, stream);
-        }
+static inline void geofp8_device_whiten(GeoFP8Device* g, float* x, cudaStream_t stream) {  // X = G T + R, geometry units
+    for (const GeoFP8DeviceUnit& gu : g->geo) {
+        float* xu = geofp8_device_unit_ptr(g, x, gu);
+        if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
+        else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
+        geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, stream);
     }
+}
+
+static inline void geofp8_device_amax(GeoFP8Device* g, const float* x, cudaStream_t stream) {  // g->amax, counts zeroed
     CUDA_CHECK(cudaMemsetAsync(g->counts, 0, 4 * (size_t)g->units.dev.num_units * sizeof(unsigned long long), stream));
     if (g->block_mode) geofp8_block_amax_units(g->amax, x, &g->units, stream);
     else geofp8_amax_units(g->amax, x, &g->units, stream);
+}
+
+static inline void geofp8_device_begin(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
+    if (geometry) geofp8_device_whiten(g, x, stream);
+    geofp8_device_amax(g, x, stream);
 }
 
 // g->scale, g->exps, g->skip from g->amax: with N = world_size after the MAX all-reduce (native),
@@ -1310,15 +1360,22 @@ static inline void geofp8_device_quantize(GeoFP8Device* g, const float* x, int e
 
 // After the E4M3 SUM all-reduce of g->q: x = decode(q) / (s N), sum_saturated counts; with
 // `geometry`, every geometry unit is mapped back with T⁻¹.
-static inline void geofp8_device_finish(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
+static inline void geofp8_device_dequantize(GeoFP8Device* g, float* x, cudaStream_t stream) {
     geofp8_dequantize_units(x, g->q, g->scale, g->block_mode, g->world_size, &g->units, g->counts + 3 * (size_t)g->units.dev.num_units,
                             stream);
-    if (!geometry) return;
+}
+
+static inline void geofp8_device_unwhiten(GeoFP8Device* g, float* x, cudaStream_t stream) {  // G = X T⁻¹, geometry units
     for (const GeoFP8DeviceUnit& gu : g->geo) {
         float* xu = geofp8_device_unit_ptr(g, x, gu);
         if (gu.kfac) geofp8_kfac_unwhiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
         else geofp8_unwhiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
     }
+}
+
+static inline void geofp8_device_finish(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
+    geofp8_device_dequantize(g, x, stream);
+    if (geometry) geofp8_device_unwhiten(g, x, stream);
 }
 
 // twophase, after the all-to-all (g->recv) and the all-gather of the local exponents

@@ -38,7 +38,7 @@
 #include "comm.cuh"
 #include "geofp8.cuh"
 #include "llama.h"
-#include "gradcomm_stats.h"
+#include "gradcomm_common.h"
 #include "logger.h"
 #include "train_config.h"
 #include "utils.h"
@@ -86,11 +86,13 @@ static inline void gradcomm_timer_end(GradCommTimer* t, int span) {
     CUDA_CHECK(cudaEventRecord(t->events[2 * span + 1], t->stream));
 }
 
-// Sums the spans of this step per phase into t->ms (synchronizes) and starts a new step.
+// Sums the spans of this step per phase into t->ms (synchronizes) and starts a new step. Spans
+// nest (comm holds nccl, decode, ...) and the last opened is not always the last recorded, so
+// the whole stream is waited for before any elapsed time is read.
 static inline void gradcomm_timer_collect(GradCommTimer* t) {
     if (!t) return;
     for (double& v : t->ms) v = 0.0;
-    if (!t->span_phase.empty()) CUDA_CHECK(cudaEventSynchronize(t->events[2 * t->span_phase.size() - 1]));
+    if (!t->span_phase.empty()) CUDA_CHECK(cudaStreamSynchronize(t->stream));
     for (size_t i = 0; i < t->span_phase.size(); i++) {
         float ms = 0.0f;
         CUDA_CHECK(cudaEventElapsedTime(&ms, t->events[2 * i], t->events[2 * i + 1]));
@@ -109,7 +111,7 @@ static inline void gradcomm_timer_free(GradCommTimer* t) {
 
 // Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps:
 // the fields of gradcomm.h's GradCommStats.
-typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_stats.h
+typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_common.h
 
 typedef struct {
     std::string mode;                 // -c
@@ -130,6 +132,8 @@ typedef struct {
     GeoFP8Device dev;                 // unit table, codes, scales, counts, geometry units
     bf16* codes16;                    // (num_params) bf16 mode
     float* ref;                       // (num_params) fp32 reference of the fidelity, or NULL
+    GeoFP8UnitTable fid_units;        // every unit, for the fidelity sums (with ref)
+    double* fid_scratch;              // (4, fid_units chunks)
     std::string output_dir;
     GradCommGPUStats stats;
 } GradCommGPU;
@@ -143,41 +147,6 @@ static inline void gradcomm_gpu_add_geo(GradCommGPU* gc, int u) {
     const LlamaUnit& lu = gc->units[u];
     geofp8_device_add_unit(&gc->dev, u, lu.rows, lu.cols, gc->rank_r, gc->mode == "kfac" ? 1 : 0);
     geofp8_device_reserve_tokens(&gc->dev, gc->max_tokens);
-}
-
-// --geofp8-layers: a file of names (optional score after each) or a comma list; gradcomm_parse_layers.
-static inline std::vector<int> gradcomm_gpu_parse_layers(const GradCommGPU* gc, const std::string& spec) {
-    std::vector<std::string> names;
-    FILE* f = fopen(spec.c_str(), "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof(line), f)) {
-            char name[256];
-            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name);
-        }
-        fclose(f);
-        if (names.empty()) user_error("--geofp8-layers: file '%s' lists no layer names (expected one name per line, e.g. layers.3.fc2)", spec.c_str());
-    } else {
-        size_t start = 0;
-        while (start <= spec.size()) {
-            size_t end = spec.find(',', start);
-            if (end == std::string::npos) end = spec.size();
-            if (end > start) names.push_back(spec.substr(start, end - start));
-            start = end + 1;
-        }
-    }
-    std::vector<int> out;
-    for (const std::string& n : names) {
-        int u = -1;
-        for (size_t i = 0; i < gc->units.size(); i++) if (gc->units[i].name == n) u = (int)i;
-        if (u < 0 || !gc->units[u].is_matrix)
-            user_error("--geofp8-layers: '%s' is not a file and '%s' is not a linear layer of this model "
-                       "(expected auto, a file, or names like layers.0.fc2 with qkv, proj, fc1 or fc2)", spec.c_str(), n.c_str());
-        bool dup = false;
-        for (int v : out) dup |= v == u;
-        if (!dup) out.push_back(u);
-    }
-    return out;
 }
 
 // Validates the mode's settings (user_error) and sets up the state; call before any file is
@@ -206,16 +175,35 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->dev = GeoFP8Device();
     gc->codes16 = NULL;
     gc->ref = NULL;
+    gc->fid_units = GeoFP8UnitTable();
+    gc->fid_scratch = NULL;
     gc->output_dir = tc->output_dir;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
+    if (world_size > 1 && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native E4M3 sum in NCCL
+        int dev = 0, major = 0, minor = 0, nccl = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        NCCL_CHECK(ncclGetVersion(&nccl));
+        if (major < 9)
+            user_error("-c %s: the native FP8 sum needs an sm_90 or newer GPU (NCCL's ncclFloat8e4m3), found sm_%d%d; "
+                       "use --fp8-reduce twophase (any GPU) or -c bf16", gc->mode.c_str(), major, minor);
+        if (nccl < 22400)
+            user_error("-c %s: the native FP8 sum needs NCCL 2.24 or newer at run time, found %d.%d.%d; "
+                       "use a newer libnccl or --fp8-reduce twophase", gc->mode.c_str(), nccl / 10000, nccl / 100 % 100, nccl % 100);
+    }
     std::vector<int> explicit_layers;
-    if (gc->mode == "geofp8" && tc->geofp8_layers != "auto") explicit_layers = gradcomm_gpu_parse_layers(gc, tc->geofp8_layers);
+    if (gc->mode == "geofp8" && tc->geofp8_layers != "auto") explicit_layers = gradcomm_parse_layers(gc->units, tc->geofp8_layers);
     if (gc->mode == "bf16") gc->codes16 = cuda_malloc<bf16>(gc->num_params);
-    if (tc->fidelity_every > 0) gc->ref = cuda_malloc<float>(gc->num_params);
-    if (!gradcomm_gpu_is_fp8(gc)) return;
     std::vector<size_t> off, size;
     for (const LlamaUnit& u : gc->units) { off.push_back(u.offset); size.push_back(gradcomm_gpu_unit_size(u)); }
+    if (tc->fidelity_every > 0) {
+        gc->ref = cuda_malloc<float>(gc->num_params);
+        geofp8_units_create(&gc->fid_units, off, size);
+        gc->fid_scratch = cuda_malloc<double>(4 * (size_t)std::max(gc->fid_units.dev.num_chunks, 1));
+    }
+    if (!gradcomm_gpu_is_fp8(gc)) return;
     geofp8_device_init(&gc->dev, off, size, gc->num_params, world_size, rank, gc->mode == "fp8block" ? 1 : 0, gc->twophase ? 1 : 0);
     gc->has_device = true;
     if (gc->mode == "geofp8") {
@@ -230,10 +218,15 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
 static inline void gradcomm_gpu_free(GradCommGPU* gc) {
     if (gc->has_device) geofp8_device_free(&gc->dev);
     if (gc->codes16) CUDA_CHECK(cudaFree(gc->codes16));
-    if (gc->ref) CUDA_CHECK(cudaFree(gc->ref));
+    if (gc->ref) {
+        CUDA_CHECK(cudaFree(gc->ref));
+        CUDA_CHECK(cudaFree(gc->fid_scratch));
+        geofp8_units_free(&gc->fid_units);
+    }
     gc->has_device = false;
     gc->codes16 = NULL;
     gc->ref = NULL;
+    gc->fid_scratch = NULL;
 }
 
 // Before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
@@ -294,33 +287,8 @@ static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid) {
 }
 
 // ----------------------------------------------------------------------------
-// the step phases (geofp8_device_begin / _finish split, so that each half gets its own timer span)
-
-static inline void gradcomm_gpu_whiten(GradCommGPU* gc, float* x, cudaStream_t s) {
-    GeoFP8Device* g = &gc->dev;
-    for (const GeoFP8DeviceUnit& gu : g->geo) {
-        float* xu = geofp8_device_unit_ptr(g, x, gu);
-        if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, s);
-        else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, s);
-        geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, s);
-    }
-}
-
-static inline void gradcomm_gpu_unwhiten(GradCommGPU* gc, float* x, cudaStream_t s) {
-    GeoFP8Device* g = &gc->dev;
-    for (const GeoFP8DeviceUnit& gu : g->geo) {
-        float* xu = geofp8_device_unit_ptr(g, x, gu);
-        if (gu.kfac) geofp8_kfac_unwhiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, s);
-        else geofp8_unwhiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, s);
-    }
-}
-
-static inline void gradcomm_gpu_amax(GradCommGPU* gc, const float* x, cudaStream_t s) {
-    GeoFP8Device* g = &gc->dev;
-    CUDA_CHECK(cudaMemsetAsync(g->counts, 0, 4 * (size_t)g->units.dev.num_units * sizeof(unsigned long long), s));
-    if (g->block_mode) geofp8_block_amax_units(g->amax, x, &g->units, s);
-    else geofp8_amax_units(g->amax, x, &g->units, s);
-}
+// the step phases: geofp8_device_begin / _finish taken apart (whiten, amax | dequantize,
+// unwhiten), so that each part gets its own timer span
 
 // native: returns the bytes sent
 static inline double gradcomm_gpu_native(GradCommGPU* gc, CommGridGPU* grid, float* grads, bool geometry, GradCommTimer* t) {
@@ -328,7 +296,7 @@ static inline double gradcomm_gpu_native(GradCommGPU* gc, CommGridGPU* grid, flo
     cudaStream_t s = grid->stream;
     double bytes = 0.0;
     int sp = gradcomm_timer_begin(t, GC_T_AMAX);
-    gradcomm_gpu_amax(gc, grads, s);
+    geofp8_device_amax(g, grads, s);
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin(t, GC_T_NCCL);
     comm_gpu_allreduce_f32_max(grid, g->amax, g->amax, g->num_groups);
@@ -343,8 +311,7 @@ static inline double gradcomm_gpu_native(GradCommGPU* gc, CommGridGPU* grid, flo
     gradcomm_timer_end(t, sp);
     bytes += comm_gpu_ring_bytes(grid, (double)gc->num_params);
     sp = gradcomm_timer_begin(t, GC_T_DECODE);
-    geofp8_dequantize_units(grads, g->q, g->scale, g->block_mode, g->world_size, &g->units,
-                            g->counts + 3 * (size_t)g->units.dev.num_units, s);
+    geofp8_device_dequantize(g, grads, s);
     gradcomm_timer_end(t, sp);
     return bytes;
 }
@@ -357,7 +324,7 @@ static inline double gradcomm_gpu_twophase(GradCommGPU* gc, CommGridGPU* grid, f
     const int N = gc->world_size, U = g->units.dev.num_units;
     const double P = (double)gc->num_params;
     int sp = gradcomm_timer_begin(t, GC_T_AMAX);
-    gradcomm_gpu_amax(gc, grads, s);
+    geofp8_device_amax(g, grads, s);
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
     geofp8_device_scales(g, s);  // local scales (N = 1)
@@ -391,68 +358,22 @@ static inline double gradcomm_gpu_twophase(GradCommGPU* gc, CommGridGPU* grid, f
     return bytes;
 }
 
-// Scores this step's fc1/fc2 units while profiling; at the end of the window, selects the
-// geometry units, prints them and writes geofp8_layers.txt (gradcomm_profile).
+// Scores this step's fc1/fc2 units while profiling; at the end of the window, puts the chosen
+// units on the geometry path from the next step (llmc/gradcomm_common.h, as gradcomm_profile).
 static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
-    GradCommGPUStats& st = gc->stats;
-    auto is_mlp = [](const LlamaUnit& u) { return u.tensor == T_FC1W || u.tensor == T_FC2W; };
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        if (!is_mlp(gc->units[u])) continue;
-        size_t n = gradcomm_gpu_unit_size(gc->units[u]) * gc->world_size;
-        gc->score_sum[u] += geofp8_vulnerability(st.saturated[u], st.underflow[u], st.nonzero[u], n);
-    }
-    gc->profiled_steps++;
-    if (gc->profiled_steps < gc->profile_steps) return;
-    std::vector<int> cand;
-    std::vector<double> scores;
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        if (!is_mlp(gc->units[u])) continue;
-        cand.push_back((int)u);
-        scores.push_back(gc->score_sum[u] / gc->profiled_steps);
-    }
-    std::vector<int> pick = geofp8_select_top(scores, gc->top_k);
-    for (int i : pick) gradcomm_gpu_add_geo(gc, cand[i]);
+    gradcomm_profile_accumulate(&gc->score_sum, gc->units, gc->stats, gc->world_size);
+    if (++gc->profiled_steps < gc->profile_steps) return;
     gc->profiling = false;
     gc->geometry_start = step + 1;
-    if (gc->rank != 0) return;
-    printf("geofp8: profiled %d steps in fp8; vulnerability of fc1/fc2 (saturated + underflowed fractions):\n", gc->profiled_steps);
-    for (int i : geofp8_rank_scores(scores)) {
-        bool chosen = gc->dev.unit_to_geo[cand[i]] >= 0;
-        printf("  %s %-16s %.6e\n", chosen ? "*" : " ", gc->units[cand[i]].name.c_str(), scores[i]);
-    }
-    printf("geofp8: %zu layers switch to the geometry path from step %d\n", pick.size(), gc->geometry_start + 1);
-    if (!gc->output_dir.empty()) {
-        std::string path = gc->output_dir + "/geofp8_layers.txt", tmp = path + ".tmp";
-        FILE* f = fopen_check(tmp.c_str(), "w");
-        for (int i : pick) fprintf(f, "%s %.9e\n", gc->units[cand[i]].name.c_str(), scores[i]);
-        fclose_check(f);
-        checkpoint_commit(tmp, path);
-    }
+    for (int u : gradcomm_profile_select(gc->score_sum, gc->profiled_steps, gc->units, gc->top_k, gc->rank, gc->output_dir, gc->geometry_start))
+        gradcomm_gpu_add_geo(gc, u);
 }
 
-// RelL2 and cosine of grads against gc->ref per unit, all units, and the geometry units (host, double).
-static inline void gradcomm_gpu_fidelity(GradCommGPU* gc, const float* grads) {
-    GradCommGPUStats& st = gc->stats;
-    std::vector<float> h = cuda_download(grads, gc->num_params), r = cuda_download(gc->ref, gc->num_params);
-    const size_t U = gc->units.size();
-    st.rel_l2.assign(U, 0.0); st.cos.assign(U, 0.0);
-    double ee = 0, gg = 0, hh = 0, hg = 0, ee_geo = 0, gg_geo = 0, hh_geo = 0, hg_geo = 0;
-    for (size_t u = 0; u < U; u++) {
-        const LlamaUnit& lu = gc->units[u];
-        double e2 = 0, g2 = 0, h2 = 0, d = 0;
-        for (size_t i = lu.offset; i < lu.offset + gradcomm_gpu_unit_size(lu); i++) {
-            double a = h[i], b = r[i];
-            e2 += (a - b) * (a - b); g2 += b * b; h2 += a * a; d += a * b;
-        }
-        st.rel_l2[u] = g2 > 0 ? sqrt(e2 / g2) : 0.0;
-        st.cos[u] = (g2 > 0 && h2 > 0) ? d / sqrt(g2 * h2) : 1.0;
-        ee += e2; gg += g2; hh += h2; hg += d;
-        if (gradcomm_gpu_geo_index(gc, (int)u) >= 0) { ee_geo += e2; gg_geo += g2; hh_geo += h2; hg_geo += d; }
-    }
-    st.rel_l2_all = gg > 0 ? sqrt(ee / gg) : 0.0;
-    st.cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
-    st.rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
-    st.cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+// RelL2 and cosine of grads (device) against gc->ref (device): per-unit sums on the device.
+static inline void gradcomm_gpu_fidelity(GradCommGPU* gc, const float* grads, cudaStream_t stream) {
+    std::vector<bool> is_geo(gc->units.size());
+    for (size_t u = 0; u < gc->units.size(); u++) is_geo[u] = gradcomm_gpu_geo_index(gc, (int)u) >= 0;
+    gradcomm_fidelity_finish(&gc->stats, geofp8_fidelity_sums(gc->fid_scratch, grads, gc->ref, &gc->fid_units, stream), is_geo);
 }
 
 // The entry point: averages grads (num_params, device) over ranks in the configured mode. With
@@ -503,7 +424,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
         if (geometry) {
             int sp = gradcomm_timer_begin(t, GC_T_WHITEN);
-            gradcomm_gpu_whiten(gc, grads, s);
+            geofp8_device_whiten(&gc->dev, grads, s);
             gradcomm_timer_end(t, sp);
         }
         double b = gc->twophase ? gradcomm_gpu_twophase(gc, grid, grads, geometry, t) : gradcomm_gpu_native(gc, grid, grads, geometry, t);
@@ -511,7 +432,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         st.bytes += b;
         if (geometry) {
             int sp = gradcomm_timer_begin(t, GC_T_UNWHITEN);
-            gradcomm_gpu_unwhiten(gc, grads, s);
+            geofp8_device_unwhiten(&gc->dev, grads, s);
             gradcomm_timer_end(t, sp);
         }
         int sp = gradcomm_timer_begin(t, GC_T_NCCL);
@@ -523,7 +444,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         }
         if (gc->profiling) gradcomm_gpu_profile(gc, step);
     }
-    if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads);
+    if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads, s);
 }
 
 // ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@
 #include "comm.h"
 #include "fp8.h"
 #include "geofp8.h"
-#include "gradcomm_stats.h"
+#include "gradcomm_common.h"
 #include "llama.h"
 #include "logger.h"
 #include "utils.h"
@@ -88,7 +88,6 @@ static inline bool gradcomm_is_fp8(const GradComm* gc) { return gc->mode != "fp3
 
 // Linear units: the 2-D hidden matrices qkv, proj, fc1, fc2.
 static inline bool gradcomm_is_linear(const LlamaUnit& u) { return u.is_matrix; }
-static inline bool gradcomm_is_mlp(const LlamaUnit& u) { return u.tensor == T_FC1W || u.tensor == T_FC2W; }
 
 static inline int gradcomm_unit_by_name(const GradComm* gc, const std::string& name) {
     for (size_t i = 0; i < gc->units.size(); i++) if (gc->units[i].name == name) return (int)i;
@@ -113,40 +112,6 @@ static inline void gradcomm_add_geo(GradComm* gc, int u) {
     }
     gc->unit_to_geo[u] = (int)gc->geo.size();
     gc->geo.push_back(std::move(g));
-}
-
-// Parses --geofp8-layers (a file of names, one per line with an optional score after it, or a
-// comma list); every name must be a linear unit. user_error on anything else.
-static inline std::vector<int> gradcomm_parse_layers(const GradComm* gc, const std::string& spec) {
-    std::vector<std::string> names;
-    FILE* f = fopen(spec.c_str(), "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof(line), f)) {
-            char name[256];
-            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name);
-        }
-        fclose(f);
-        if (names.empty()) user_error("--geofp8-layers: file '%s' lists no layer names (expected one name per line, e.g. layers.3.fc2)", spec.c_str());
-    } else {
-        size_t start = 0;
-        while (start <= spec.size()) {
-            size_t end = spec.find(',', start);
-            if (end == std::string::npos) end = spec.size();
-            if (end > start) names.push_back(spec.substr(start, end - start));
-            start = end + 1;
-        }
-    }
-    std::vector<int> out;
-    for (const std::string& n : names) {
-        int u = gradcomm_unit_by_name(gc, n);
-        if (u < 0 || !gradcomm_is_linear(gc->units[u]))
-            user_error("--geofp8-layers: '%s' is not a file and '%s' is not a linear layer of this model "
-                       "(expected auto, a file, or names like layers.0.fc2 with qkv, proj, fc1 or fc2 and a layer below %d)",
-                       spec.c_str(), n.c_str(), gc->units.back().layer >= 0 ? gc->units.back().layer : (int)(gc->units.size() - 3) / 6);
-        if (gc->unit_to_geo[u] < 0) out.push_back(u);
-    }
-    return out;
 }
 
 // Validates the mode's settings (user_error) and sets up the state; call before any file is written.
@@ -176,7 +141,7 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
         if (tc->geofp8_layers == "auto") {
             gc->profiling = true;
         } else {
-            for (int u : gradcomm_parse_layers(gc, tc->geofp8_layers)) gradcomm_add_geo(gc, u);
+            for (int u : gradcomm_parse_layers(gc->units, tc->geofp8_layers)) gradcomm_add_geo(gc, u);
             gc->geometry_start = 0;
         }
     } else if (gc->mode == "kfac") {
@@ -447,43 +412,15 @@ static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads)
     return true;
 }
 
-// Scores this step's fc1/fc2 units while profiling; at the end of the window, selects the
-// geometry units, prints them and writes geofp8_layers.txt.
+// Scores this step's fc1/fc2 units while profiling; at the end of the window, puts the chosen
+// units on the geometry path from the next step (llmc/gradcomm_common.h).
 static inline void gradcomm_profile(GradComm* gc, int step) {
-    GradCommStats& st = gc->stats;
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        if (!gradcomm_is_mlp(gc->units[u])) continue;
-        size_t n = gradcomm_unit_size(gc->units[u]) * gc->world_size;
-        gc->score_sum[u] += geofp8_vulnerability(st.saturated[u], st.underflow[u], st.nonzero[u], n);
-    }
-    gc->profiled_steps++;
-    if (gc->profiled_steps < gc->profile_steps) return;
-    std::vector<int> cand;
-    std::vector<double> scores;
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        if (!gradcomm_is_mlp(gc->units[u])) continue;
-        cand.push_back((int)u);
-        scores.push_back(gc->score_sum[u] / gc->profiled_steps);
-    }
-    std::vector<int> pick = geofp8_select_top(scores, gc->top_k);
-    for (int i : pick) gradcomm_add_geo(gc, cand[i]);
+    gradcomm_profile_accumulate(&gc->score_sum, gc->units, gc->stats, gc->world_size);
+    if (++gc->profiled_steps < gc->profile_steps) return;
     gc->profiling = false;
     gc->geometry_start = step + 1;
-    if (gc->rank != 0) return;
-    printf("geofp8: profiled %d steps in fp8; vulnerability of fc1/fc2 (saturated + underflowed fractions):\n", gc->profiled_steps);
-    std::vector<int> order = geofp8_rank_scores(scores);
-    for (int i : order) {
-        bool chosen = gc->unit_to_geo[cand[i]] >= 0;
-        printf("  %s %-16s %.6e\n", chosen ? "*" : " ", gc->units[cand[i]].name.c_str(), scores[i]);
-    }
-    printf("geofp8: %zu layers switch to the geometry path from step %d\n", pick.size(), gc->geometry_start + 1);
-    if (!gc->output_dir.empty()) {
-        std::string path = gc->output_dir + "/geofp8_layers.txt", tmp = path + ".tmp";
-        FILE* f = fopen_check(tmp.c_str(), "w");
-        for (int i : pick) fprintf(f, "%s %.9e\n", gc->units[cand[i]].name.c_str(), scores[i]);
-        fclose_check(f);
-        checkpoint_commit(tmp, path);
-    }
+    for (int u : gradcomm_profile_select(gc->score_sum, gc->profiled_steps, gc->units, gc->top_k, gc->rank, gc->output_dir, gc->geometry_start))
+        gradcomm_add_geo(gc, u);
 }
 
 // The entry point: averages grads (num_params) over ranks in the configured mode. With
@@ -541,29 +478,13 @@ static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, i
         comm_sum_longs(grid, st.saturated.data(), U);
         comm_sum_longs(grid, st.underflow.data(), U);
         comm_sum_longs(grid, st.nonzero.data(), U);
-        if (gc->twophase) st.sum_saturated.assign(U, 0);
-        else if (gc->world_size > 1) for (long& v : st.sum_saturated) v /= gc->world_size;  // the same sum on every rank
+        if (gc->twophase) st.sum_saturated.assign(U, 0);  // (native only: sum_saturated counts the summed codes, the same on every rank)
         if (gc->profiling) gradcomm_profile(gc, step);
     }
     if (fidelity) {
-        st.rel_l2.assign(U, 0.0); st.cos.assign(U, 0.0);
-        double ee = 0, gg = 0, hh = 0, hg = 0, ee_geo = 0, gg_geo = 0, hh_geo = 0, hg_geo = 0;
-        for (size_t u = 0; u < U; u++) {
-            const LlamaUnit& lu = gc->units[u];
-            double e2 = 0, g2 = 0, h2 = 0, d = 0;
-            for (size_t i = lu.offset; i < lu.offset + gradcomm_unit_size(lu); i++) {
-                double a = grads[i], b = gc->ref[i];
-                e2 += (a - b) * (a - b); g2 += b * b; h2 += a * a; d += a * b;
-            }
-            st.rel_l2[u] = g2 > 0 ? sqrt(e2 / g2) : 0.0;
-            st.cos[u] = (g2 > 0 && h2 > 0) ? d / sqrt(g2 * h2) : 1.0;
-            ee += e2; gg += g2; hh += h2; hg += d;
-            if (gc->unit_to_geo[u] >= 0) { ee_geo += e2; gg_geo += g2; hh_geo += h2; hg_geo += d; }
-        }
-        st.rel_l2_all = gg > 0 ? sqrt(ee / gg) : 0.0;
-        st.cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
-        st.rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
-        st.cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+        std::vector<bool> is_geo(U);
+        for (size_t u = 0; u < U; u++) is_geo[u] = gc->unit_to_geo[u] >= 0;
+        gradcomm_fidelity(&st, gc->units, is_geo, grads, gc->ref.data());
     }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 #include "../llmc/geofp8.h"
+#include "../llmc/gradcomm_common.h"
 #include "test_util.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -867,6 +868,41 @@ static void test_select() {
     test_check("select_top", ok);
 }
 
+// --geofp8-layers as both engines read it: names in order, a repeated name once, a file of
+// "name score" lines (geofp8_layers.txt as written); and the fidelity figures from their sums
+static void test_layer_list_and_fidelity() {
+    LlamaConfig c;
+    llama_preset("tiny", &c);
+    std::vector<LlamaUnit> units = llama_units(&c);
+    auto index = [&](const char* name) { for (size_t u = 0; u < units.size(); u++) if (units[u].name == name) return (int)u; return -1; };
+    std::vector<int> got = gradcomm_parse_layers(units, "layers.2.fc2,layers.0.fc1,layers.2.fc2");
+    test_check("layer_list_repeated_name_once", got == std::vector<int>({index("layers.2.fc2"), index("layers.0.fc1")}), "%zu units", got.size());
+    char path[] = "/tmp/test_geofp8_layers_XXXXXX";
+    int fd = mkstemp(path);
+    FILE* f = fdopen(fd, "w");
+    fprintf(f, "layers.3.fc1 7.1e-05\nlayers.1.qkv 1e-6\n");
+    fclose(f);
+    got = gradcomm_parse_layers(units, path);
+    remove(path);
+    test_check("layer_list_from_file", got == std::vector<int>({index("layers.3.fc1"), index("layers.1.qkv")}), "%zu units", got.size());
+    // fidelity: got = ref + e on unit 1 only; RelL2 = |e| / |ref| there, 0 elsewhere, cos of ref and ref + e
+    std::vector<float> ref(llama_num_params(&c)), g(ref.size());
+    for (size_t i = 0; i < ref.size(); i++) ref[i] = g[i] = (float)((i % 7) + 1);
+    const LlamaUnit& u1 = units[1];
+    double e2 = 0, g2 = 0, h2 = 0, d = 0;
+    for (size_t i = u1.offset; i < u1.offset + (size_t)u1.rows * u1.cols; i++) {
+        g[i] += 0.5f;
+        e2 += 0.25; g2 += (double)ref[i] * ref[i]; h2 += (double)g[i] * g[i]; d += (double)g[i] * ref[i];
+    }
+    GradCommStats st;
+    std::vector<bool> is_geo(units.size(), false);
+    is_geo[1] = true;
+    gradcomm_fidelity(&st, units, is_geo, g.data(), ref.data());
+    bool ok = fabs(st.rel_l2[1] - sqrt(e2 / g2)) <= 1e-12 * sqrt(e2 / g2) && fabs(st.cos[1] - d / sqrt(g2 * h2)) <= 1e-12 &&
+              st.rel_l2[0] == 0.0 && st.cos[0] > 1.0 - 1e-12 && fabs(st.rel_l2_geo - st.rel_l2[1]) <= 1e-15 && st.has_fidelity;
+    test_check("fidelity_from_sums", ok, "rel_l2 %.6e vs %.6e", st.rel_l2[1], sqrt(e2 / g2));
+}
+
 int main() {
     test_scales();
     test_error_feedback();
@@ -877,5 +913,6 @@ int main() {
     test_kfac();
     test_fidelity();
     test_select();
+    test_layer_list_and_fidelity();
     return test_exit_code();
 }

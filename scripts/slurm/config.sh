@@ -31,10 +31,12 @@ TRAIN_GLOB="$DATA_DIR/openwebtext_train_*.bin"
 VAL_GLOB="$DATA_DIR/openwebtext_val_*.bin"
 
 # --- launch ----------------------------------------------------------------------------------
-# srun starts one task per GPU. SRUN_MPI=none: the trainer reads SLURM_PROCID / SLURM_NTASKS /
-# SLURM_LOCALID and exchanges the NCCL id through a file in the run directory
-# ($TRAIN_LLAMA_NCCL_ID_FILE, llmc/comm.cuh). SRUN_MPI=pmix (or pmi2): an MPI launch, for a
-# binary built with the MPI flags.
+# srun starts one task per GPU. SRUN_MPI=none: the trainer reads SLURM_PROCID /
+# SLURM_STEP_NUM_TASKS / SLURM_LOCALID and exchanges the NCCL id through a file in the run
+# directory ($TRAIN_LLAMA_NCCL_ID_FILE with .$SLURM_JOB_ID.$SLURM_STEP_ID appended, llmc/comm.cuh).
+# SRUN_MPI=pmix (or pmi2): an MPI launch, for a binary built with the MPI flags. Each task uses
+# GPU (local task id mod the GPUs it sees), right for whole-node, --gpus-per-task=1 and
+# --gpu-bind=closest layouts.
 : "${SRUN_MPI:=none}"
 : "${SRUN_EXTRA:=--cpu-bind=cores}"      # more srun flags (e.g. --gpu-bind=closest on multi-GPU nodes)
 : "${TRAIN_LLAMA_NCCL_ID_TIMEOUT:=600}"  # seconds the other ranks wait for rank 0's id file

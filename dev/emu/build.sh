@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# dev/emu/build.sh — builds the CUDA engine for the CPU: the same train_llama.cu, llmc/*.cuh and
+# GPU tests, with kernels run thread by thread on the host (dev/emu/emu.h, emu_runtime.cpp) and
+# cuBLAS(Lt), cuSOLVER and NCCL emulated (emu_runtime.cpp, emu_libs.cpp; NCCL over MPI, one MPI
+# rank per emulated GPU). It needs the CUDA headers (not a GPU or the CUDA libraries), g++,
+# mpicxx, OpenBLAS and LAPACKE; x86-64 only (the fibers switch with a few lines of assembly).
+#
+# What it shows: the engine's own logic (indexing, launch shapes, the order of the step, every
+# gradient communication mode, the collectives across ranks, checkpoints) on the same numbers as
+# a GPU up to summation order. What it cannot show: races between blocks, real cuBLASLt algorithm
+# availability, NCCL's own behaviour, and any timing (every event reads 1 ms).
+#
+# Usage: bash dev/emu/build.sh [OUT]   (default build/emu) -> OUT/train_llama, OUT/test_llama_gpu,
+#        OUT/dev_geofp8; run them from OUT/src (a rewritten copy of the sources, with data/ linked).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=$(mkdir -p "${1:-$ROOT/build/emu}" && cd "${1:-$ROOT/build/emu}" && pwd)
+CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
+if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || { [ ! -f "$CUDA_INC/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; }; then
+    echo "dev/emu/build.sh: needs the CUDA headers (cuda_runtime.h, nccl.h) under $CUDA_INC" >&2; exit 2
+fi
+python3 "$ROOT/dev/emu/rewrite_launches.py" "$ROOT" "$OUT/src" > "$OUT/kernels.txt"
+CXX=(mpicxx -std=c++17 -O2 -fopenmp -ffp-contract=off -Wall -Wno-unused-function -Wno-unused-variable -I"$CUDA_INC")
+LIBS=(-lopenblas -llapacke -lm)
+"${CXX[@]}" -c "$ROOT/dev/emu/emu_runtime.cpp" -o "$OUT/emu_runtime.o" &
+"${CXX[@]}" -c "$ROOT/dev/emu/emu_libs.cpp" -o "$OUT/emu_libs.o" &
+wait
+cd "$OUT/src"
+build() {  # source -> binary
+    "${CXX[@]}" -include "$ROOT/dev/emu/emu.h" -x c++ "$1" -x none "$OUT/emu_runtime.o" "$OUT/emu_libs.o" "${LIBS[@]}" -o "$OUT/$2"
+}
+build train_llama.cu train_llama &
+build test/test_llama_gpu.cu test_llama_gpu &
+build dev/cuda/geofp8.cu dev_geofp8 &
+fail=0
+for job in $(jobs -p); do wait "$job" || fail=1; done
+[ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
+echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_geofp8 (run them from $OUT/src)"

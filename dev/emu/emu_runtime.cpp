@@ -1,0 +1,428 @@
+// emu.cpp — CPU emulation: CUDA runtime subset, block scheduler with fibers (for __syncthreads and
+// warp shuffles), and cuBLAS / cuBLASLt GEMMs with column-major semantics and strict checks.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <cstdio>
+#include <cblas.h>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+#include <functional>
+
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+static void die(const char* fmt, const char* a = "", long long b = 0, long long c = 0) {
+    fprintf(stderr, "EMU FATAL: ");
+    fprintf(stderr, fmt, a, b, c);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+// ---------------------------------------------------------------- memory
+static std::map<uintptr_t, size_t> g_allocs;  // device allocations: base -> bytes
+static cudaError_t g_last_error = cudaSuccess;
+
+static bool dev_range(const void* p, size_t bytes, bool must) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin()) { if (must) die("pointer %s%llx is not device memory", "", (long long)a); return false; }
+    --it;
+    if (a >= it->first && a + bytes <= it->first + it->second) return true;
+    if (must) die("device range %s0x%llx + %lld bytes is outside its allocation", "", (long long)a, (long long)bytes);
+    return false;
+}
+
+extern "C" {
+cudaError_t cudaMalloc(void** p, size_t n) {
+    size_t sz = (n + 255) / 256 * 256;
+    void* q = NULL;
+    if (posix_memalign(&q, 256, n ? n : 1) != 0) die("out of memory");  // exact size: ASan sees overruns
+    (void)sz;
+    memset(q, 0xFF, n);  // NaN garbage: fresh device memory is not zero
+    g_allocs[(uintptr_t)q] = n;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end()) die("cudaFree of a non-allocation");
+    g_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (dd) dev_range(dst, n, true); else if (dev_range(dst, 1, false)) die("cudaMemcpy: host destination is device memory");
+    if (sd) dev_range(src, n, true); else if (dev_range(src, 1, false)) die("cudaMemcpy: host source is device memory");
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) { dev_range(p, n, true); memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void) { cudaError_t e = g_last_error; g_last_error = cudaSuccess; return e; }
+const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated launch error"; }
+cudaError_t cudaGetDeviceCount(int* c) { *c = getenv("EMU_NO_DEVICE") ? 0 : 1; return *c ? cudaSuccess : cudaErrorNoDevice; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "NVIDIA H200 (CPU emulation)");
+    p->major = 9; p->minor = 0; p->multiProcessorCount = 132; p->totalGlobalMem = (size_t)141 << 30;
+    return cudaSuccess;
+}
+struct CUevent_st { int dummy; };
+cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 1.0f; return cudaSuccess; }
+}
+
+// ---------------------------------------------------------------- scheduler
+struct Fiber {
+    bool done;
+    uint3 tid;
+    int linear;
+    void* stack;
+    void* sp;
+};
+static const size_t STACK = 256 * 1024;
+// minimal x86-64 context switch (callee-saved registers + stack pointer; no signal mask syscalls)
+extern "C" void emu_ctx_switch(void** save_sp, void* load_sp);
+asm(R"(
+.text
+.globl emu_ctx_switch
+.type emu_ctx_switch,@function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size emu_ctx_switch, .-emu_ctx_switch
+)");
+static void* g_sched_sp = NULL;
+static std::vector<void*> g_stacks;
+static std::vector<Fiber> g_fibers;
+static Fiber* g_cur = NULL;
+static const std::function<void()>* g_fn = NULL;
+static bool g_fiber_mode = false;
+static const char* g_kernel = "";
+// block barrier
+static int g_alive = 0, g_bar_count = 0, g_bar_gen = 0;
+// warps
+struct Warp { int alive, count, gen; double buf[32]; };
+static std::vector<Warp> g_warps;
+static long long g_spins = 0;
+
+static void yield_to_sched() { emu_ctx_switch(&g_cur->sp, g_sched_sp); }
+
+// first code a fiber runs: the thread's body, then back to the scheduler for good
+static void trampoline() {
+    (*g_fn)();
+    g_cur->done = true;
+    emu_ctx_switch(&g_cur->sp, g_sched_sp);  // never resumed
+    abort();
+}
+
+void __syncthreads() {
+    if (!g_fiber_mode) die("kernel %s calls __syncthreads but was launched without fibers", g_kernel);
+    int g = g_bar_gen;
+    if (++g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; return; }
+    while (g_bar_gen == g) { g_spins++; yield_to_sched(); }
+}
+
+static void warp_barrier(Warp& w) {
+    int g = w.gen;
+    if (++w.count == w.alive) { w.count = 0; w.gen++; return; }
+    while (w.gen == g) { g_spins++; yield_to_sched(); }
+}
+
+double emu_shfl_xor(double v, int o) {
+    if (!g_fiber_mode) die("kernel %s uses a warp shuffle but was launched without fibers", g_kernel);
+    int nthreads = blockDim.x * blockDim.y * blockDim.z;
+    if (nthreads % 32 != 0) die("kernel %s: warp shuffle with a block of %lld threads (not a multiple of 32)", g_kernel, nthreads);
+    Warp& w = g_warps[g_cur->linear / 32];
+    if (w.alive != 32) die("kernel %s: full-mask warp shuffle with %lld live lanes", g_kernel, w.alive);
+    int lane = g_cur->linear % 32;
+    w.buf[lane] = v;
+    warp_barrier(w);
+    double r = w.buf[lane ^ o];
+    warp_barrier(w);
+    return r;
+}
+
+static void run_block_fibers(dim3 block) {
+    int n = block.x * block.y * block.z;
+    while ((int)g_stacks.size() < n) g_stacks.push_back(malloc(STACK));
+    g_fibers.assign(n, Fiber());
+    g_warps.assign((n + 31) / 32, Warp());
+    for (int i = 0; i < (n + 31) / 32; i++) { g_warps[i].alive = std::min(32, n - 32 * i); g_warps[i].count = 0; g_warps[i].gen = 0; }
+    g_alive = n; g_bar_count = 0; g_bar_gen = 0;
+    for (int i = 0; i < n; i++) {
+        Fiber& f = g_fibers[i];
+        f.done = false;
+        f.linear = i;
+        f.tid.x = i % block.x; f.tid.y = (i / block.x) % block.y; f.tid.z = i / (block.x * block.y);
+        f.stack = g_stacks[i];
+        // a fresh stack whose first switch "returns" into trampoline
+        uintptr_t top = ((uintptr_t)f.stack + STACK) & ~(uintptr_t)15;
+        void** sp = (void**)top;
+        *--sp = NULL;                               // alignment slot (trampoline never returns)
+        *--sp = (void*)&trampoline;                 // return address of the first switch
+        for (int r = 0; r < 6; r++) *--sp = NULL;   // rbp rbx r12..r15
+        f.sp = (void*)sp;
+    }
+    int live = n;
+    long long idle_rounds = 0;
+    while (live > 0) {
+        long long before_gen = g_bar_gen, exits = 0;
+        long long warp_gen_sum = 0;
+        for (Warp& w : g_warps) warp_gen_sum += w.gen;
+        for (int i = 0; i < n; i++) {
+            Fiber& f = g_fibers[i];
+            if (f.done) continue;
+            g_cur = &f;
+            threadIdx = f.tid;
+            emu_ctx_switch(&g_sched_sp, f.sp);
+            if (f.done) {
+                live--; exits++;
+                g_alive--;
+                Warp& w = g_warps[i / 32];
+                w.alive--;
+                if (g_bar_count > 0 && g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; }
+                if (w.count > 0 && w.count == w.alive) { w.count = 0; w.gen++; }
+            }
+        }
+        long long warp_gen_sum2 = 0;
+        for (Warp& w : g_warps) warp_gen_sum2 += w.gen;
+        if (exits == 0 && before_gen == g_bar_gen && warp_gen_sum == warp_gen_sum2) {
+            if (++idle_rounds > 3) die("kernel %s: deadlock (threads of a block wait at different barriers)", g_kernel);
+        } else {
+            idle_rounds = 0;
+        }
+    }
+    g_cur = NULL;
+}
+
+#include <chrono>
+#include <string>
+static std::map<std::string, double> g_prof;
+static bool g_prof_on = getenv("EMU_PROFILE") != NULL;
+static void emu_prof_dump() {
+    std::vector<std::pair<double, std::string>> v;
+    for (auto& kv : g_prof) v.push_back({kv.second, kv.first});
+    std::sort(v.rbegin(), v.rend());
+    for (size_t i = 0; i < v.size() && i < 25; i++) fprintf(stderr, "EMU PROFILE %8.2f s  %s\n", v[i].first, v[i].second.c_str());
+}
+struct EmuProfAtExit { ~EmuProfAtExit() { if (g_prof_on) emu_prof_dump(); } } g_prof_at_exit;
+static void emu_launch_inner(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn);
+void emu_launch(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn) {
+    if (!g_prof_on) { emu_launch_inner(name, sync, grid, block, fn); return; }
+    auto t0 = std::chrono::steady_clock::now();
+    emu_launch_inner(name, sync, grid, block, fn);
+    g_prof[name] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+static void emu_launch_inner(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn) {
+    long long nthreads = (long long)block.x * block.y * block.z;
+    if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
+        fprintf(stderr, "EMU: kernel %s: invalid launch configuration grid (%u,%u,%u) block (%u,%u,%u)\n", name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        g_last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    g_kernel = name;
+    gridDim = grid;
+    blockDim = block;
+    g_fn = &fn;
+    g_fiber_mode = sync;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+                if (sync) {
+                    run_block_fibers(block);
+                } else {
+                    for (unsigned tz = 0; tz < block.z; tz++)
+                        for (unsigned ty = 0; ty < block.y; ty++)
+                            for (unsigned tx = 0; tx < block.x; tx++) {
+                                threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;
+                                fn();
+                            }
+                }
+            }
+    g_fiber_mode = false;
+}
+
+// ---------------------------------------------------------------- GEMMs
+static float load_el(const void* p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    die("unsupported data type %s%lld", "", (long long)t);
+    return 0;
+}
+static void store_el(void* p, cudaDataType t, size_t i, float v) {
+    if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __float2bfloat16(v);
+    else if (t == CUDA_R_32F) ((float*)p)[i] = v;
+    else die("unsupported data type");
+}
+static size_t el_size(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
+
+// column-major: D(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C(m,n), batched
+static void gemm_colmajor(const char* who, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const void* A, cudaDataType at, long long lda, long long sa,
+                          const void* B, cudaDataType bt, long long ldb, long long sb, float beta,
+                          const void* C, cudaDataType ct, long long ldc, long long sc,
+                          void* D, cudaDataType dt, long long ldd, long long sd, int batch) {
+    long long arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    if (lda < std::max(1LL, arows) || ldb < std::max(1LL, brows) || ldd < std::max(1, m) || ldc < std::max(1, m))
+        die("%s: leading dimension smaller than the rows", who);
+    for (int bi = 0; bi < batch; bi++) {
+        const char* a = (const char*)A + (size_t)bi * sa * el_size(at);
+        const char* b = (const char*)B + (size_t)bi * sb * el_size(bt);
+        const char* c = (const char*)C + (size_t)bi * sc * el_size(ct);
+        char* d = (char*)D + (size_t)bi * sd * el_size(dt);
+        // extents must stay inside one allocation
+        dev_range(a, ((size_t)(acols - 1) * lda + arows) * el_size(at), true);
+        dev_range(b, ((size_t)(bcols - 1) * ldb + brows) * el_size(bt), true);
+        dev_range(d, ((size_t)(n - 1) * ldd + m) * el_size(dt), true);
+        if (beta != 0.0f) dev_range(c, ((size_t)(n - 1) * ldc + m) * el_size(ct), true);
+        // dense fp32 copies of op-free A (arows x acols) and B, then one column-major sgemm
+        std::vector<float> af((size_t)arows * acols), bf((size_t)brows * bcols), acc((size_t)m * n, 0.0f);
+        for (long long j = 0; j < acols; j++) for (long long i = 0; i < arows; i++) af[(size_t)j * arows + i] = load_el(a, at, (size_t)j * lda + i);
+        for (long long j = 0; j < bcols; j++) for (long long i = 0; i < brows; i++) bf[(size_t)j * brows + i] = load_el(b, bt, (size_t)j * ldb + i);
+        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                    af.data(), (int)std::max(1LL, arows), bf.data(), (int)std::max(1LL, brows), 0.0f, acc.data(), m);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float v = alpha * acc[(size_t)j * m + i];
+                if (beta != 0.0f) v += beta * load_el(c, ct, (size_t)j * ldc + i);
+                store_el(d, dt, (size_t)j * ldd + i, v);
+            }
+    }
+}
+
+struct EmuLayout { cudaDataType type; long long rows, cols, ld; int batch; long long stride; };
+struct EmuDesc { cublasComputeType_t compute; cudaDataType scale; int ta, tb; };
+struct EmuPref { uint64_t ws; uint32_t al[4]; };
+static_assert(sizeof(EmuLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout");
+static_assert(sizeof(EmuDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc");
+static_assert(sizeof(EmuPref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "pref");
+
+extern "C" {
+const char* cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "emulated cuBLAS error"; }
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = (cublasLtHandle_t)malloc(16); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t c, cudaDataType_t s) {
+    *d = new cublasLtMatmulDescOpaque_t();
+    EmuDesc* e = (EmuDesc*)*d; e->compute = c; e->scale = s; e->ta = 0; e->tb = 0;
+    if (c != CUBLAS_COMPUTE_32F || s != CUDA_R_32F) die("matmul desc: expected fp32 compute and scale");
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* buf, size_t n) {
+    EmuDesc* e = (EmuDesc*)d;
+    if (n != sizeof(int32_t)) die("desc attribute size");
+    int32_t v; memcpy(&v, buf, 4);
+    if (a == CUBLASLT_MATMUL_DESC_TRANSA) e->ta = v == CUBLAS_OP_T;
+    else if (a == CUBLASLT_MATMUL_DESC_TRANSB) e->tb = v == CUBLAS_OP_T;
+    else die("unexpected desc attribute");
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType t, uint64_t rows, uint64_t cols, int64_t ld) {
+    *l = new cublasLtMatrixLayoutOpaque_t();
+    EmuLayout* e = (EmuLayout*)*l; e->type = t; e->rows = rows; e->cols = cols; e->ld = ld; e->batch = 1; e->stride = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, const void* buf, size_t n) {
+    EmuLayout* e = (EmuLayout*)l;
+    if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) { if (n != 4) die("batch count size"); int32_t v; memcpy(&v, buf, 4); e->batch = v; }
+    else if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) { if (n != 8) die("stride size"); int64_t v; memcpy(&v, buf, 8); e->stride = v; }
+    else die("unexpected layout attribute");
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new cublasLtMatmulPreferenceOpaque_t(); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void* buf, size_t n) {
+    EmuPref* e = (EmuPref*)p;
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) { if (n != 8) die("ws size"); memcpy(&e->ws, buf, 8); }
+    else if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        if (n != 4) die("alignment size");
+        memcpy(&e->al[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, 4);
+    } else die("unexpected preference attribute");
+    return CUBLAS_STATUS_SUCCESS;
+}
+static bool layout_ok(const EmuLayout* l) { return (l->ld * (l->type == CUDA_R_16BF ? 2 : 4)) % 16 == 0 && (l->batch == 1 || (l->stride * (l->type == CUDA_R_16BF ? 2 : 4)) % 16 == 0); }
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                              cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t p, int req,
+                                              cublasLtMatmulHeuristicResult_t* res, int* found) {
+    (void)d; (void)req;
+    EmuPref* e = (EmuPref*)p;
+    *found = 0;
+    // emulate a conservative library: 16-byte leading dimensions and pointers, else no algorithm
+    if (!layout_ok((EmuLayout*)A) || !layout_ok((EmuLayout*)B) || !layout_ok((EmuLayout*)C) || !layout_ok((EmuLayout*)D))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < 4; i++) if (e->al[i] < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(res, 0, sizeof(*res));
+    res->state = CUBLAS_STATUS_SUCCESS;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A, cublasLtMatrixLayout_t Ad,
+                              const void* B, cublasLtMatrixLayout_t Bd, const void* beta, const void* C, cublasLtMatrixLayout_t Cd,
+                              void* Dp, cublasLtMatrixLayout_t Dd, const cublasLtMatmulAlgo_t* algo, void* ws, size_t wsn, cudaStream_t) {
+    (void)algo; (void)ws; (void)wsn;
+    EmuDesc* e = (EmuDesc*)desc;
+    EmuLayout *a = (EmuLayout*)Ad, *b = (EmuLayout*)Bd, *c = (EmuLayout*)Cd, *d = (EmuLayout*)Dd;
+    long long m = d->rows, n = d->cols;
+    long long am = e->ta ? a->cols : a->rows, ak = e->ta ? a->rows : a->cols;
+    long long bk = e->tb ? b->cols : b->rows, bn = e->tb ? b->rows : b->cols;
+    if (am != m || bn != n || ak != bk) die("cublasLtMatmul: inconsistent shapes (op(A) %lld x ?, op(B) ? x %lld)", "", am, bn);
+    if (c->rows != m || c->cols != n || c->type != d->type || c->ld != d->ld) die("cublasLtMatmul: C and D layouts differ");
+    if (a->batch != d->batch || b->batch != d->batch || c->batch != d->batch) die("cublasLtMatmul: batch counts differ");
+    if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF) die("cublasLtMatmul: A/B must be bf16");
+    float al, be;
+    memcpy(&al, alpha, 4); memcpy(&be, beta, 4);
+    gemm_colmajor("cublasLtMatmul", e->ta, e->tb, m, n, ak, al, A, a->type, a->ld, a->stride, B, b->type, b->ld, b->stride, be,
+                  C, c->type, c->ld, c->stride, Dp, d->type, d->ld, d->stride, d->batch);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) { *h = (cublasHandle_t)malloc(16); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                          const void* alpha, const void* A, cudaDataType at, int lda, long long sa,
+                                          const void* B, cudaDataType bt, int ldb, long long sb, const void* beta,
+                                          void* C, cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (compute != CUBLAS_COMPUTE_32F) die("cublasGemmStridedBatchedEx: expected fp32 compute");
+    if (at != CUDA_R_16BF || bt != CUDA_R_16BF) die("cublasGemmStridedBatchedEx: A/B must be bf16");
+    float al, be;
+    memcpy(&al, alpha, 4); memcpy(&be, beta, 4);
+    gemm_colmajor("cublasGemmStridedBatchedEx", ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, al, A, at, lda, sa, B, bt, ldb, sb, be,
+                  C, ct, ldc, sc, C, ct, ldc, sc, batch);
+    return CUBLAS_STATUS_SUCCESS;
+}
+}

@@ -1,0 +1,109 @@
+"""rewrite_launches.py SRC DST — copy the CUDA engine's sources (train_llama.cu, llmc/, test/,
+dev/cuda/) from the repository root SRC into DST, turning every kernel launch
+
+    kernel<<<grid, block, smem, stream>>>(args);
+into
+    EMU_LAUNCH("kernel", fibers, grid, block, kernel(args));
+
+where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
+__syncthreads or a warp collective, so dev/emu runs its threads as fibers. data/ and
+test/fixtures are linked, not copied. Prints one line per kernel with its launch style."""
+import os
+import re
+import shutil
+import sys
+
+SYNC_TOKENS = ["__syncthreads", "__shfl", "__reduce_"]
+
+
+def block_after(text, start, opening="{", closing="}"):
+    """The balanced opening...closing block that starts at the first `opening` at or after start."""
+    i = text.index(opening, start)
+    depth, j = 0, i
+    while True:
+        if text[j] == opening:
+            depth += 1
+        elif text[j] == closing:
+            depth -= 1
+            if depth == 0:
+                return text[i:j + 1]
+        j += 1
+
+
+def split_top(s):
+    """Split a launch configuration at top-level commas."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+        if ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    files = ["train_llama.cu"]
+    for d in ["llmc", "test", "dev/cuda"]:
+        files += [os.path.join(d, f) for f in sorted(os.listdir(os.path.join(src, d)))
+                  if os.path.isfile(os.path.join(src, d, f))]
+    texts = {f: open(os.path.join(src, f), encoding="utf-8").read() for f in files}
+
+    kernels, helpers = {}, {}
+    for f, t in texts.items():
+        for m in re.finditer(r"__global__\s+void\s+(\w+)\s*\(", t):
+            kernels[m.group(1)] = block_after(t, m.end())
+        for m in re.finditer(r"__device__[^;{(]*?\b(\w+)\s*\([^;{]*\)\s*(const\s*)?\{", t):
+            helpers[m.group(1)] = block_after(t, m.end() - 1)
+    tokens = list(SYNC_TOKENS)
+    changed = True
+    while changed:  # helpers that synchronize, transitively
+        changed = False
+        for name, body in helpers.items():
+            if name not in tokens and any(tok in body for tok in tokens):
+                tokens.append(name)
+                changed = True
+
+    def fibers(name):
+        if name not in kernels:
+            sys.exit("rewrite_launches: no body found for kernel %s" % name)
+        return any(tok in kernels[name] for tok in tokens)
+
+    def rewrite(t):
+        out, pos = "", 0
+        while True:
+            k = t.find("<<<", pos)
+            if k < 0:
+                return out + t[pos:]
+            m = re.search(r"(\w+)(<[^<>;]*>)?\s*$", t[:k])  # the kernel name, template arguments
+            name, targs = m.group(1), m.group(2) or ""
+            e = t.index(">>>", k)
+            cfg = split_top(t[k + 3:e])
+            p = e + 3
+            while t[p].isspace():
+                p += 1
+            args = block_after(t, p, "(", ")")[1:-1]
+            out += t[pos:m.start()] + 'EMU_LAUNCH("%s", %s, %s, %s, %s%s(%s))' % (
+                name, "true" if fibers(name) else "false", cfg[0], cfg[1], name, targs, args)
+            pos = p + 1 + len(args) + 1
+
+    shutil.rmtree(dst, ignore_errors=True)
+    for f, t in texts.items():
+        path = os.path.join(dst, f)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(rewrite(t) if f.endswith((".cu", ".cuh")) else t)
+    for d in ["data", "test/fixtures"]:
+        os.symlink(os.path.abspath(os.path.join(src, d)), os.path.join(dst, d))
+    for name in sorted(kernels):
+        print("  %-45s %s" % (name, "fibers" if fibers(name) else "plain"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+// gradcomm_common.h — the host-side logic of gradient communication that the CPU
+// (llmc/gradcomm.h) and GPU (llmc/gradcomm.cuh) engines share, so that both behave and log alike:
+// what one step reports (GradCommStats) and how it is logged, the --geofp8-layers list, the
+// fidelity figures, and the auto layer selection (profiling window, choice, geofp8_layers.txt).
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "checkpoint.h"
+#include "geofp8.h"
+#include "llama.h"
+#include "logger.h"
+#include "utils.h"
+
+// Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps.
+typedef struct {
+    double bytes;                  // sent by this rank
+    bool skipped;                  // a non-finite amax: the step must be skipped by every rank
+    bool refreshed;                // the geometry factors were refreshed this step
+    std::vector<long> saturated;   // (units) codes at ±448 after local quantization
+    std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
+    std::vector<long> nonzero;     // (units)
+    std::vector<long> sum_saturated;  // (units) codes at ±448 after the native FP8 sum
+    bool has_fidelity;
+    std::vector<double> rel_l2, cos;  // (units) against the fp32 average
+    double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together
+} GradCommStats;
+
+// " | fp8 sat 0 und 1234 | fid 1.2e-02 (geo 3.4e-02)": the step line's tail for the FP8 modes.
+static inline std::string gradcomm_stats_summary(const GradCommStats& st, bool fp8) {
+    std::string out;
+    char b[160];
+    if (fp8) {
+        long sat = 0, und = 0, ssat = 0;
+        for (size_t u = 0; u < st.saturated.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
+        snprintf(b, sizeof(b), " | fp8 sat %ld und %ld sumsat %ld%s", sat, und, ssat, st.refreshed ? " | refresh" : "");
+        out += b;
+    }
+    if (st.has_fidelity) {
+        if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
+        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
+        out += b;
+    }
+    return out;
+}
+
+// metrics.jsonl fields: FP8 totals, per-unit boundary hits of the geometry units, fidelity.
+static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units, const std::vector<int>& unit_to_geo,
+                                             const GradCommStats& st, bool fp8, std::string* line) {
+    if (fp8) {
+        long sat = 0, und = 0, ssat = 0;
+        for (size_t u = 0; u < st.saturated.size(); u++) { sat += st.saturated[u]; und += st.underflow[u]; ssat += st.sum_saturated[u]; }
+        logger_field(line, "fp8_saturated", (double)sat);
+        logger_field(line, "fp8_underflow", (double)und);
+        logger_field(line, "fp8_sum_saturated", (double)ssat);
+        logger_field(line, "geo_refresh", st.refreshed ? 1 : 0);
+        std::string json = "{";
+        for (size_t u = 0; u < units.size(); u++) {
+            if (!units[u].is_matrix) continue;
+            char b[200];
+            snprintf(b, sizeof(b), "%s\"%s\": [%ld, %ld, %ld, %d]", json.size() > 1 ? ", " : "", units[u].name.c_str(),
+                     st.saturated[u], st.underflow[u], st.sum_saturated[u], unit_to_geo[u] >= 0 ? 1 : 0);
+            json += b;
+        }
+        json += "}";
+        logger_field_json(line, "fp8_units", json);  // name: [saturated, underflow, sum_saturated, geometry path]
+    }
+    if (st.has_fidelity) {
+        logger_field(line, "fidelity_rel_l2", st.rel_l2_all);
+        logger_field(line, "fidelity_cos", st.cos_all);
+        logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
+        logger_field(line, "fidelity_cos_geo", st.cos_geo);
+        std::string json = "{";
+        for (size_t u = 0; u < units.size(); u++) {
+            std::string v;
+            logger_json_number(&v, st.rel_l2[u]);
+            v += ", ";
+            logger_json_number(&v, st.cos[u]);
+            json += (json.size() > 1 ? ", \"" : "\"") + units[u].name + "\": [" + v + "]";
+        }
+        json += "}";
+        logger_field_json(line, "fidelity_units", json);  // name: [rel_l2, cos]
+    }
+}
+
+// ----------------------------------------------------------------------------
+// --geofp8-layers as a list: "a,b,c" or a file with one name per line (anything after the name
+// ignored, so geofp8_layers.txt works as written); every name must be a linear unit (qkv, proj,
+// fc1, fc2) of this model. Returns unit indices, each once, in the order given (user_error).
+static inline std::vector<int> gradcomm_parse_layers(const std::vector<LlamaUnit>& units, const std::string& spec) {
+    std::vector<std::string> names;
+    FILE* f = fopen(spec.c_str(), "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof(line), f)) {
+            char name[256];
+            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name);
+        }
+        fclose(f);
+        if (names.empty()) user_error("--geofp8-layers: file '%s' lists no layer names (expected one name per line, e.g. layers.3.fc2)", spec.c_str());
+    } else {
+        size_t start = 0;
+        while (start <= spec.size()) {
+            size_t end = spec.find(',', start);
+            if (end == std::string::npos) end = spec.size();
+            if (end > start) names.push_back(spec.substr(start, end - start));
+            start = end + 1;
+        }
+    }
+    int layers = 0;
+    for (const LlamaUnit& u : units) layers = u.layer + 1 > layers ? u.layer + 1 : layers;
+    std::vector<int> out;
+    for (const std::string& n : names) {
+        int u = -1;
+        for (size_t i = 0; i < units.size(); i++) if (units[i].name == n) u = (int)i;
+        if (u < 0 || !units[u].is_matrix)
+            user_error("--geofp8-layers: '%s' is not a file and '%s' is not a linear layer of this model "
+                       "(expected auto, a file, or names like layers.0.fc2 with qkv, proj, fc1 or fc2 and a layer below %d)",
+                       spec.c_str(), n.c_str(), layers);
+        bool listed = false;  // a name given twice is one unit
+        for (int v : out) listed |= v == u;
+        if (!listed) out.push_back(u);
+    }
+    return out;
+}
+
+// ----------------------------------------------------------------------------
+// fidelity: RelL2 and cosine of the communicated average against the fp32 average, per unit,
+// over all units, and over the geometry units together (is_geo[u]; NaN when there are none),
+// from the per-unit sums (4, units): Σ (got - ref)², Σ ref², Σ got², Σ got·ref, in double.
+static inline void gradcomm_fidelity_finish(GradCommStats* st, const std::vector<double>& sums, const std::vector<bool>& is_geo) {
+    const size_t U = is_geo.size();
+    st->rel_l2.assign(U, 0.0); st->cos.assign(U, 0.0);
+    double ee = 0, gg = 0, hh = 0, hg = 0, ee_geo = 0, gg_geo = 0, hh_geo = 0, hg_geo = 0;
+    for (size_t u = 0; u < U; u++) {
+        double e2 = sums[u], g2 = sums[U + u], h2 = sums[2 * U + u], d = sums[3 * U + u];
+        st->rel_l2[u] = g2 > 0 ? sqrt(e2 / g2) : 0.0;
+        st->cos[u] = (g2 > 0 && h2 > 0) ? d / sqrt(g2 * h2) : 1.0;
+        ee += e2; gg += g2; hh += h2; hg += d;
+        if (is_geo[u]) { ee_geo += e2; gg_geo += g2; hh_geo += h2; hg_geo += d; }
+    }
+    st->rel_l2_all = gg > 0 ? sqrt(ee / gg) : 0.0;
+    st->cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
+    st->rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
+    st->cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+    st->has_fidelity = true;
+}
+
+// The same from host buffers got and ref (num_params).
+static inline void gradcomm_fidelity(GradCommStats* st, const std::vector<LlamaUnit>& units, const std::vector<bool>& is_geo,
+                                     const float* got, const float* ref) {
+    const size_t U = units.size();
+    std::vector<double> sums(4 * U, 0.0);
+    for (size_t u = 0; u < U; u++)
+        for (size_t i = units[u].offset; i < units[u].offset + (size_t)units[u].rows * units[u].cols; i++) {
+            double a = got[i], b = ref[i];
+            sums[u] += (a - b) * (a - b); sums[U + u] += b * b; sums[2 * U + u] += a * a; sums[3 * U + u] += a * b;
+        }
+    gradcomm_fidelity_finish(st, sums, is_geo);
+}
+
+// ----------------------------------------------------------------------------
+// auto layer selection (DESIGN §6.4): the first --geofp8-profile-steps steps run in fp8 and
+// score every fc1/fc2 unit by its vulnerability (saturated + underflowed fraction, summed over
+// ranks); then the top units switch to the geometry path.
+
+static inline bool gradcomm_is_mlp(const LlamaUnit& u) { return u.tensor == T_FC1W || u.tensor == T_FC2W; }
+
+// Adds this step's vulnerability of every fc1/fc2 unit to score_sum (units).
+static inline void gradcomm_profile_accumulate(std::vector<double>* score_sum, const std::vector<LlamaUnit>& units, const GradCommStats& st,
+                                               int world_size) {
+    for (size_t u = 0; u < units.size(); u++) {
+        if (!gradcomm_is_mlp(units[u])) continue;
+        size_t n = (size_t)units[u].rows * units[u].cols * world_size;
+        (*score_sum)[u] += geofp8_vulnerability(st.saturated[u], st.underflow[u], st.nonzero[u], n);
+    }
+}
+
+// After `steps` profiled steps: the units to whiten (geofp8_select_top over the mean scores).
+// Rank 0 prints every candidate's score and writes the choice to output_dir/geofp8_layers.txt
+// ("name score" lines, readable by --geofp8-layers); first_step is where the geometry starts (0-based).
+static inline std::vector<int> gradcomm_profile_select(const std::vector<double>& score_sum, int steps, const std::vector<LlamaUnit>& units,
+                                                       int top_k, int rank, const std::string& output_dir, int first_step) {
+    std::vector<int> cand;
+    std::vector<double> scores;
+    for (size_t u = 0; u < units.size(); u++) {
+        if (!gradcomm_is_mlp(units[u])) continue;
+        cand.push_back((int)u);
+        scores.push_back(score_sum[u] / steps);
+    }
+    std::vector<int> pick = geofp8_select_top(scores, top_k), chosen;
+    for (int i : pick) chosen.push_back(cand[i]);
+    if (rank != 0) return chosen;
+    printf("geofp8: profiled %d steps in fp8; vulnerability of fc1/fc2 (saturated + underflowed fractions):\n", steps);
+    for (int i : geofp8_rank_scores(scores)) {
+        bool is_chosen = false;
+        for (int j : pick) is_chosen |= j == i;
+        printf("  %s %-16s %.6e\n", is_chosen ? "*" : " ", units[cand[i]].name.c_str(), scores[i]);
+    }
+    printf("geofp8: %zu layers switch to the geometry path from step %d\n", pick.size(), first_step + 1);
+    if (!output_dir.empty()) {
+        std::string path = output_dir + "/geofp8_layers.txt", tmp = path + ".tmp";
+        FILE* f = fopen_check(tmp.c_str(), "w");
+        for (int i : pick) fprintf(f, "%s %.9e\n", units[cand[i]].name.c_str(), scores[i]);
+        fclose_check(f);
+        checkpoint_commit(tmp, path);
+    }
+    return chosen;
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_cuda_emulated.sh — the CUDA engine's code without a GPU: dev/emu builds train_llama.cu, the
+# GPU model test and dev/cuda/geofp8.cu for the CPU (kernels run thread by thread, cuBLAS /
+# cuSOLVER emulated, NCCL over MPI with one rank per emulated GPU), then
+#   - test_llama_gpu: the GPU model against the PyTorch fixture and the CPU engine;
+#   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise);
+#   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
+#     within 5e-3 (bf16 compute against fp32; measured <= 1.2e-3 over 12 steps), the same bytes on
+#     every step, the logged RelL2 within 30% of the CPU engine's;
+#   - auto layer selection, bitwise resume of geofp8 with 2 ranks, an injected NaN skipped by every
+#     rank, ranks with different flags refused over NCCL, a one-rank NCCL communicator.
+# What it cannot show (races between blocks, cuBLASLt algorithm choice, NCCL itself, speed) is what
+# dev/gpu_check.sh checks on a GPU. Prints "PASS name" / "FAIL name: detail" lines.
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
+if [ ! -f "$CUDA_INC/cuda_runtime.h" ]; then echo "SKIP test_cuda_emulated: no CUDA headers under $CUDA_INC"; exit 0; fi
+if ! command -v mpicxx >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then echo "SKIP test_cuda_emulated: no MPI"; exit 0; fi
+if [ "$(uname -m)" != x86_64 ]; then echo "SKIP test_cuda_emulated: dev/emu runs on x86-64 only"; exit 0; fi
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+EMU=$ROOT/build/emu
+if ! bash dev/emu/build.sh "$EMU" >"$TMP/build.log" 2>&1; then
+    fail emu_build "$(grep -m3 -E 'error|failed' "$TMP/build.log")"; exit 1
+fi
+pass emu_build
+CPU=$ROOT/train_llama_cpu
+MPIRUN=(timeout 600 mpirun --oversubscribe)
+cd "$EMU/src" || exit 1  # the rewritten sources, with data/ and test/fixtures linked
+
+# --- the GPU model test and the GeoFP8 kernels, emulated
+timeout 900 "$EMU/test_llama_gpu" >"$TMP/model.out" 2>&1
+rc=$?
+sed -n 's/^\(PASS\|FAIL\) /\1 emu.test_llama_gpu./p' "$TMP/model.out"
+[ $rc -eq 0 ] || fail emu.test_llama_gpu_exit "rc=$rc $(tail -2 "$TMP/model.out")"
+timeout 900 "$EMU/dev_geofp8" --small >"$TMP/geofp8.out" 2>&1
+rc=$?
+np=$(grep -c '^PASS dev_geofp8' "$TMP/geofp8.out"); nf=$(grep -c '^FAIL' "$TMP/geofp8.out")
+grep '^FAIL' "$TMP/geofp8.out" | sed 's/^FAIL /FAIL emu./'
+if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -gt 150 ]; then pass "emu.dev_geofp8_small: $np kernel checks against llmc/geofp8.h"
+else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(tail -1 "$TMP/geofp8.out")"; fi
+
+# --- every mode, 2 ranks, against the CPU engine
+RUN=(-e tiny -b 1 -t 32 -d 64 -x 8 -v 0 -s 0 -n -1 -l 3e-3 -u 2 --seed 1337 --fidelity-every 1 --geofp8-refresh 3)
+GEO=(--geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2 --geofp8-rank 8)
+for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase; do
+    mode=${m%%:*}; red=native; [[ $m == *:* ]] && red=${m#*:}
+    t=${mode}_$red
+    extra=(); [ "$mode" = geofp8 ] && extra=("${GEO[@]}")
+    "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
+        fail "emu.mode_${t}_np2_runs" "$(tail -2 "$TMP/g_$t.out")"
+    "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
+        fail "emu.mode_${t}_np2_cpu_runs" "$(tail -2 "$TMP/c_$t.out")"
+    python3 - "$TMP/g_$t/metrics.jsonl" "$TMP/c_$t/metrics.jsonl" "emu.mode_${t}_np2" <<'PY'
+import json, math, sys
+def rows(p):
+    try:
+        return {r["step"]: r for r in map(json.loads, open(p)) if "train_loss" in r}
+    except OSError:
+        return {}
+g, c, name = rows(sys.argv[1]), rows(sys.argv[2]), sys.argv[3]
+if len(g) != 8 or len(c) != 8:
+    print(f"FAIL {name}_vs_cpu: {len(g)} and {len(c)} logged steps, expected 8"); sys.exit()
+loss = max(abs(g[s]["train_loss"] - c[s]["train_loss"]) / c[s]["train_loss"] for s in c)
+bad_bytes = [s for s in c if g[s]["comm_bytes"] != c[s]["comm_bytes"]]
+fg = sum(g[s]["fidelity_rel_l2"] for s in c) / 8; fc = sum(c[s]["fidelity_rel_l2"] for s in c) / 8
+fid_ok = abs(fg - fc) <= 0.3 * fc + 1e-12
+print(f"  {name}: max rel loss diff {loss:.2e}, bytes/step {g[8]['comm_bytes']:.0f} (cpu {c[8]['comm_bytes']:.0f}), "
+      f"mean RelL2 {fg:.3e} vs cpu {fc:.3e}")
+print(("PASS" if loss <= 5e-3 and math.isfinite(loss) else "FAIL") + f" {name}_loss_within_5e-3_of_cpu" + ("" if loss <= 5e-3 else f": {loss:.2e}"))
+print(("PASS" if not bad_bytes else "FAIL") + f" {name}_same_bytes_as_cpu" + ("" if not bad_bytes else f": steps {bad_bytes}"))
+print(("PASS" if fid_ok else "FAIL") + f" {name}_rel_l2_within_30pct_of_cpu" + ("" if fid_ok else f": {fg:.3e} vs {fc:.3e}"))
+PY
+done
+
+# --- auto selection: profile 3 steps in fp8, then the chosen fc1/fc2 units get a geometry
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 6 -c geofp8 --geofp8-profile-steps 3 -o "$TMP/auto" >"$TMP/auto.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ -s "$TMP/auto/geofp8_layers.txt" ] && ! grep -vqE '^layers\.[0-3]\.fc[12] ' "$TMP/auto/geofp8_layers.txt" &&
+   grep -q "profiled 3 steps" "$TMP/auto.out"; then
+    pass "emu.geofp8_auto_selection_np2: $(cut -d' ' -f1 "$TMP/auto/geofp8_layers.txt" | tr '\n' ' ')"
+else fail emu.geofp8_auto_selection_np2 "rc=$rc $(tail -2 "$TMP/auto.out")"; fi
+
+# --- bitwise resume of geofp8 with 2 ranks: 6 steps straight == 3 + resume + 3
+RES=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}")
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -o "$TMP/straight" >"$TMP/s.out" 2>&1
+cp -r "$TMP/straight" "$TMP/resumed"
+rm -f "$TMP/resumed/DONE_00000006" "$TMP/resumed/model_00000006.bin" "$TMP/resumed/state_00000006_"*
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -y 1 -o "$TMP/resumed" >"$TMP/r.out" 2>&1
+if cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
+   cmp -s "$TMP/straight/state_00000006_00001.bin" "$TMP/resumed/state_00000006_00001.bin"; then
+    pass emu.geofp8_resume_bitwise_np2
+else fail emu.geofp8_resume_bitwise_np2 "step-6 files differ or missing: $(tail -2 "$TMP/r.out")"; fi
+
+# --- an injected NaN on rank 1 at step 3: both ranks skip it, as the CPU engine does
+"${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_NAN=3:1 "$EMU/train_llama" "${RUN[@]}" -x 5 -c fp8 -o "$TMP/nan" >"$TMP/nan.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "step     3/5 | skipped: non-finite loss or gradient on rank 1" "$TMP/nan.out" &&
+   [ "$(grep -c '"train_loss"' "$TMP/nan/metrics.jsonl")" -eq 4 ]; then
+    pass emu.nan_step_skipped_by_all_ranks
+else fail emu.nan_step_skipped_by_all_ranks "rc=$rc $(grep -i -m2 'skip\|error' "$TMP/nan.out")"; fi
+
+# --- ranks with different flags stop, naming the setting (rank 0's settings broadcast over NCCL)
+timeout 300 mpirun --oversubscribe -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 -l 1e-3 : -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 -l 2e-3 \
+    >"$TMP/dis.out" 2>"$TMP/dis.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on lr" "$TMP/dis.err"; then pass emu.rank_settings_mismatch
+else fail emu.rank_settings_mismatch "rc=$rc $(head -3 "$TMP/dis.err")"; fi
+
+# --- one process with a one-rank NCCL communicator (what dev/gpu_check.sh runs on one GPU)
+TRAIN_LLAMA_TEST_NCCL=1 timeout 300 "$EMU/train_llama" "${RUN[@]}" -x 3 -c geofp8 "${GEO[@]}" --fp8-reduce twophase -o "$TMP/one" >"$TMP/one.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '"train_loss"' "$TMP/one/metrics.jsonl")" -eq 3 ]; then pass emu.single_rank_nccl_communicator
+else fail emu.single_rank_nccl_communicator "rc=$rc $(tail -2 "$TMP/one.out")"; fi
+
+[ "$failures" -eq 0 ]
