@@ -723,20 +723,8 @@ int main(int argc, char** argv) {
         if (dev.peak_bf16_flops > 0) snprintf(b, sizeof(b), "%.0f TFLOP/s bf16 dense", dev.peak_bf16_flops / 1e12);
         else snprintf(b, sizeof(b), "unknown device: MFU n/a");
         run_print_row("peak for MFU", b);
-        run_print_row("model", model_desc);
-        snprintf(b, sizeof(b), "%zu (%.1fM)", model.num_params, model.num_params / 1e6); run_print_row("parameters", b);
-        run_print_row("train data", tc.train_data + " (" + std::to_string(train_loader.num_shards) + " shards, " + std::to_string(train_loader.total_tokens) + " tokens)");
-        run_print_row("val data", do_val ? tc.val_data + " (" + std::to_string(val_loader.total_tokens) + " tokens)" : "off");
-        snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, grid.world_size, accum_steps, tc.total_batch); run_print_row("batch", b);
-        snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); run_print_row("steps", b);
-        snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); run_print_row("learning rate", b);
-        snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
-                 tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); run_print_row("optimizer", b);
-        std::string mode = tc.comm;
-        if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_reduce + ")";
-        if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
-        run_print_row("grad communication", mode + ", NCCL");
-        run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
+        run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
+                           start_step, "NCCL");
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);
@@ -760,21 +748,12 @@ int main(int argc, char** argv) {
                 sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
             }
             float val_loss = (float)(llama_comm_sum(&grid, sum / tc.val_batches) / grid.world_size);
-            if (grid.rank == 0) {
-                printf("val loss %.6f (step %d)\n", val_loss, step);
-                logger_val(&logger, step, val_loss);
-                std::string line;
-                logger_field(&line, "step", step);
-                logger_field(&line, "val_loss", val_loss);
-                logger_metrics(&logger, line);
-            }
+            if (grid.rank == 0) run_report_val(&logger, step, val_loss);
         }
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
             llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
         }
-        bool want_ckpt = !tc.output_dir.empty() && !fresh && step > 0 && tc.checkpoint_every >= 0 &&
-                         ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last);
-        if (want_ckpt) {
+        if (run_checkpoint_due(tc, step, fresh, last)) {
             if (grid.rank == 0) llama_save_model(&model, checkpoint_model_path(tc.output_dir, step), step);
             CheckpointState st;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;

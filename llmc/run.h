@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "llama.h"
+#include "logger.h"
 #include "train_config.h"
 #include "utils.h"
 
@@ -112,6 +113,44 @@ static inline std::string run_format_duration(double s) {
 }
 
 static inline void run_print_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
+
+// Rank 0's report of a val loss: the console line, main.log and metrics.jsonl.
+static inline void run_report_val(Logger* logger, int step, float val_loss) {
+    printf("val loss %.6f (step %d)\n", val_loss, step);
+    logger_val(logger, step, val_loss);
+    std::string line;
+    logger_field(&line, "step", step);
+    logger_field(&line, "val_loss", val_loss);
+    logger_metrics(logger, line);
+}
+
+// Is a checkpoint due after `step` (-n N: every N steps and at the end; -n 0: at the end only;
+// -n -1 never; never at step 0 or on the step a run just resumed from)?
+static inline bool run_checkpoint_due(const TrainConfig& tc, int step, bool fresh, bool last) {
+    return !tc.output_dir.empty() && !fresh && step > 0 && tc.checkpoint_every >= 0 &&
+           ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last);
+}
+
+// The rows of the start-up table both engines print, from "model" to "output" (val: NULL when off).
+// transport: how the gradient travels ("MPI", "NCCL").
+static inline void run_print_run_rows(const TrainConfig& tc, const std::string& model_desc, size_t num_params, const DataLoader& train,
+                                      const DataLoader* val, int world_size, int accum_steps, int start_step, const char* transport) {
+    char b[256];
+    run_print_row("model", model_desc);
+    snprintf(b, sizeof(b), "%zu (%.1fM)", num_params, num_params / 1e6); run_print_row("parameters", b);
+    run_print_row("train data", tc.train_data + " (" + std::to_string(train.num_shards) + " shards, " + std::to_string(train.total_tokens) + " tokens)");
+    run_print_row("val data", val ? tc.val_data + " (" + std::to_string(val->total_tokens) + " tokens)" : "off");
+    snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, world_size, accum_steps, tc.total_batch); run_print_row("batch", b);
+    snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); run_print_row("steps", b);
+    snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); run_print_row("learning rate", b);
+    snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
+             tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); run_print_row("optimizer", b);
+    std::string mode = tc.comm;
+    if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_reduce + ")";
+    if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
+    run_print_row("grad communication", mode + ", " + transport);
+    run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
+}
 
 static inline double run_now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
