@@ -11,8 +11,12 @@ faster than fp32, as in the paper.
 
     python3 scripts/plot_scaling.py --root $OUT_ROOT/scaling --out scaling.png
 
-Prints a table of step times, improvements and bytes sent per step, and writes the figure (one
-panel per model). Needs matplotlib.
+Prints a table of step times, improvements and bytes sent per step; the mean phase times of each
+run (forward, backward, communication and within it the NCCL calls, the whitening, the factor
+refresh; optimizer), when its metrics carry them (train_llama); and, where fp32, fp8 and geofp8
+ran at the same GPU count, the fraction of the FP8 saving GeoFP8 keeps,
+(t_fp32 - t_geofp8) / (t_fp32 - t_fp8). Then writes the figure (one panel per model; needs
+matplotlib, the tables do not).
 """
 import argparse
 import json
@@ -26,9 +30,15 @@ LABELS = {"bf16": "BF16", "fp8": "Euclidean FP8", "fp8block": "Euclidean FP8 (pe
 MARKERS = {"bf16": "s", "fp8": "o", "fp8block": "v", "geofp8": "D", "kfac": "^"}
 
 
+# phase columns: (header, metrics fields summed)
+PHASES = [("fwd", ["t_forward_ms"]), ("bwd", ["t_backward_ms"]), ("comm", ["t_comm_ms"]), ("nccl", ["t_nccl_ms"]),
+          ("whiten", ["t_whiten_ms", "t_unwhiten_ms"]), ("refresh", ["t_refresh_ms"]), ("opt", ["t_optimizer_ms"])]
+
+
 def read_run(path, skip_steps):
-    """Mean step time (ms), mean bytes sent per step, steps used; None if nothing usable."""
-    ms, comm = [], []
+    """Mean step time (ms), mean bytes sent per step, steps used, mean phase times {header: ms}
+    (empty when the metrics have none); None if nothing usable."""
+    ms, comm, phases = [], [], {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -45,13 +55,16 @@ def read_run(path, skip_steps):
                 continue
             ms.append(float(rec["ms"]))
             comm.append(float(rec.get("comm_bytes", float("nan"))))
+            for name, fields in PHASES:
+                if any(f in rec for f in fields):
+                    phases.setdefault(name, []).append(sum(float(rec.get(f, 0.0)) for f in fields))
     if not ms:
         return None
-    return sum(ms) / len(ms), sum(comm) / len(comm), len(ms)
+    return sum(ms) / len(ms), sum(comm) / len(comm), len(ms), {k: sum(v) / len(v) for k, v in phases.items() if len(v) == len(ms)}
 
 
 def collect(root, skip_steps):
-    """{model: {mode: {gpus: (ms, bytes, steps)}}}"""
+    """{model: {mode: {gpus: (ms, bytes, steps, phases)}}}"""
     runs = {}
     if not os.path.isdir(root):
         sys.exit(f"error: --root '{root}' is not a directory (expected the scaling runs, e.g. $OUT_ROOT/scaling)")
@@ -92,15 +105,44 @@ def print_table(runs, imp):
     for model in sorted(runs):
         for mode in sorted(runs[model], key=lambda m: (m != "fp32", m)):
             for g in sorted(runs[model][mode]):
-                ms, comm, n = runs[model][mode][g]
+                ms, comm, n, _ = runs[model][mode][g]
                 d = dict(imp.get(model, {}).get(mode, [])).get(g)
                 rel = f"{d:+8.2f}%" if d is not None else f"{'-':>9}"
                 gb = f"{comm / 1e9:13.3f}" if not math.isnan(comm) else f"{'-':>13}"
                 print(f"{model:<12} {mode:<9} {g:>5} {ms:>10.1f} {rel} {gb} {n:>6}")
 
 
+def fp8_saving_kept(runs):
+    """[(model, gpus, t_fp32, t_fp8, t_geofp8, kept)]: kept = (t_fp32 - t_geofp8) / (t_fp32 - t_fp8),
+    None where fp8 saved nothing."""
+    out = []
+    for model in sorted(runs):
+        modes = runs[model]
+        for g in sorted(set(modes.get("fp32", {})) & set(modes.get("fp8", {})) & set(modes.get("geofp8", {}))):
+            t32, t8, tgeo = modes["fp32"][g][0], modes["fp8"][g][0], modes["geofp8"][g][0]
+            kept = (t32 - tgeo) / (t32 - t8) if t32 - t8 > 0 else None
+            out.append((model, g, t32, t8, tgeo, kept))
+    return out
+
+
+def print_phases(runs, kept):
+    rows = [(model, mode, g, r[3]) for model in sorted(runs) for mode in sorted(runs[model]) for g, r in sorted(runs[model][mode].items())
+            if r[3]]
+    if rows:
+        print()
+        print(f"{'model':<12} {'mode':<9} {'GPUs':>5} " + " ".join(f"{name:>8}" for name, _ in PHASES) + "   (mean ms per step)")
+        for model, mode, g, ph in rows:
+            print(f"{model:<12} {mode:<9} {g:>5} " + " ".join(f"{ph[name]:8.1f}" if name in ph else f"{'-':>8}" for name, _ in PHASES))
+    for model, g, t32, t8, tgeo, k in kept:
+        share = f"{100.0 * k:.0f}%" if k is not None else "n/a (fp8 is not faster than fp32)"
+        print(f"{model} at {g} GPUs: fp32 {t32:.1f} ms, fp8 {t8:.1f} ms, geofp8 {tgeo:.1f} ms: geofp8 keeps {share} of the FP8 saving")
+
+
 def plot(imp, out):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit(f"error: writing {out} needs matplotlib (pip install matplotlib); the tables above do not")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -134,6 +176,7 @@ def main():
     runs = collect(args.root, args.skip_steps)
     imp = improvements(runs)
     print_table(runs, imp)
+    print_phases(runs, fp8_saving_kept(runs))
     if not imp:
         sys.exit("error: no mode has an fp32 run at the same GPU count to compare with")
     plot(imp, args.out)
