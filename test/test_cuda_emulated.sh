@@ -8,7 +8,8 @@
 #     within 5e-3 (bf16 compute against fp32; measured <= 1.2e-3 over 12 steps), the same bytes on
 #     every step, the logged RelL2 within 30% of the CPU engine's;
 #   - auto layer selection, bitwise resume of geofp8 with 2 ranks, an injected NaN skipped by every
-#     rank, ranks with different flags refused over NCCL, a one-rank NCCL communicator.
+#     rank, ranks with different flags refused over NCCL, the Slurm id-file launch (no MPI in the
+#     trainer) and its settings check, a one-rank NCCL communicator.
 # What it cannot show (races between blocks, cuBLASLt algorithm choice, NCCL itself, speed) is what
 # dev/gpu_check.sh checks on a GPU. Prints "PASS name" / "FAIL name: detail" lines.
 cd "$(dirname "$0")/.." || exit 1
@@ -110,6 +111,47 @@ timeout 300 mpirun --oversubscribe -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 -l 
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on lr" "$TMP/dis.err"; then pass emu.rank_settings_mismatch
 else fail emu.rank_settings_mismatch "rc=$rc $(head -3 "$TMP/dis.err")"; fi
+
+# --- the Slurm id-file launch (what plain srun does: no MPI in the trainer): each task gets its
+# SLURM_* variables, rank 0 writes the NCCL id to $TRAIN_LLAMA_NCCL_ID_FILE.<job>.<step>, the other
+# reads it (the emulated NCCL checks that both hold rank 0's id), the file is removed; then ranks
+# with different flags are refused without MPI, over NCCL. mpirun only starts the processes: its
+# own variables are hidden from the trainer (EMU_HIDDEN_ENV, dev/emu/emu_libs.cpp).
+cat >"$TMP/srun_like.sh" <<'SH'
+#!/usr/bin/env bash
+export SLURM_PROCID=$OMPI_COMM_WORLD_RANK SLURM_STEP_NUM_TASKS=$OMPI_COMM_WORLD_SIZE SLURM_LOCALID=$OMPI_COMM_WORLD_LOCAL_RANK
+export SLURM_JOB_ID=4242 SLURM_STEP_ID=0
+hidden=""
+for v in OMPI_COMM_WORLD_SIZE PMIX_RANK PMI_RANK; do
+    if [ -n "${!v:-}" ]; then hidden="$hidden $v=${!v}"; fi
+    unset "$v"
+done
+export EMU_HIDDEN_ENV="$hidden"
+exec "$@"
+SH
+export TRAIN_LLAMA_NCCL_ID_FILE=$TMP/nccl_id
+"${MPIRUN[@]}" -np 2 bash "$TMP/srun_like.sh" "$EMU/train_llama" "${RUN[@]}" -x 3 -c fp8 -o "$TMP/idfile" >"$TMP/idfile.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ranks=2" "$TMP/idfile.out" && [ "$(grep -c '"train_loss"' "$TMP/idfile/metrics.jsonl")" -eq 3 ] &&
+   ! ls "$TMP"/nccl_id* >/dev/null 2>&1; then
+    pass emu.slurm_id_file_launch_np2
+else fail emu.slurm_id_file_launch_np2 "rc=$rc $(grep -m2 -i 'error' "$TMP/idfile.out")"; fi
+timeout 300 mpirun --oversubscribe -np 1 bash "$TMP/srun_like.sh" "$EMU/train_llama" "${RUN[@]}" -x 2 -l 1e-3 : \
+    -np 1 bash "$TMP/srun_like.sh" "$EMU/train_llama" "${RUN[@]}" -x 2 -l 2e-3 >"$TMP/iddis.out" 2>"$TMP/iddis.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on lr" "$TMP/iddis.err"; then pass emu.slurm_id_file_settings_mismatch
+else fail emu.slurm_id_file_settings_mismatch "rc=$rc $(head -3 "$TMP/iddis.err")"; fi
+unset TRAIN_LLAMA_NCCL_ID_FILE
+
+# --- the native FP8 sum needs sm_90: on an (emulated) sm_80 the run stops at start with one line
+# naming twophase, which runs there
+EMU_SM=80 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 2 -c fp8 -o "$TMP/sm80" >"$TMP/sm80.out" 2>"$TMP/sm80.err"
+rc=$?
+EMU_SM=80 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 2 -c fp8 --fp8-reduce twophase -o "$TMP/sm80tp" >"$TMP/sm80tp.out" 2>&1
+rc2=$?
+if [ $rc -ne 0 ] && grep -q "^error: -c fp8: the native FP8 sum needs an sm_90 or newer GPU.*found sm_80.*twophase" "$TMP/sm80.err" &&
+   [ ! -e "$TMP/sm80/metrics.jsonl" ] && [ $rc2 -eq 0 ]; then pass emu.native_fp8_refused_below_sm90_twophase_runs
+else fail emu.native_fp8_refused_below_sm90_twophase_runs "rc=$rc rc2=$rc2 $(head -2 "$TMP/sm80.err")"; fi
 
 # --- one process with a one-rank NCCL communicator (what dev/gpu_check.sh runs on one GPU)
 TRAIN_LLAMA_TEST_NCCL=1 timeout 300 "$EMU/train_llama" "${RUN[@]}" -x 3 -c geofp8 "${GEO[@]}" --fp8-reduce twophase -o "$TMP/one" >"$TMP/one.out" 2>&1

@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <string>
+#include <unistd.h>
 #include <vector>
 #include <map>
 #include "../../llmc/fp8.h"
@@ -31,8 +34,10 @@ unsigned int emu_reduce_add_u32(unsigned int v) {
 }
 
 extern "C" {
-cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {  // an sm_90 device
-    *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {  // sm_90, or $EMU_SM (e.g. 80)
+    const char* sm = getenv("EMU_SM");
+    int cc = sm ? atoi(sm) : 90;
+    *v = a == cudaDevAttrComputeCapabilityMajor ? cc / 10 : a == cudaDevAttrComputeCapabilityMinor ? cc % 10 : 0;
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) { if (d != 0) xdie("cudaSetDevice: only device 0"); return cudaSuccess; }
@@ -212,18 +217,47 @@ static void store_t(void* p, ncclDataType_t t, size_t i, double v) {
 extern "C" {
 const char* ncclGetErrorString(ncclResult_t) { return "emulated nccl error"; }
 ncclResult_t ncclGetVersion(int* v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
-ncclResult_t ncclGetUniqueId(ncclUniqueId* id) { memset(id, 0, sizeof(*id)); strcpy(id->internal, "emu"); return ncclSuccess; }
+// A unique id names its creator (pid, time): ncclCommInitRank checks that every rank got rank 0's.
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    memset(id, 0, sizeof(*id));
+    snprintf(id->internal, sizeof(id->internal), "emu:%ld:%ld", (long)getpid(), (long)time(NULL));
+    return ncclSuccess;
+}
+// With MPI initialized (an MPI launch) the communicator is MPI_COMM_WORLD's ranks. Without it and
+// n > 1 (the Slurm id-file launch, emulated under mpirun with the launcher's variables hidden in
+// EMU_HIDDEN_ENV="NAME=VALUE ..." so that the trainer does not see an MPI launch), they are put
+// back and MPI is initialized here, and finalized in ncclCommDestroy.
+static bool g_owns_mpi = false;
 ncclResult_t ncclCommInitRank(ncclComm_t* c, int n, ncclUniqueId id, int rank) {
-    if (strcmp(id.internal, "emu") != 0) xdie("ncclCommInitRank: id not from ncclGetUniqueId");
+    if (strncmp(id.internal, "emu:", 4) != 0) xdie("ncclCommInitRank: the id is not one ncclGetUniqueId made");
     int ini = 0; MPI_Initialized(&ini);
+    if (!ini && n > 1) {
+        const char* hidden = getenv("EMU_HIDDEN_ENV");
+        if (!hidden) xdie("ncclCommInitRank: n > 1 without MPI (launch under mpirun; see EMU_HIDDEN_ENV)");
+        std::string all = hidden;
+        size_t pos = 0;
+        while (pos < all.size()) {
+            size_t end = all.find(' ', pos);
+            if (end == std::string::npos) end = all.size();
+            std::string kv = all.substr(pos, end - pos);
+            size_t eq = kv.find('=');
+            if (eq != std::string::npos) setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+            pos = end + 1;
+        }
+        MPI_Init(NULL, NULL);
+        g_owns_mpi = true;
+        ini = 1;
+    }
     EmuComm* e = new EmuComm();
     e->rank = rank; e->size = n;
     if (ini) {
-        int wr, ws; MPI_Comm_rank(MPI_COMM_WORLD, &wr); MPI_Comm_size(MPI_COMM_WORLD, &ws);
+        int ws; MPI_Comm_size(MPI_COMM_WORLD, &ws);
         if (ws != n) xdie("ncclCommInitRank: size differs from MPI world");
         MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &e->mpi);
+        ncclUniqueId root = id;
+        MPI_Bcast(&root, (int)sizeof(root), MPI_BYTE, 0, e->mpi);
+        if (memcmp(&root, &id, sizeof(id)) != 0) xdie("ncclCommInitRank: this rank got another id than rank 0's");
     } else {
-        if (n != 1) xdie("ncclCommInitRank: emulation needs MPI for n > 1");
         e->mpi = MPI_COMM_NULL;
     }
     *c = (ncclComm_t)e;
@@ -235,7 +269,13 @@ ncclResult_t ncclCommInitAll(ncclComm_t* c, int n, const int*) {
     *c = (ncclComm_t)e; return ncclSuccess;
 }
 ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommDestroy(ncclComm_t c) { EmuComm* e = (EmuComm*)c; if (e->mpi != MPI_COMM_NULL) MPI_Comm_free(&e->mpi); delete e; return ncclSuccess; }
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    EmuComm* e = (EmuComm*)c;
+    if (e->mpi != MPI_COMM_NULL) MPI_Comm_free(&e->mpi);
+    delete e;
+    if (g_owns_mpi) { MPI_Finalize(); g_owns_mpi = false; }
+    return ncclSuccess;
+}
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
     EmuComm* e = (EmuComm*)c;

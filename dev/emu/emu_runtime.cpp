@@ -79,7 +79,9 @@ cudaError_t cudaGetDeviceCount(int* c) { *c = getenv("EMU_NO_DEVICE") ? 0 : 1; r
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "NVIDIA H200 (CPU emulation)");
-    p->major = 9; p->minor = 0; p->multiProcessorCount = 132; p->totalGlobalMem = (size_t)141 << 30;
+    const char* sm = getenv("EMU_SM");  // the compute capability to pretend, e.g. 80 (default 90)
+    int cc = sm ? atoi(sm) : 90;
+    p->major = cc / 10; p->minor = cc % 10; p->multiProcessorCount = 132; p->totalGlobalMem = (size_t)141 << 30;
     return cudaSuccess;
 }
 struct CUevent_st { int dummy; };
