@@ -160,7 +160,7 @@ for mode in "bf16" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase";
     # shellcheck disable=SC2086
     OMP_NUM_THREADS=$(nproc) ./train_llama_cpu "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_cpu_$tag" >"$OUT/mode_cpu_$tag.log" 2>&1
     crc=$?
-    if [ $grc -ne 0 ] || [ $crc -ne 0 ]; then row "mode $tag: GPU vs CPU 30 steps" FAIL "exit gpu $grc cpu $crc"; continue; fi
+    if [ $grc -ne 0 ] || [ $crc -ne 0 ]; then row "mode $tag vs CPU, 30 steps" FAIL "exit gpu $grc cpu $crc"; continue; fi
     cmp=$(python3 - "$OUT/mode_gpu_$tag/metrics.jsonl" "$OUT/mode_cpu_$tag/metrics.jsonl" <<'EOF'
 import json, sys
 def rows(p):
@@ -177,7 +177,7 @@ print("%s max rel %.1e | fwd %.1f bwd %.1f comm %.1f (nccl %.1f) opt %.1f ms" % 
       t("t_forward_ms"), t("t_backward_ms"), t("t_comm_ms"), t("t_nccl_ms"), t("t_optimizer_ms")))
 EOF
 )
-    row "mode $tag: GPU vs CPU 30 steps" "${cmp%% *}" "${cmp#* }"
+    row "mode $tag vs CPU, 30 steps" "${cmp%% *}" "${cmp#* }"
 done
 else
     row "modes: GPU vs CPU 30 steps" SKIP "no CUDA device"
@@ -196,11 +196,11 @@ for mode in "fp8" "geofp8 --geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2
     # shellcheck disable=SC2086
     mpirun --allow-run-as-root --oversubscribe -np 2 ./train_llama_cpu "${MODE_FLAGS[@]}" -c $mode -o "$OUT/mode_cpu_$tag" >"$OUT/mode_cpu_$tag.log" 2>&1
     crc=$?
-    if [ $grc -ne 0 ] || [ $crc -ne 0 ]; then row "mode $tag: 2 GPUs vs CPU" FAIL "exit gpu $grc cpu $crc"; continue; fi
+    if [ $grc -ne 0 ] || [ $crc -ne 0 ]; then row "mode $tag, 2 GPUs vs CPU" FAIL "exit gpu $grc cpu $crc"; continue; fi
     last() { grep -o '"train_loss": [0-9.e+-]*' "$1/metrics.jsonl" | tail -1 | awk '{print $2}'; }
     g=$(last "$OUT/mode_gpu_$tag"); c=$(last "$OUT/mode_cpu_$tag")
     ok=$(python3 -c "print('PASS' if abs($g - $c) / $c <= 1e-2 else 'FAIL')")
-    row "mode $tag: 2 GPUs vs CPU" "$ok" "final loss $g vs $c (tol 1e-2 rel)"
+    row "mode $tag, 2 GPUs vs CPU" "$ok" "final loss $g vs $c (tol 1e-2 rel)"
 done
 fi
 
