@@ -16,7 +16,10 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
-if [ ! -f "$CUDA_INC/cuda_runtime.h" ]; then echo "SKIP test_cuda_emulated: no CUDA headers under $CUDA_INC"; exit 0; fi
+for h in cuda_runtime.h cublasLt.h cusolverDn.h; do
+    if [ ! -f "$CUDA_INC/$h" ]; then echo "SKIP test_cuda_emulated: no $h under $CUDA_INC (the CUDA toolkit's headers)"; exit 0; fi
+done
+if [ ! -f "$CUDA_INC/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then echo "SKIP test_cuda_emulated: no nccl.h"; exit 0; fi
 if ! command -v mpicxx >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then echo "SKIP test_cuda_emulated: no MPI"; exit 0; fi
 if [ "$(uname -m)" != x86_64 ]; then echo "SKIP test_cuda_emulated: dev/emu runs on x86-64 only"; exit 0; fi
 TMP=$(mktemp -d)
