@@ -9,16 +9,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
-// Bad user input (a flag, a shard, a checkpoint): one clear line, exit 1.
+// Bad user input (a flag, a shard, a checkpoint): one clear line, exit 1. The line is written
+// with one call, so that the lines of several ranks sharing a stderr never interleave.
 [[noreturn]] static inline void user_error(const char* fmt, ...) {
     fflush(stdout);
-    fprintf(stderr, "error: ");
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
+    std::string line = std::string("error: ") + msg + "\n";
+    fwrite(line.data(), 1, line.size(), stderr);
     fflush(stderr);
     exit(1);
 }

@@ -152,7 +152,7 @@ EMU_SM=80 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 2 -c fp8 -o "$T
 rc=$?
 EMU_SM=80 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 2 -c fp8 --fp8-reduce twophase -o "$TMP/sm80tp" >"$TMP/sm80tp.out" 2>&1
 rc2=$?
-if [ $rc -ne 0 ] && grep -q "^error: -c fp8: the native FP8 sum needs an sm_90 or newer GPU.*found sm_80.*twophase" "$TMP/sm80.err" &&
+if [ $rc -ne 0 ] && grep -q "error: -c fp8: the native FP8 sum needs an sm_90 or newer GPU.*found sm_80.*twophase" "$TMP/sm80.err" &&
    [ ! -e "$TMP/sm80/metrics.jsonl" ] && [ $rc2 -eq 0 ]; then pass emu.native_fp8_refused_below_sm90_twophase_runs
 else fail emu.native_fp8_refused_below_sm90_twophase_runs "rc=$rc rc2=$rc2 $(head -2 "$TMP/sm80.err")"; fi
 
