@@ -371,12 +371,9 @@ typedef struct {
 // TRAIN_LLAMA_TEST_NCCL=1 (so that a single GPU runs every collective of the step). Without argc
 // (the tests) always one process.
 static void llama_comm_init(GpuCommGrid* g, int* argc = NULL, char*** argv = NULL, cudaStream_t stream = 0) {
-#ifdef COMM_GPU_HAVE_MPI
     bool pmi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK");
-#else
-    bool pmi = false;
-    if (argc && !getenv("SLURM_PROCID") && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK")))
-        comm_gpu_init_mpi(&g->nccl, argc, argv, stream);  // explains how to rebuild, exits
+#ifndef COMM_GPU_HAVE_MPI
+    if (getenv("SLURM_PROCID")) pmi = false;  // srun works without MPI; under mpirun comm_gpu_init_mpi says how to rebuild
 #endif
     const char* test_nccl = getenv("TRAIN_LLAMA_TEST_NCCL");
     if (pmi && argc) comm_gpu_init_mpi(&g->nccl, argc, argv, stream);

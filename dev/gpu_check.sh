@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dev/gpu_check.sh — everything that needs a GPU, in one go (about 5 minutes on an H200), ending
+# dev/gpu_check.sh — everything that needs a GPU, in one go (not yet timed on a GPU), ending
 # with a one-screen summary table:
 #   1. build: make cuda-all (skipped with SKIP_BUILD=1 when the binaries are already there)
 #   2. every dev/cuda kernel validation (build/dev_<op> --validate-only)
