@@ -63,12 +63,6 @@ static void fixed_next(void* ctx, const int** inputs, const int** targets) {
 // Max over the nine tensors of err(got, ref) per tensor; names the worst.
 typedef double (*ErrFn)(const float*, const float*, size_t);
 static double tensor_max_rel(const float* a, const float* b, size_t n) { return test_rel_err(a, b, n); }
-static double tensor_rel_l2(const float* a, const float* b, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) { double d = (double)a[i] - b[i]; num += d * d; den += (double)b[i] * b[i]; }
-    if (!(num == num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 static double max_tensor_err(const LlamaConfig* c, const float* got, const float* ref, ErrFn fn, std::string* worst) {
     size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
     llama_param_sizes(c, sizes);
@@ -234,7 +228,7 @@ int main(void) {
             want[i] = fx.f(key + ".params")[i] - fx.f("params")[i];
         }
         std::string w;
-        double e_w = max_tensor_err(&lc, got.data(), want.data(), tensor_rel_l2, &w);
+        double e_w = max_tensor_err(&lc, got.data(), want.data(), test_rel_l2, &w);
         printf("  %s: losses rel err %.3e, grad norms %.3e, weight change max per-tensor rel L2 %.3e (%s), loss %.4f -> %.4f\n",
                name, worst_loss, worst_norm, e_w, w.c_str(), first, final_loss);
         test_check((key + "_gpu_losses").c_str(), worst_loss < (is_muon ? TOL_MUON_LOSSES : TOL_ADAMW_LOSSES), "rel err %.3e", worst_loss);

@@ -11,6 +11,13 @@
 static const char* FIX_PATH = "test/fixtures/model.fix";
 static const char* MODEL_PATH = "test/fixtures/model_small.bin";
 
+static const double TOL_LOGITS = 1e-5;
+static const double TOL_LOSS = 1e-6;
+static const double TOL_GRADS = 1e-5;
+static const double TOL_ACCUM = 1e-6;
+static const double TOL_MUON_LOSSES = 1e-5, TOL_MUON_NORMS = 1e-4, TOL_MUON_WEIGHTS = 1e-3;
+static const double TOL_ADAMW_LOSSES = 1e-5, TOL_ADAMW_NORMS = 1e-4, TOL_ADAMW_WEIGHTS = 1e-3;
+
 typedef struct {
     const int* inputs;
     const int* targets;
@@ -26,18 +33,20 @@ static void fixed_next(void* ctx, const int** inputs, const int** targets) {
     fb->next = (fb->next + 1) % fb->count;
 }
 
-// Per-tensor relative error of a flat buffer against the reference; returns the max over tensors.
-static double max_tensor_err(const LlamaConfig* c, const float* got, const float* ref, std::string* worst) {
+// Max over the nine tensors of err(got, ref) per tensor; names the worst.
+typedef double (*ErrFn)(const float*, const float*, size_t);
+static double max_tensor_err(const LlamaConfig* c, const float* got, const float* ref, ErrFn fn, std::string* worst) {
     size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
     llama_param_sizes(c, sizes);
     llama_param_offsets(c, offs);
     double mx = 0.0;
     for (int t = 0; t < LLAMA_NUM_TENSORS; t++) {
-        double e = test_rel_err(got + offs[t], ref + offs[t], sizes[t]);
+        double e = fn(got + offs[t], ref + offs[t], sizes[t]);
         if (!(e <= mx)) { mx = e; *worst = LLAMA_TENSOR_NAMES[t]; }
     }
     return mx;
 }
+static double max_entry_err(const float* a, const float* b, size_t n) { return test_rel_err(a, b, n); }
 
 int main(void) {
     Fixture fx;
@@ -69,20 +78,18 @@ int main(void) {
     // forward: logits and loss
     llama_forward(&m, inputs, B, T);
     double e_logits = test_rel_err(m.acts.logits, fx.f("logits"), NV);
-    test_check("model_logits_vs_hf", e_logits < 1e-5, "rel err %.3e", e_logits);
+    test_bound("model_logits_vs_hf", e_logits, TOL_LOGITS);
     float loss = llama_loss(&m, targets, B, T);
     double e_loss = fabs(loss - fx.scalar("loss")) / fabs(fx.scalar("loss"));
-    test_check("model_loss_vs_hf", e_loss < 1e-6, "loss %.8f vs %.8f (rel %.3e)", loss, fx.scalar("loss"), e_loss);
-    printf("  logits rel err %.3e, loss %.7f vs %.7f\n", e_logits, loss, fx.scalar("loss"));
+    test_bound("model_loss_vs_hf", e_loss, TOL_LOSS, "loss %.8f vs %.8f", loss, fx.scalar("loss"));
 
     // backward: every parameter gradient
     memset(m.grads, 0, P * sizeof(float));
     float loss_b = llama_backward(&m, inputs, targets, B, T, 1.0f);
-    test_check("model_backward_loss", fabs(loss_b - loss) <= 1e-6f * fabs(loss), "%.8f vs %.8f", loss_b, loss);
+    test_bound("model_backward_loss", fabs(loss_b - loss) / fabs(loss), TOL_LOSS, "%.8f vs %.8f", loss_b, loss);
     std::string worst;
-    double e_grads = max_tensor_err(&lc, m.grads, fx.f("grads"), &worst);
-    test_check("model_grads_vs_hf", e_grads < 1e-5, "max per-tensor rel err %.3e (%s)", e_grads, worst.c_str());
-    printf("  grads max per-tensor rel err %.3e (%s)\n", e_grads, worst.c_str());
+    double e_grads = max_tensor_err(&lc, m.grads, fx.f("grads"), max_entry_err, &worst);
+    test_bound("model_grads_vs_hf", e_grads, TOL_GRADS, "%s", worst.c_str());
     test_check("model_grads_finite", test_all_finite(m.grads, P));
 
     // gradient accumulation: 2 micro-steps of B/2 equal one step of B (same mean loss)
@@ -97,7 +104,7 @@ int main(void) {
             llama_backward(&m, in, tg, half, T, 0.5f);
         }
         double e = test_rel_err(m.grads, full.data(), P);
-        test_check("model_grad_accumulation", e < 1e-6, "rel err %.3e", e);
+        test_bound("model_grad_accumulation", e, TOL_ACCUM);
     }
 
     // 10 training steps per optimizer configuration
@@ -139,13 +146,15 @@ int main(void) {
             got[i] = m.params[i] - fx.f("params")[i];
             want[i] = fx.f(key + ".params")[i] - fx.f("params")[i];
         }
-        std::string w;
-        double e_w = max_tensor_err(&lc, got.data(), want.data(), &w);
-        printf("  %s: losses rel err %.3e, grad norms %.3e, weight updates max per-tensor rel err %.3e (%s)\n",
-               name, worst_loss, worst_norm, e_w, w.c_str());
-        test_check((key + "_losses").c_str(), worst_loss < 1e-5, "rel err %.3e", worst_loss);
-        test_check((key + "_gradnorms").c_str(), worst_norm < 1e-4, "rel err %.3e", worst_norm);
-        test_check((key + "_weights").c_str(), e_w < 1e-3, "rel err %.3e (%s)", e_w, w.c_str());
+        std::string w, we;
+        double e_w = max_tensor_err(&lc, got.data(), want.data(), test_rel_l2, &w);
+        double e_entry = max_tensor_err(&lc, got.data(), want.data(), max_entry_err, &we);
+        printf("  %s: losses rel err %.3e, grad norms %.3e, weight change max per-tensor rel L2 %.3e (%s), "
+               "max-entry %.3e (%s, not asserted)\n", name, worst_loss, worst_norm, e_w, w.c_str(), e_entry, we.c_str());
+        bool adamw = tc.optimizer == "adamw";
+        test_bound((key + "_losses").c_str(), worst_loss, adamw ? TOL_ADAMW_LOSSES : TOL_MUON_LOSSES);
+        test_bound((key + "_gradnorms").c_str(), worst_norm, adamw ? TOL_ADAMW_NORMS : TOL_MUON_NORMS);
+        test_bound((key + "_weights").c_str(), e_w, adamw ? TOL_ADAMW_WEIGHTS : TOL_MUON_WEIGHTS, "%s", w.c_str());
     }
 
     // checkpoint round trip: model and state files read back bitwise

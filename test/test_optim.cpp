@@ -44,6 +44,8 @@ static const double TOL_ADAMW_MOMENTS = 1e-6; // m3, v3: a few fp32 multiply-add
 static const double TOL_SCALE_INV = 1e-5;     // same update for G, 1000 G, 1e-3 G
 static const double TOL_TRANSPOSE = 1e-5;     // NS(Gᵀ) vs NS(G)ᵀ on a square matrix
 static const double TOL_THREADS = 5e-5;       // 1 vs 2 threads, two steps on (320, 192): observed ~8e-6
+static const double TOL_MOMENTUM_CASE_UPDATE = 1e-5, TOL_MOMENTUM_CASE_M = 1e-6;
+static const double TOL_ADAMW_STEP1 = 1e-4;
 
 static const float FIX_LR = 0.02f, FIX_WD = 0.1f;
 static const int FIX_SHAPES[4][2] = {{64, 32}, {32, 64}, {48, 48}, {96, 16}};
@@ -177,8 +179,7 @@ static void test_fixture(void) {
         muon_newton_schulz_cpu(Y.data(), r, c, &ns_cfg, scratch.data());
         double err = test_rel_err(Y.data(), fx.f(pre + "Y"), Y.size());
         snprintf(name, sizeof name, "optim.fixture.ns.%d(%dx%d)", k, r, c);
-        test_check(name, err < TOL_NS && canary_intact(scratch), "rel err %.3g (tol %.0e)", err, TOL_NS);
-        printf("  %s rel err %.3g\n", name, err);
+        test_bound(name, canary_intact(scratch) ? err : INFINITY, TOL_NS, "%s", canary_intact(scratch) ? "" : "wrote past its scratch");
     }
 
     // Muon: three steps per preset and shape
@@ -203,10 +204,9 @@ static void test_fixture(void) {
             worst_w = ew > worst_w ? ew : worst_w;
             worst_m = em > worst_m ? em : worst_m;
             snprintf(name, sizeof name, "optim.fixture.muon.%s.%d(%dx%d).W3-W0", muon_preset_name(p), k, r, c);
-            test_check(name, shape_ok && ew < TOL_MUON_UPDATE && test_all_finite(W.data(), n),
-                       "rel err %.3g (tol %.0e), shape (%d,%d)", ew, TOL_MUON_UPDATE, r, c);
+            test_bound(name, shape_ok ? ew : INFINITY, TOL_MUON_UPDATE, "%s", shape_ok ? "" : "unexpected shape");
             snprintf(name, sizeof name, "optim.fixture.muon.%s.%d(%dx%d).M3", muon_preset_name(p), k, r, c);
-            test_check(name, em < TOL_MUON_MOMENTUM, "rel err %.3g (tol %.0e)", em, TOL_MUON_MOMENTUM);
+            test_bound(name, em, TOL_MUON_MOMENTUM);
         }
         printf("  muon.%s max rel err: W3-W0 %.3g, M3 %.3g\n", muon_preset_name(p), worst_w, worst_m);
     }
@@ -224,10 +224,9 @@ static void test_fixture(void) {
         double ew = test_rel_err(dW.data(), dref.data(), n);
         double em = test_rel_err(m.data(), fx.f("adamw.m3"), n);
         double ev = test_rel_err(v.data(), fx.f("adamw.v3"), n);
-        test_check("optim.fixture.adamw.W3-W0", ew < TOL_ADAMW_UPDATE, "rel err %.3g (tol %.0e)", ew, TOL_ADAMW_UPDATE);
-        test_check("optim.fixture.adamw.m3", em < TOL_ADAMW_MOMENTS, "rel err %.3g (tol %.0e)", em, TOL_ADAMW_MOMENTS);
-        test_check("optim.fixture.adamw.v3", ev < TOL_ADAMW_MOMENTS, "rel err %.3g (tol %.0e)", ev, TOL_ADAMW_MOMENTS);
-        printf("  adamw rel err: W3-W0 %.3g, m3 %.3g, v3 %.3g\n", ew, em, ev);
+        test_bound("optim.fixture.adamw.W3-W0", ew, TOL_ADAMW_UPDATE);
+        test_bound("optim.fixture.adamw.m3", em, TOL_ADAMW_MOMENTS);
+        test_bound("optim.fixture.adamw.v3", ev, TOL_ADAMW_MOMENTS);
     }
 }
 
@@ -320,8 +319,7 @@ static void test_muon_scale_invariance(void) {
         }
         char name[96];
         snprintf(name, sizeof name, "optim.muon.scale_invariance.%s", muon_preset_name(p));
-        test_check(name, worst < TOL_SCALE_INV, "rel err %.3g (tol %.0e)", worst, TOL_SCALE_INV);
-        printf("  %s rel err %.3g\n", name, worst);
+        test_bound(name, worst, TOL_SCALE_INV);
     }
 }
 
@@ -342,9 +340,8 @@ static void test_muon_transpose(void) {
         if (r == c) worst_sq = e > worst_sq ? e : worst_sq;
         else worst_rect = e > worst_rect ? e : worst_rect;
     }
-    test_check("optim.muon.ns_transpose", worst_rect == 0.0 && worst_sq < TOL_TRANSPOSE,
-               "rectangular rel err %.3g (expected 0), square %.3g (tol %.0e)", worst_rect, worst_sq, TOL_TRANSPOSE);
-    printf("  NS(G^T) vs NS(G)^T: rectangular rel err %.3g, square %.3g\n", worst_rect, worst_sq);
+    test_check("optim.muon.ns_transpose_rectangular_bitwise", worst_rect == 0.0, "rel err %.3g", worst_rect);
+    test_bound("optim.muon.ns_transpose_square", worst_sq, TOL_TRANSPOSE);
 
     // The update of a tall matrix is the transposed update of its transpose, each divided by its
     // own lr scale (keller: sqrt(r/c) vs 1; the max-based presets: equal). wd = 0 isolates it.
@@ -366,8 +363,7 @@ static void test_muon_transpose(void) {
         }
         char name[96];
         snprintf(name, sizeof name, "optim.muon.update_transpose.%s", muon_preset_name(p));
-        test_check(name, worst < TOL_TRANSPOSE, "rel err %.3g (tol %.0e)", worst, TOL_TRANSPOSE);
-        printf("  %s rel err %.3g\n", name, worst);
+        test_bound(name, worst, TOL_TRANSPOSE);
     }
 }
 
@@ -455,9 +451,9 @@ static void test_muon_momentum(void) {
         double merr = (fabs(M[0] - m00) + fabs(M[3] - m11)) / fabs(m11);
         char name[96];
         snprintf(name, sizeof name, "optim.muon.momentum.%s", cs.name);
-        test_check(name, err < 1e-5 && sep > 1e-2 && rest_zero && merr < 1e-6,
-                   "update rel err %.3g, separation from the other rule %.3g, off-diagonal zero %d, M rel err %.3g",
-                   err, sep, rest_zero, merr);
+        test_check(name, sep > 1e-2 && rest_zero, "separation from the other rule %.3g, off-diagonal zero %d", sep, rest_zero);
+        test_bound((std::string(name) + ".update").c_str(), err, TOL_MOMENTUM_CASE_UPDATE);
+        test_bound((std::string(name) + ".M").c_str(), merr, TOL_MOMENTUM_CASE_M);
     }
 }
 
@@ -490,9 +486,8 @@ static void test_muon_determinism(void) {
     double e_threads = test_rel_err(d2.data(), d0.data(), n);
     bool m_same = memcmp(outM[0].data(), outM[2].data(), n * sizeof(float)) == 0;  // elementwise only
     test_check("optim.muon.deterministic", same_run, "two identical runs differ");
-    test_check("optim.muon.thread_counts", e_threads < TOL_THREADS && m_same,
-               "1 vs 2 threads: update rel err %.3g (tol %.0e), momentum identical %d", e_threads, TOL_THREADS, m_same);
-    printf("  1 vs 2 threads: update rel err %.3g\n", e_threads);
+    test_check("optim.muon.thread_counts_momentum_bitwise", m_same, "momentum differs between 1 and 2 threads");
+    test_bound("optim.muon.thread_counts_update", e_threads, TOL_THREADS);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -586,8 +581,8 @@ static void test_adamw(void) {
             if (!((p[i] - p0[i]) * sign < 0)) e = 1.0;  // must move against the gradient
             worst = e > worst ? e : worst;
         }
-        test_check(sign > 0 ? "optim.adamw.bias_correction_step1.pos" : "optim.adamw.bias_correction_step1.neg",
-                   worst < 1e-4, "| |Δp| - lr | / lr = %.3g", worst);
+        test_bound(sign > 0 ? "optim.adamw.bias_correction_step1.pos" : "optim.adamw.bias_correction_step1.neg",
+                   worst, TOL_ADAMW_STEP1, "| |Δp| - lr | / lr");
     }
 
     // Three steps with weight decay against a double-precision transcription of the formulas.
@@ -607,8 +602,7 @@ static void test_adamw(void) {
     std::vector<float> p0 = randn(n, 92, 0.5f), dp(n), dpd(n);
     for (size_t i = 0; i < n; i++) { dp[i] = p[i] - p0[i]; dpd[i] = (float)(pd[i] - p0[i]); }
     double e = test_rel_err(dp.data(), dpd.data(), n);
-    test_check("optim.adamw.three_steps_vs_double", e < TOL_ADAMW_UPDATE, "rel err %.3g (tol %.0e)", e, TOL_ADAMW_UPDATE);
-    printf("  adamw three steps vs double: rel err %.3g\n", e);
+    test_bound("optim.adamw.three_steps_vs_double", e, TOL_ADAMW_UPDATE);
 
     // Zero gradient from zero moments: pure decoupled decay, no NaN (0 / (0 + eps)).
     std::vector<float> q = randn(n, 93), q0 = q, z(n, 0.0f), zm(n, 0.0f), zv(n, 0.0f);

@@ -3,6 +3,9 @@
 // "SKIP <name>: <reason>". test/run_tests.sh counts those lines over all test programs and
 // prints the final "N passed, N failed, N skipped". A binary returns test_exit_code():
 // 1 if anything failed, 0 otherwise.
+// A tolerance check (test_bound) prints its measurement on the PASS line as well:
+// "PASS <name>: measured <value>, bound <bound>[ (<detail>)]". dev/tolerance_sweep.py reads
+// those lines to find each bound's worst case over thread counts, BLAS kernels and builds.
 #pragma once
 #include <cmath>
 #include <cstdarg>
@@ -33,6 +36,24 @@ static inline void test_skip(const char* name, const char* reason) {
     fflush(stdout);
 }
 
+// Passes when measured <= bound (NaN fails). For every error whose value depends on summation
+// order (BLAS kernels, thread counts, FMA contraction): the comment next to `bound` gives the
+// worst case dev/tolerance_sweep.py measured and the margin over it.
+static inline bool test_bound(const char* name, double measured, double bound, const char* fmt = "", ...) {
+    bool ok = measured <= bound;
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%s %s: measured %.3e, bound %.3g%s%s%s\n", ok ? "PASS" : "FAIL", name, measured, bound,
+           detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+    if (ok) test_passed++;
+    else test_failed++;
+    fflush(stdout);
+    return ok;
+}
+
 static inline int test_exit_code(void) { return test_failed > 0 ? 1 : 0; }
 
 // max_i |a_i - b_i| / max(max_i |b_i|, floor): the error relative to the reference's scale,
@@ -47,6 +68,19 @@ static inline double test_rel_err(const float* a, const float* b, size_t n, doub
     }
     if (maxref < floor) maxref = floor;
     return maxdiff / maxref;
+}
+
+// ‖a - b‖₂ / ‖b‖₂ in double (‖a - b‖₂ where b is all zeros; NaN gives infinity). b is the
+// reference. Weighs every entry by its size: the error of a tensor as a whole.
+static inline double test_rel_l2(const float* a, const float* b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    if (!(num == num)) return INFINITY;
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
 // True iff every entry is finite.
