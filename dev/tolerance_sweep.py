@@ -7,7 +7,8 @@ contraction in the engine's own loops).
 Every tolerance check prints "PASS|FAIL <name>: measured <value>, bound <bound>" (test_bound in
 test/test_util.h, bound() in test/testlib.py). This script runs the chosen test programs under
 each setting, keeps the largest measured value per check, and ends with a table sorted by margin
-(bound / worst measured): a bound's comment in the test quotes that worst case and margin.
+(bound / worst measured): a bound's comment in the test quotes that worst case. Failures of
+checks without a bound (bitwise equalities, structure) under any setting are listed too.
 
     python3 dev/tolerance_sweep.py                              # C++ tests, 1/2/4 threads, all kernels, native build
     python3 dev/tolerance_sweep.py --march native,x86-64-v2     # also a build without FMA
@@ -17,6 +18,7 @@ Programs are test binaries by name (test_model, built under build/ or build/swee
 test scripts (test/*.sh, test/*.py, run from the repository root with the native build; they
 fix their own thread count, so they are run once per kernel, not per thread count). One line per
 finished setting, then the table. Exit status 1 if any check failed under any setting.
+"spread" is worst / least over the settings: how much summation order moves that figure.
 """
 import argparse
 import ctypes
@@ -96,12 +98,14 @@ def run_one(cmd, env, timeout):
         text, rc = r.stdout + r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:
         text, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), 124
-    found = []
+    found, other_fails = [], []
     for line in text.splitlines():
         m = LINE.match(line)
         if m:
             found.append((m.group(2), float(m.group(3)), float(m.group(4)), m.group(1) == "FAIL"))
-    return found, rc, time.time() - t0
+        elif line.startswith("FAIL "):
+            other_fails.append(line[5:].strip())
+    return found, other_fails, rc, time.time() - t0
 
 
 def main():
@@ -126,6 +130,7 @@ def main():
     worst = {}   # check -> (measured, bound, setting)
     least = {}   # check -> smallest measured
     failed = []
+    failed_checks = []  # FAIL lines of checks without a bound (bitwise, structural)
     settings = []
     for p in programs:
         script = p.endswith(".sh") or p.endswith(".py")
@@ -140,7 +145,7 @@ def main():
         else:
             cmd = [os.path.join(dirs[march], p)]
         env = dict(os.environ, OMP_NUM_THREADS=str(th), OMP_WAIT_POLICY="passive", OPENBLAS_CORETYPE=core)
-        found, rc, secs = run_one(cmd, env, args.timeout)
+        found, other_fails, rc, secs = run_one(cmd, env, args.timeout)
         tag = "%s %s %d thr %s" % (core, march, th, os.path.basename(p))
         closest = None
         for name, v, b, bad in found:
@@ -152,9 +157,11 @@ def main():
             margin = b / v if v > 0 else float("inf")
             if closest is None or margin < closest[0]:
                 closest = (margin, name)
+        for line in other_fails:
+            failed_checks.append((line, tag))
         note = "" if rc in (0, 77) else ", exit %d" % rc
-        print("[%d/%d] %-44s %3d bounds, %d failed, closest margin %s, %.0f s%s" % (
-            i, len(settings), tag, len(found), sum(1 for f in found if f[3]),
+        print("[%d/%d] %-44s %3d bounds, %d failed, %d other checks failed, closest margin %s, %.0f s%s" % (
+            i, len(settings), tag, len(found), sum(1 for f in found if f[3]), len(other_fails),
             "%.1fx (%s)" % closest if closest else "-", secs, note), flush=True)
 
     print("\n%-58s %10s %10s %8s %7s  %s" % ("check", "bound", "worst", "margin", "spread", "worst at"))
@@ -165,7 +172,9 @@ def main():
         print("%-58s %10.3g %10.3e %7.1fx %6.1fx  %s" % (name, b, v, margin, spread, tag))
     for name, v, b, tag in failed:
         print("FAILED under %s: %s measured %.3e, bound %.3g" % (tag, name, v, b))
-    return 1 if failed else 0
+    for line, tag in failed_checks:
+        print("FAILED under %s: %s" % (tag, line))
+    return 1 if failed or failed_checks else 0
 
 
 if __name__ == "__main__":

@@ -59,8 +59,10 @@ for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase; do
         fail "emu.mode_${t}_np2_runs" "$(tail -2 "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_cpu_runs" "$(tail -2 "$TMP/c_$t.out")"
-    python3 - "$TMP/g_$t/metrics.jsonl" "$TMP/c_$t/metrics.jsonl" "emu.mode_${t}_np2" <<'PY'
+    python3 - "$TMP/g_$t/metrics.jsonl" "$TMP/c_$t/metrics.jsonl" "emu.mode_${t}_np2" "$ROOT" <<'PY'
 import json, math, sys
+sys.path.insert(0, sys.argv[4] + "/test")
+from testlib import bound
 def rows(p):
     try:
         return {r["step"]: r for r in map(json.loads, open(p)) if "train_loss" in r}
@@ -72,12 +74,10 @@ if len(g) != 8 or len(c) != 8:
 loss = max(abs(g[s]["train_loss"] - c[s]["train_loss"]) / c[s]["train_loss"] for s in c)
 bad_bytes = [s for s in c if g[s]["comm_bytes"] != c[s]["comm_bytes"]]
 fg = sum(g[s]["fidelity_rel_l2"] for s in c) / 8; fc = sum(c[s]["fidelity_rel_l2"] for s in c) / 8
-fid_ok = abs(fg - fc) <= 0.3 * fc + 1e-12
-print(f"  {name}: max rel loss diff {loss:.2e}, bytes/step {g[8]['comm_bytes']:.0f} (cpu {c[8]['comm_bytes']:.0f}), "
-      f"mean RelL2 {fg:.3e} vs cpu {fc:.3e}")
-print(("PASS" if loss <= 5e-3 and math.isfinite(loss) else "FAIL") + f" {name}_loss_within_5e-3_of_cpu" + ("" if loss <= 5e-3 else f": {loss:.2e}"))
+bound(f"{name}_losses_near_cpu", loss, 5e-3, "max rel diff over 8 steps")
 print(("PASS" if not bad_bytes else "FAIL") + f" {name}_same_bytes_as_cpu" + ("" if not bad_bytes else f": steps {bad_bytes}"))
-print(("PASS" if fid_ok else "FAIL") + f" {name}_rel_l2_within_30pct_of_cpu" + ("" if fid_ok else f": {fg:.3e} vs {fc:.3e}"))
+bound(f"{name}_rel_l2_near_cpu", abs(fg - fc) / fc if fc > 0 else (0.0 if abs(fg) <= 1e-12 else math.inf), 0.3,
+      f"mean RelL2 {fg:.3e} vs cpu {fc:.3e}")
 PY
 done
 

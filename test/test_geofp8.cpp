@@ -9,12 +9,19 @@
 #include "../llmc/gradcomm_common.h"
 #include "test_util.h"
 
-// Tolerances of results that depend on summation order (OpenBLAS / LAPACKE kernels, threads).
-static const double TOL_ORTH = 1e-6;        // max |UᵀU - I| of an fp32 orthonormal basis
-static const double TOL_SKETCH_Y = 1e-5;    // Y = hᵀ(hΩ)/n against double
-static const double TOL_TRACE = 1e-6;       // tr(A) accumulated in double from fp32 inputs
-static const double TOL_EXACT_EIG = 1e-5;   // λ, σ² from the exact top-r subspace
-static const double TOL_TRANSFORM = 1e-5;   // whiten / unwhiten / K-FAC against their definitions
+// Two kinds of bounds. Rounding tolerances (results that depend on summation order: OpenBLAS /
+// LAPACKE kernels, threads, FMA contraction) are at least 10x the worst case dev/tolerance_sweep.py
+// measured over OMP_NUM_THREADS 1/2/4, OpenBLAS's Prescott..Cooperlake kernels and -march=native /
+// x86-64-v2 builds (42 settings), given after each bound. Property bounds (how accurate one
+// Nyström pass is, how much a geometry lowers FP8 error) state what the algorithm achieves on
+// fixed inputs; the sweep found each of them the same on every setting to within 5%, so their
+// room is the distance to the bound, quoted where they are checked.
+static const double TOL_ORTH = 1e-6;        // max |UᵀU - I| of an fp32 orthonormal basis: 2.0e-8
+static const double TOL_SKETCH_Y = 1e-5;    // Y = hᵀ(hΩ)/n against double: 4.1e-7
+static const double TOL_TRACE = 1e-6;       // tr(A) accumulated in double from fp32 inputs: 2.4e-8
+static const double TOL_EXACT_EIG = 1e-5;   // λ, σ² from the exact top-r subspace: 1.7e-7
+static const double TOL_TRANSFORM = 5e-5;   // whiten / unwhiten / K-FAC against their definitions: 2.1e-6
+static const double TOL_CARRY = 1e-4;       // a residual carried to a new factor and back: 6.1e-6
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -463,12 +470,14 @@ static void test_nystrom() {
         printf("  note: fast decay, one refresh: leading half %.2e, all top r %.2e, sin angle %.2e; two refreshes: %.2e, %.2e\n", lead, all1,
                ang1, all2, ang2);
         test_check("nystrom_fast_decay_status", s1.status == 0 && s2.status == 0, "status %d %d", s1.status, s2.status);
+        // properties of one pass: 8.6e-5, 2.5e-2 and 1.2e-2 on every setting
         test_bound("nystrom_fast_decay_one_refresh.leading_lambda", lead, 1e-3);
         test_bound("nystrom_fast_decay_one_refresh.lambda", all1, 5e-2);
         test_bound("nystrom_fast_decay_one_refresh.angle", ang1, 5e-2);
+        // two passes reach rounding level: 3.1e-6, 4.2e-4 and 1.7e-4 (the last varies 4x with the kernel)
         test_bound("nystrom_fast_decay_two_refreshes.lambda", all2, 1e-3);
         test_bound("nystrom_fast_decay_two_refreshes.angle", ang2, 1e-2);
-        test_bound("nystrom_fast_decay_two_refreshes.sigma2", fabs(s2.s2 - mean_rest) / mean_rest, 1e-3);
+        test_bound("nystrom_fast_decay_two_refreshes.sigma2", fabs(s2.s2 - mean_rest) / mean_rest, 2e-3);
         test_bound("nystrom_U_orthonormal", std::max(orth_err(s1.U.data(), d, r), orth_err(s2.U.data(), d, r)), TOL_ORTH);
         test_bound("nystrom_trace", fabs(s1.tr - ex.tr) / ex.tr, TOL_TRACE, "%.9g vs %.9g", s1.tr, ex.tr);
     }
@@ -501,11 +510,12 @@ static void test_nystrom() {
         printf("  note: spikes, one refresh: lambda_4 %.4g (exact %.4g), sigma2 %.4g (mean residual %.4g); two refreshes: lambda_4 %.6g, sigma2 %.6g\n",
                s1.lam[r - 1], ex.w[r - 1], s1.s2, mean_rest, s2.lam[r - 1], s2.s2);
         test_check("nystrom_spikes_status", s1.status == 0, "status %d", s1.status);
+        // properties of one pass: angle 6.4e-2, kept λ 2.9% low, σ² 1.34x the mean residual, on every setting
         test_bound("nystrom_spikes_one_refresh.angle", ang1, 0.1);
         // one pass underestimates every kept λ: max λ/λ_exact - 1 stays below fp32 noise
         test_bound("nystrom_spikes_one_refresh.lambda_underestimated", over, 1e-6, "max λ/λ_exact - 1");
         test_bound("nystrom_spikes_one_refresh.sigma2_overestimated", mean_rest / s1.s2, 1.0, "mean residual / σ²");
-        test_bound("nystrom_spikes_two_refreshes.lambda", e2, 1e-3);
+        test_bound("nystrom_spikes_two_refreshes.lambda", e2, 1e-3);  // 6.6e-5; σ² 2.1e-5
         test_bound("nystrom_spikes_two_refreshes.sigma2", fabs(s2.s2 - mean_rest) / mean_rest, 1e-3);
         test_bound("nystrom_exact_top_r.lambda", ee, TOL_EXACT_EIG);
         test_bound("nystrom_exact_top_r.sigma2_is_mean_residual", fabs(se.s2 - mean_rest) / mean_rest, TOL_EXACT_EIG, "%.9g vs %.9g", se.s2,
@@ -516,7 +526,7 @@ static void test_nystrom() {
         geofp8_topr_exact(Ux.data(), lx.data(), &s2x, A.data(), d, r);
         test_bound("topr_exact.sigma2", fabs(s2x - mean_rest) / mean_rest, TOL_EXACT_EIG, "%.9g vs %.9g", s2x, mean_rest);
         test_bound("topr_exact.lambda_r", fabs(lx[r - 1] - ex.w[r - 1]) / ex.w[r - 1], TOL_EXACT_EIG);
-        test_bound("topr_exact.angle", subspace_sin(Ux.data(), r, ex, r), 1e-4);
+        test_bound("topr_exact.angle", subspace_sin(Ux.data(), r, ex, r), 1e-6);  // 3.9e-8
     }
     // (c) exactly rank deficient: rank m = 10 < r = 16. The range is found in one refresh; the
     // kept eigenvalues are right to fp32 level (the shift ν acts as a tiny flat floor), the extra
@@ -535,10 +545,11 @@ static void test_nystrom() {
         double ang = subspace_sin(s.U.data(), r, ex, m);
         bool finite = test_all_finite(s.U.data(), s.U.size()) && test_all_finite(s.lam.data(), r) && std::isfinite(s.s2);
         test_check("nystrom_rank_deficient_status", s.status >= 0 && finite, "status %d, finite %d", s.status, (int)finite);
-        test_bound("nystrom_rank_deficient.lambda", worst / ex.w[0], 1e-5, "max |λ - λ_exact| / λ_1");
+        // rounding level, the worst cases: 7.9e-6, 2.6e-9, 4.7e-4, 2.4e-5, 1.5e-8
+        test_bound("nystrom_rank_deficient.lambda", worst / ex.w[0], 1e-4, "max |λ - λ_exact| / λ_1");
         test_bound("nystrom_rank_deficient.tail", tail / ex.w[0], 1e-7, "extra λ / λ_1");
-        test_bound("nystrom_rank_deficient.angle", ang, 1e-3);
-        test_bound("nystrom_rank_deficient.sigma2", s.s2 / (ex.tr / (d - r)), 1e-4, "σ² / (tr / (d - r))");
+        test_bound("nystrom_rank_deficient.angle", ang, 5e-3);
+        test_bound("nystrom_rank_deficient.sigma2", s.s2 / (ex.tr / (d - r)), 5e-4, "σ² / (tr / (d - r))");
         test_bound("nystrom_rank_deficient.orthonormal", orth_err(s.U.data(), d, r), 1e-5);
     }
     // (d) slow decay λ_i = 1/(i+1): refreshes from U_prev (subspace iteration) keep improving
@@ -556,6 +567,7 @@ static void test_nystrom() {
         opt = sqrt(opt);
         double e1 = lowrank_err(ex, s1, r), e2 = lowrank_err(ex, s2, r), e3 = lowrank_err(ex, s3, r);
         printf("  note: slow decay ‖A - UΛUᵀ‖_F / optimum: refresh 1 %.4f, 2 %.4f, 3 %.4f\n", e1 / opt, e2 / opt, e3 / opt);
+        // properties: 0.097 and 0.952 on every setting
         test_bound("nystrom_subspace_iteration_improves.second", (e2 - opt) / (e1 - opt), 0.5, "excess over the optimum, refresh 2 / refresh 1");
         test_bound("nystrom_subspace_iteration_improves.third", e3 / e2, 1.001, "refresh 3 / refresh 2");
     }
@@ -689,8 +701,11 @@ static void test_transform() {
                 }
             for (int i = 0; i < d; i++) trall += TAT[(size_t)i * d + i];
             double rest = (trall - trtop) / (d - r2), want = sg / (sg + fw.eps);
+            // .model is rounding (3.2e-4 for both factors, varying 3.4x with the kernel); .identity
+            // is the damping's own effect, ε/(λ+ε) on the smallest kept λ (2.1e-2 on every
+            // setting); .rest the isotropic model (5.8e-4)
             std::string name = which ? "whitened_covariance_nystrom_factor" : "whitened_covariance_exact_factor";
-            test_bound((name + ".model").c_str(), dev_model, which ? 1e-2 : 1e-3, "max |Uᵀ T A T U - diag(λ/(λ+ε))|");
+            test_bound((name + ".model").c_str(), dev_model, 1e-2, "max |Uᵀ T A T U - diag(λ/(λ+ε))|");
             test_bound((name + ".identity").c_str(), dev_I, 0.03, "max |Uᵀ T A T U - I|");
             test_bound((name + ".rest").c_str(), fabs(rest - want) / want, 1e-2, "rest mean %g, want %g", rest, want);
         }
@@ -719,7 +734,7 @@ static void test_transform() {
     geofp8_whiten(Rw.data(), R.data(), dout, d, &f, NULL);
     double ei = test_rel_err(Ri.data(), Rw.data(), R.size());
     test_bound("carry_residual_consistent.euclidean", ec, TOL_TRANSFORM);
-    test_bound("carry_residual_consistent.there_and_back", eb, TOL_TRANSFORM);
+    test_bound("carry_residual_consistent.there_and_back", eb, TOL_CARRY);
     test_bound("carry_residual_consistent.from_identity", ei, 1e-6);
 
     // pack / unpack
@@ -856,6 +871,7 @@ static void test_fidelity() {
     bool finite = true;
     for (auto& v : fs) finite = finite && std::isfinite(v.rel_l2) && std::isfinite(v.cos) && v.cos <= 1.0 + 1e-12;
     test_check("fidelity_all_methods_finite", finite);
+    // properties of the geometry on this layer: 0.766, 0.335 and 9.2e-3 on every setting
     test_bound("fidelity_input_full_beats_euclidean", full / euc, 0.9, "RelL2 input_full / euclidean");
     test_bound("fidelity_lowrank32_beats_euclidean", std::max(lr32, lr32x) / euc, 0.8, "RelL2 lowrank_A_32 (sketch, exact) / euclidean");
     test_bound("fidelity_diag_close_to_euclidean", fabs(diag - euc) / euc, 0.1, "|RelL2 diag_A - euclidean| / euclidean");

@@ -11,12 +11,30 @@
 static const char* FIX_PATH = "test/fixtures/model.fix";
 static const char* MODEL_PATH = "test/fixtures/model_small.bin";
 
-static const double TOL_LOGITS = 1e-5;
-static const double TOL_LOSS = 1e-6;
-static const double TOL_GRADS = 1e-5;
-static const double TOL_ACCUM = 1e-6;
-static const double TOL_MUON_LOSSES = 1e-5, TOL_MUON_NORMS = 1e-4, TOL_MUON_WEIGHTS = 1e-3;
-static const double TOL_ADAMW_LOSSES = 1e-5, TOL_ADAMW_NORMS = 1e-4, TOL_ADAMW_WEIGHTS = 1e-3;
+// Tolerances: fp32 engine against the float64 oracle. Each is at least 10x the worst case
+// dev/tolerance_sweep.py measured over OMP_NUM_THREADS 1/2/4, OpenBLAS's Prescott, Nehalem,
+// Sandybridge, Haswell, Zen, SkylakeX and Cooperlake kernels, and -march=native / x86-64-v2
+// builds (42 settings); the worst case follows each bound.
+static const double TOL_LOGITS = 1e-5;  // 4.1e-7
+static const double TOL_LOSS = 1e-6;    // 7.7e-8; also forward vs backward loss (0: same code)
+static const double TOL_GRADS = 1e-5;   // 7.4e-7, max entry error per tensor / max |g| (projw)
+static const double TOL_ACCUM = 5e-6;   // 3.3e-7: 2 x B/2 against B differ in summation order only
+// Ten training steps: losses, gradient norms, and the weight change W10 - W0 per tensor as
+// relative L2. Not the max-entry error: AdamW divides each entry's momentum by that entry's own
+// √v, so a relative rounding error in an entry's gradient becomes an error of ~lr times it in the
+// entry's update, however small the gradient. The largest update errors sit on entries whose
+// gradient is tiny against its tensor's at some step (several with |g| 1e-6..1e-5 of the tensor's
+// rms at step 0), where fp32 summation order decides the low bits and at times the sign. The
+// max-entry error thus follows the worst-conditioned entry and the BLAS kernel (1.9e-4 .. 7.4e-4
+// over the sweep, for fc1w, fc2w or lm_head; more on other CPUs); the relative L2 weighs each
+// entry by its update, which is what AdamW's result is judged by, and varies by a factor ~6.
+// Muon units orthogonalize whole matrices, embeddings and norms use AdamW in every preset.
+static const double TOL_MUON_LOSSES = 1e-5;    // 2.1e-7
+static const double TOL_MUON_NORMS = 1e-4;     // 3.6e-6
+static const double TOL_MUON_WEIGHTS = 1e-4;   // 7.8e-6
+static const double TOL_ADAMW_LOSSES = 5e-5;   // 3.5e-6
+static const double TOL_ADAMW_NORMS = 5e-4;    // 2.8e-5
+static const double TOL_ADAMW_WEIGHTS = 5e-4;  // 2.5e-5 (max-entry: 7.4e-4, not asserted)
 
 typedef struct {
     const int* inputs;
