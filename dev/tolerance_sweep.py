@@ -13,18 +13,19 @@ checks without a bound (bitwise equalities, structure) under any setting are lis
     python3 dev/tolerance_sweep.py                              # C++ tests, 1/2/4 threads, all kernels, native build
     python3 dev/tolerance_sweep.py --march native,x86-64-v2     # also a build without FMA
     python3 dev/tolerance_sweep.py --threads 1 test/test_mpi.sh test/test_comm_modes.sh
+    python3 dev/tolerance_sweep.py "build/emu/dev_geofp8 --small"   # after test/test_cuda_emulated.sh built it
 
-Programs are test binaries by name (test_model, built under build/ or build/sweep-<march>/) or
-test scripts (test/*.sh, test/*.py, run from the repository root with the native build; they
-fix their own thread count, so they are run once per kernel, not per thread count). One line per
+Programs are test binaries by name (test_model, built under build/ or build/sweep-<march>/),
+test scripts (test/*.sh, test/*.py) or any command with a path ("build/emu/dev_geofp8 --small");
+scripts and commands run from the repository root with the native build. The shell tests fix
+their own thread count (one OpenMP thread per rank), so give them --threads 1. One line per
 finished setting, then the table. Exit status 1 if any check failed under any setting.
 "spread" is worst / least over the settings: how much summation order moves that figure.
 """
 import argparse
-import ctypes
-import ctypes.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -133,20 +134,23 @@ def main():
     failed_checks = []  # FAIL lines of checks without a bound (bitwise, structural)
     settings = []
     for p in programs:
-        script = p.endswith(".sh") or p.endswith(".py")
-        for march in (["native"] if script else marches):
+        built = "/" not in p  # a test binary by name: one build per -march; else run as given
+        for march in (marches if built else ["native"]):
             for core in cores:
-                for th in ([1] if script else threads):
+                for th in threads:
                     settings.append((p, march, core, th))
     for i, (p, march, core, th) in enumerate(settings, 1):
-        script = p.endswith(".sh") or p.endswith(".py")
-        if script:
-            cmd = ["bash", p] if p.endswith(".sh") else [sys.executable, p]
+        if p.endswith(".sh"):
+            cmd = ["bash", p]
+        elif p.endswith(".py"):
+            cmd = [sys.executable, p]
+        elif "/" in p:
+            cmd = shlex.split(p)
         else:
             cmd = [os.path.join(dirs[march], p)]
         env = dict(os.environ, OMP_NUM_THREADS=str(th), OMP_WAIT_POLICY="passive", OPENBLAS_CORETYPE=core)
         found, other_fails, rc, secs = run_one(cmd, env, args.timeout)
-        tag = "%s %s %d thr %s" % (core, march, th, os.path.basename(p))
+        tag = "%s %s %d thr %s" % (core, march, th, os.path.basename(shlex.split(p)[0]))
         closest = None
         for name, v, b, bad in found:
             if name not in worst or not (v <= worst[name][0]):

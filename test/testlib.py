@@ -1,6 +1,9 @@
-"""testlib.py — the tolerance check of the Python and shell tests, in the format of test_bound
-(test/test_util.h): "PASS|FAIL <name>: measured <value>, bound <bound>[ (<detail>)]", which
-dev/tolerance_sweep.py reads to find each bound's worst case.
+"""testlib.py — helpers of the Python and shell tests.
+
+bound(): the tolerance check, in the format of test_bound (test/test_util.h):
+"PASS|FAIL <name>: measured <value>, bound <bound>[ (<detail>)]", which dev/tolerance_sweep.py
+reads to find each bound's worst case.
+checkpoint_tensors(): a model checkpoint's nine tensors by name (llmc/checkpoint.h layout).
 
 From Python:  sys.path.insert(0, "test"); from testlib import bound; ok = bound(name, value, 1e-3)
 From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1 when it fails;
@@ -9,6 +12,8 @@ From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1
 import math
 import sys
 
+CHECKPOINT_HEADER_BYTES = 1024  # int32[256]: magic, version, V, Vp, C, L, NH, NKV, FF, T, step, crc, ...
+
 
 def bound(name, measured, limit, detail=""):
     """Passes when measured <= limit; NaN fails. Prints one line; returns the verdict."""
@@ -16,6 +21,25 @@ def bound(name, measured, limit, detail=""):
     print("%s %s: measured %.3e, bound %.3g%s" % ("PASS" if ok else "FAIL", name, measured, limit,
                                                    " (%s)" % detail if detail else ""), flush=True)
     return ok
+
+
+def checkpoint_tensors(path):
+    """{name: float32 array} of a model_*.bin, in the flat layout of llmc/llama.h."""
+    import numpy as np
+    header = np.fromfile(path, dtype="<i4", count=CHECKPOINT_HEADER_BYTES // 4)
+    V, Vp, C, L, NH, NKV, FF, T = (int(x) for x in header[2:10])
+    HS = C // NH
+    shapes = [("wte", (Vp, C)), ("ln1w", (L, C)), ("ln2w", (L, C)), ("qkvw", (L, (NH + 2 * NKV) * HS, C)),
+              ("projw", (L, C, NH * HS)), ("fc1w", (L, 2 * FF, C)), ("fc2w", (L, C, FF)), ("lnfw", (C,)),
+              ("lm_head", (Vp, C))]
+    flat = np.fromfile(path, dtype="<f4", offset=CHECKPOINT_HEADER_BYTES)
+    out, off = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        out[name] = flat[off:off + n].reshape(shape).astype(np.float64)
+        off += n
+    assert off == flat.size, "%s: %d floats after the header, layout has %d" % (path, flat.size, off)
+    return out
 
 
 def main(argv):
