@@ -6,9 +6,10 @@ contraction in the engine's own loops).
 
 Every tolerance check prints "PASS|FAIL <name>: measured <value>, bound <bound>" (test_bound in
 test/test_util.h, bound() in test/testlib.py). This script runs the chosen test programs under
-each setting, keeps the largest measured value per check, and ends with a table sorted by margin
-(bound / worst measured): a bound's comment in the test quotes that worst case. Failures of
-checks without a bound (bitwise equalities, structure) under any setting are listed too.
+each setting, keeps the largest measured value per check, and prints, when a program's last
+setting is done, its table sorted by margin (bound / worst measured): a bound's comment in the
+test quotes that worst case. Failures of checks without a bound (bitwise equalities, structure)
+under any setting are listed at the end.
 
     python3 dev/tolerance_sweep.py                              # C++ tests, 1/2/4 threads, all kernels, native build
     python3 dev/tolerance_sweep.py --march native,x86-64-v2     # also a build without FMA
@@ -19,7 +20,7 @@ Programs are test binaries by name (test_model, built under build/ or build/swee
 test scripts (test/*.sh, test/*.py) or any command with a path ("build/emu/dev_geofp8 --small");
 scripts and commands run from the repository root with the native build. The shell tests fix
 their own thread count (one OpenMP thread per rank), so give them --threads 1. One line per
-finished setting, then the table. Exit status 1 if any check failed under any setting.
+finished setting, a table per program. Exit status 1 if any check failed under any setting.
 "spread" is worst / least over the settings: how much summation order moves that figure.
 """
 import argparse
@@ -128,9 +129,7 @@ def main():
     print("kernels: %s; threads: %s; builds: %s" % (" ".join(cores), " ".join(map(str, threads)), " ".join(marches)))
 
     dirs = {m: build(m) for m in marches}
-    worst = {}   # check -> (measured, bound, setting)
-    least = {}   # check -> smallest measured
-    failed = []
+    failed = []         # (check, measured, bound, setting) of failed bounds
     failed_checks = []  # FAIL lines of checks without a bound (bitwise, structural)
     settings = []
     for p in programs:
@@ -139,6 +138,7 @@ def main():
             for core in cores:
                 for th in threads:
                     settings.append((p, march, core, th))
+    worst, least = {}, {}  # of the program being swept: check -> (measured, bound, setting); smallest
     for i, (p, march, core, th) in enumerate(settings, 1):
         if p.endswith(".sh"):
             cmd = ["bash", p]
@@ -167,18 +167,26 @@ def main():
         print("[%d/%d] %-44s %3d bounds, %d failed, %d other checks failed, closest margin %s, %.0f s%s" % (
             i, len(settings), tag, len(found), sum(1 for f in found if f[3]), len(other_fails),
             "%.1fx (%s)" % closest if closest else "-", secs, note), flush=True)
+        if i == len(settings) or settings[i][0] != p:  # the program's last setting: its table
+            print_table(p, worst, least)
+            worst, least = {}, {}
 
-    print("\n%-58s %10s %10s %8s %7s  %s" % ("check", "bound", "worst", "margin", "spread", "worst at"))
-    rows = sorted(worst.items(), key=lambda kv: kv[1][1] / kv[1][0] if kv[1][0] > 0 else float("inf"))
-    for name, (v, b, tag) in rows:
-        margin = b / v if v > 0 else float("inf")
-        spread = v / least[name] if least[name] > 0 else float("inf")
-        print("%-58s %10.3g %10.3e %7.1fx %6.1fx  %s" % (name, b, v, margin, spread, tag))
     for name, v, b, tag in failed:
         print("FAILED under %s: %s measured %.3e, bound %.3g" % (tag, name, v, b))
     for line, tag in failed_checks:
         print("FAILED under %s: %s" % (tag, line))
     return 1 if failed or failed_checks else 0
+
+
+def print_table(program, worst, least):
+    """Every bound of one program, closest to its bound first."""
+    print("\n%-58s %10s %10s %8s %7s  %s" % ("check (" + program + ")", "bound", "worst", "margin", "spread", "worst at"))
+    rows = sorted(worst.items(), key=lambda kv: kv[1][1] / kv[1][0] if kv[1][0] > 0 else float("inf"))
+    for name, (v, b, tag) in rows:
+        margin = b / v if v > 0 else float("inf")
+        spread = v / least[name] if least[name] > 0 else float("inf")
+        print("%-58s %10.3g %10.3e %7.1fx %6.1fx  %s" % (name, b, v, margin, spread, tag))
+    print(flush=True)
 
 
 if __name__ == "__main__":
