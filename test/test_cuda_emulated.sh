@@ -5,8 +5,8 @@
 #   - test_llama_gpu: the GPU model against the PyTorch fixture and the CPU engine;
 #   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise);
 #   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
-#     within 5e-3 (bf16 compute against fp32; measured <= 1.2e-3 over 12 steps), the same bytes on
-#     every step, the logged RelL2 within 30% of the CPU engine's;
+#     (bf16 compute against fp32), the same bytes on every step, the logged RelL2 near the CPU
+#     engine's (bounds and their measured worst cases where they are checked);
 #   - auto layer selection, bitwise resume of geofp8 with 2 ranks, an injected NaN skipped by every
 #     rank, ranks with different flags refused over NCCL, the Slurm id-file launch (no MPI in the
 #     trainer) and its settings check, a one-rank NCCL communicator.
@@ -74,8 +74,15 @@ if len(g) != 8 or len(c) != 8:
 loss = max(abs(g[s]["train_loss"] - c[s]["train_loss"]) / c[s]["train_loss"] for s in c)
 bad_bytes = [s for s in c if g[s]["comm_bytes"] != c[s]["comm_bytes"]]
 fg = sum(g[s]["fidelity_rel_l2"] for s in c) / 8; fc = sum(c[s]["fidelity_rel_l2"] for s in c) / 8
-bound(f"{name}_losses_near_cpu", loss, 5e-3, "max rel diff over 8 steps")
+# Worst cases over five OpenBLAS kernel families (dev/tolerance_sweep.py): fp32 1.2e-4, bf16 2.3e-4
+# (bf16 compute alone); the FP8 modes 7e-4..1.5e-3 (kfac), varying up to 5x with the kernel,
+# because bf16 and fp32 gradients round to different FP8 codes: 10x over that is 2e-2.
+tol = 5e-3 if name.startswith(("emu.mode_fp32", "emu.mode_bf16")) else 2e-2
+bound(f"{name}_losses_near_cpu", loss, tol, "max rel diff over 8 steps")
 print(("PASS" if not bad_bytes else "FAIL") + f" {name}_same_bytes_as_cpu" + ("" if not bad_bytes else f": steps {bad_bytes}"))
+# the mean RelL2 of the communicated gradient: within 6.5e-3 relative of the CPU engine's in every
+# mode but kfac, whose factors come from bf16 activation statistics on the GPU (5.9e-2, and 1e-3 to
+# 6e-2 with the kernel); a wrong transform or scale changes it by a factor
 bound(f"{name}_rel_l2_near_cpu", abs(fg - fc) / fc if fc > 0 else (0.0 if abs(fg) <= 1e-12 else math.inf), 0.3,
       f"mean RelL2 {fg:.3e} vs cpu {fc:.3e}")
 PY

@@ -60,6 +60,10 @@ for n in 1 2 4; do
         fail "mpi_fp32_np${n}_runs" "$(tail -3 "$TMP/fp32_np$n.out")"
     losses "$TMP/fp32_np$n/main.log" >"$TMP/l$n"
 done
+# Worst cases over five OpenBLAS kernel families (dev/tolerance_sweep.py): the losses agree bit for
+# bit (0: metrics.jsonl keeps every float32 digit); the weights differ by 1.6e-4 of the last
+# update (projw; 1.1x across the kernels), where max |dw| / max |w| followed one entry and moved
+# 2.4e-6..5.9e-6 with the kernel. Ranks stepping on their own gradients differ by O(1) in both.
 for n in 2 4; do
     check_bound "mpi_fp32_losses_np${n}_vs_np1" "$(compare_losses "$TMP/l$n" "$TMP/l1" 2>&1)" 1e-6 "max rel diff over 10 steps"
     check_bound "mpi_fp32_weights_np${n}_vs_np1" "$(compare_models "$TMP/fp32_np$n/model_00000010.bin" \
@@ -72,7 +76,7 @@ grep -q '"comm_bytes": 0' "$TMP/fp32_np1/metrics.jsonl" && pass mpi_comm_bytes_z
 "${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -d 256 -x 20 -c bf16 -o "$TMP/b16" >"$TMP/b16.out" 2>&1
 losses "$TMP/f32/main.log" >"$TMP/lf32"; losses "$TMP/b16/main.log" >"$TMP/lb16"
 d=$(compare_losses "$TMP/lb16" "$TMP/lf32" 2>&1)
-check_bound mpi_bf16_losses_near_fp32 "$d" 2e-3 "max rel diff over 20 steps"
+check_bound mpi_bf16_losses_near_fp32 "$d" 2e-3 "max rel diff over 20 steps"  # worst 4.2e-5
 # and the bf16 rounding really happened
 if python3 -c "import sys; sys.exit(0 if float('$d') > 0 else 1)" 2>/dev/null; then pass mpi_bf16_differs_from_fp32
 else fail mpi_bf16_differs_from_fp32 "max rel diff $d"; fi
