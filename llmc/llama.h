@@ -174,6 +174,9 @@ static inline int llama_unit_index(const LlamaConfig* c, int tensor, int layer) 
 
 // DESIGN §3 init: normal(0, 0.02) for matrices, proj and fc2 scaled by 1/sqrt(2L), norms 1,
 // padded vocabulary rows zero (they are never looked up and their logits never count).
+// One splitmix64 stream from `seed`, tensor after tensor in layout order; rand_fill_normal draws
+// it on every OpenMP thread with the bits of a sequential pass, so both engines (train_llama.cu
+// runs this on the host too) start from identical weights at any thread count.
 static inline void llama_init_params(const LlamaConfig* c, float* params, unsigned long long seed) {
     Rng rng;
     rand_init(&rng, seed);
