@@ -4,6 +4,8 @@
 # cuSOLVER emulated, NCCL over MPI with one rank per emulated GPU), then
 #   - test_llama_gpu: the GPU model against the PyTorch fixture and the CPU engine;
 #   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise);
+#   - test_blas_shim: the CBLAS / LAPACKE calls of the CPU references, served by cuBLAS / cuSOLVER
+#     in CUDA builds, against their definitions;
 #   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
 #     (bf16 compute against fp32), the same bytes on every step, the logged RelL2 near the CPU
 #     engine's (bounds and their measured worst cases where they are checked);
@@ -41,6 +43,12 @@ timeout 900 "$EMU/test_llama_gpu" >"$TMP/model.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu.test_llama_gpu./p' "$TMP/model.out"
 [ $rc -eq 0 ] || fail emu.test_llama_gpu_exit "rc=$rc $(tail -2 "$TMP/model.out")"
+# dev/cuda/blas_shim (the CPU references' CBLAS / LAPACKE on cuBLAS / cuSOLVER) against the
+# operations' definitions
+timeout 300 "$EMU/test_blas_shim" >"$TMP/shim.out" 2>&1
+rc=$?
+sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/shim.out"
+[ $rc -eq 0 ] || fail emu.test_blas_shim_exit "rc=$rc $(tail -2 "$TMP/shim.out")"
 timeout 900 "$EMU/dev_geofp8" --small >"$TMP/geofp8.out" 2>&1
 rc=$?
 np=$(grep -c '^PASS dev_geofp8' "$TMP/geofp8.out"); nf=$(grep -c '^FAIL' "$TMP/geofp8.out")

@@ -11,7 +11,7 @@
 # availability, NCCL's own behaviour, and any timing (every event reads 1 ms).
 #
 # Usage: bash dev/emu/build.sh [OUT]   (default build/emu) -> OUT/train_llama, OUT/test_llama_gpu,
-#        OUT/dev_geofp8; run them from OUT/src (a rewritten copy of the sources, with data/ linked).
+#        OUT/dev_geofp8, OUT/test_blas_shim; run them from OUT/src (a rewritten copy of the sources, with data/ linked).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(mkdir -p "${1:-$ROOT/build/emu}" && cd "${1:-$ROOT/build/emu}" && pwd)
@@ -26,13 +26,18 @@ LIBS=(-lopenblas -llapacke -lm)
 "${CXX[@]}" -c "$ROOT/dev/emu/emu_libs.cpp" -o "$OUT/emu_libs.o" &
 wait
 cd "$OUT/src"
+# The programs see dev/cuda/blas_shim's <cblas.h> and <lapacke.h> as on a GPU (their CPU
+# references' BLAS calls go to the emulated cuBLAS / cuSOLVER); the emulation itself above uses
+# the real ones.
 build() {  # source -> binary
-    "${CXX[@]}" -include "$ROOT/dev/emu/emu.h" -x c++ "$1" -x none "$OUT/emu_runtime.o" "$OUT/emu_libs.o" "${LIBS[@]}" -o "$OUT/$2"
+    "${CXX[@]}" -I"$ROOT/dev/cuda/blas_shim" -include "$ROOT/dev/emu/emu.h" -x c++ "$1" -x none "$OUT/emu_runtime.o" "$OUT/emu_libs.o" \
+        "${LIBS[@]}" -o "$OUT/$2"
 }
 build train_llama.cu train_llama &
 build test/test_llama_gpu.cu test_llama_gpu &
 build dev/cuda/geofp8.cu dev_geofp8 &
+build test/test_blas_shim.cu test_blas_shim &
 fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
 [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
-echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_geofp8 (run them from $OUT/src)"
+echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_geofp8, $OUT/test_blas_shim (run them from $OUT/src)"
