@@ -29,8 +29,8 @@
 // takes `float* scratch`, NULL means "allocate internally"; the *_scratch_floats helpers give
 // the size for callers that keep a buffer. The whiten / unwhiten / K-FAC transforms may run in
 // place (out == G). Precision: large products in fp32 (OpenBLAS sgemm / strsm), every small
-// k×k or d×d factorization in double (LAPACKE dgeqrf, dpotrf, dsyevd), reductions in double in
-// a fixed order. Elementwise loops use OpenMP and are deterministic; BLAS results are
+// k×k or d×d factorization in double (LAPACKE dpotrf, dsyevd; Ω's QR by hand, see
+// geofp8_orthonormalize), reductions in double in a fixed order. Elementwise loops use OpenMP and are deterministic; BLAS results are
 // deterministic for a fixed OpenBLAS thread count (1 and 2 threads agree to rounding only).
 #pragma once
 #include <algorithm>
