@@ -1250,9 +1250,9 @@ static inline uint64_t geofp8_refresh_seed(unsigned long long seed, int unit, in
 
 // Before the micro-steps of a refresh step: zero the accumulators and build Ω (on the host with
 // geofp8_test_matrix: from the seed at the first refresh, [U_prev | Gaussian] afterwards).
-// Every rank computes the same Ω from the same seed and the same (broadcast) U_prev; with
-// different BLAS thread counts across ranks, broadcast rank 0's gu.omega instead
-// (comm_gpu_broadcast_f32). Synchronous (a refresh step only).
+// Every rank computes bitwise the same Ω without a broadcast: the same seed, the same
+// (broadcast) U_prev and a sequential QR in double (geofp8_orthonormalize) that no thread
+// count or BLAS build can change. Synchronous (a refresh step only).
 static inline void geofp8_device_refresh_begin(GeoFP8Device* g, unsigned long long seed, int step, int first, cudaStream_t stream) {
     for (GeoFP8DeviceUnit& gu : g->geo) {
         if (gu.kfac) {
