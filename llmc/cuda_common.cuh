@@ -203,48 +203,89 @@ static inline T* cuda_upload(const T* host, size_t n) {
     return p;
 }
 
+// Host loops over whole buffers run on every core (OpenMP) above this many elements: the dev/cuda
+// validations at the presets' real shapes convert, fill and compare buffers of up to ~10^9
+// elements, where one core spends seconds per pass. Every loop is elementwise or an exact max,
+// so the results do not depend on the thread count.
+static const size_t CUDA_HOST_PARALLEL_MIN = (size_t)1 << 16;
+// Elements per bf16 staging chunk of the conversions below: the staging buffer stays at 32 MiB
+// instead of growing with the tensor.
+static const size_t CUDA_HOST_CHUNK = (size_t)1 << 24;
+
 // fp32 host values -> a new bf16 device buffer
 static inline bf16* cuda_upload_bf16(const float* host, size_t n) {
-    std::vector<bf16> tmp(n);
-    for (size_t i = 0; i < n; i++) tmp[i] = cuda_host_bf16(host[i]);
-    return cuda_upload(tmp.data(), n);
+    bf16* p = cuda_malloc<bf16>(n);
+    std::vector<bf16> tmp(std::min(n, CUDA_HOST_CHUNK));
+    for (size_t off = 0; off < n; off += CUDA_HOST_CHUNK) {
+        size_t m = std::min(CUDA_HOST_CHUNK, n - off);
+#pragma omp parallel for schedule(static) if (m >= CUDA_HOST_PARALLEL_MIN)
+        for (size_t i = 0; i < m; i++) tmp[i] = cuda_host_bf16(host[off + i]);
+        CUDA_CHECK(cudaMemcpy(p + off, tmp.data(), m * sizeof(bf16), cudaMemcpyHostToDevice));
+    }
+    return p;
+}
+
+// dev (n) -> host (n), into a buffer the caller owns (and may reuse: at 10^9 elements the page
+// faults of a fresh vector cost as much as the copy)
+template <typename T>
+static inline void cuda_download_to(T* host, const T* dev, size_t n) {
+    CUDA_CHECK(cudaMemcpy(host, dev, n * sizeof(T), cudaMemcpyDeviceToHost));
 }
 
 template <typename T>
 static inline std::vector<T> cuda_download(const T* dev, size_t n) {
     std::vector<T> out(n);
-    CUDA_CHECK(cudaMemcpy(out.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+    cuda_download_to(out.data(), dev, n);
     return out;
+}
+
+// bf16 device buffer (n) -> fp32 host values (n), into a buffer the caller owns
+static inline void cuda_download_float_to(float* host, const bf16* dev, size_t n) {
+    std::vector<bf16> tmp(std::min(n, CUDA_HOST_CHUNK));
+    for (size_t off = 0; off < n; off += CUDA_HOST_CHUNK) {
+        size_t m = std::min(CUDA_HOST_CHUNK, n - off);
+        CUDA_CHECK(cudaMemcpy(tmp.data(), dev + off, m * sizeof(bf16), cudaMemcpyDeviceToHost));
+#pragma omp parallel for schedule(static) if (m >= CUDA_HOST_PARALLEL_MIN)
+        for (size_t i = 0; i < m; i++) host[off + i] = cuda_host_float(tmp[i]);
+    }
 }
 
 // bf16 device buffer -> fp32 host values
 static inline std::vector<float> cuda_download_float(const bf16* dev, size_t n) {
-    std::vector<bf16> tmp = cuda_download(dev, n);
     std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = cuda_host_float(tmp[i]);
+    cuda_download_float_to(out.data(), dev, n);
     return out;
 }
 
 // Rounds every value through bf16, as the GPU sees a bf16 input: the CPU reference then runs on
 // exactly the numbers the kernel reads, so validation measures the kernel, not the input rounding.
-static inline void cuda_round_to_bf16(std::vector<float>* v) {
-    for (float& x : *v) x = cuda_host_float(cuda_host_bf16(x));
+static inline void cuda_round_to_bf16(float* x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= CUDA_HOST_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) x[i] = cuda_host_float(cuda_host_bf16(x[i]));
 }
+
+static inline void cuda_round_to_bf16(std::vector<float>* v) { cuda_round_to_bf16(v->data(), v->size()); }
 
 // ----------------------------------------------------------------------------
 // random test data (dev/cuda, tests)
 
-// uniform(-scale, scale) on the host, from the engine's generator (rand.h style splitmix64)
-static inline std::vector<float> cuda_host_uniform(size_t n, uint64_t seed, float scale) {
-    std::vector<float> v(n);
-    uint64_t state = seed;
+// out (n) = uniform(-scale, scale) on the host, from the engine's generator (rand.h style
+// splitmix64). The i-th draw is the mix of seed + (i+1)·golden, a counter, so threads can fill
+// disjoint ranges and still produce the serial sequence.
+static inline void cuda_host_uniform_to(float* out, size_t n, uint64_t seed, float scale) {
+#pragma omp parallel for schedule(static) if (n >= CUDA_HOST_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
-        v[i] = scale * (float)(2.0 * ((double)(z >> 11) * (1.0 / 9007199254740992.0)) - 1.0);
+        out[i] = scale * (float)(2.0 * ((double)(z >> 11) * (1.0 / 9007199254740992.0)) - 1.0);
     }
+}
+
+static inline std::vector<float> cuda_host_uniform(size_t n, uint64_t seed, float scale) {
+    std::vector<float> v(n);
+    cuda_host_uniform_to(v.data(), n, seed, scale);
     return v;
 }
 
@@ -312,15 +353,32 @@ static inline void cuda_print_bench(const char* what, float ms, double bytes, do
 }
 
 // max|got - ref| / max|ref| (NaN anywhere fails), printed as one PASS or FAIL line.
+// Each thread keeps its own maxima, merged at the end (a max does not depend on the order); a NaN
+// difference (a NaN in ref) makes the measurement NaN, which fails.
 static inline bool cuda_check_close(const char* name, const float* got, const float* ref, size_t n, double tol) {
     double maxdiff = 0.0, maxref = 0.0;
-    bool finite = true;
-    for (size_t i = 0; i < n; i++) {
-        if (!std::isfinite(got[i])) finite = false;
-        double d = fabs((double)got[i] - (double)ref[i]);
-        if (!(d <= maxdiff)) maxdiff = d;
-        maxref = std::max(maxref, fabs((double)ref[i]));
+    bool finite = true, nan_diff = false;
+#pragma omp parallel if (n >= CUDA_HOST_PARALLEL_MIN)
+    {
+        double md = 0.0, mr = 0.0;
+        bool fin = true, nd = false;
+#pragma omp for schedule(static) nowait
+        for (size_t i = 0; i < n; i++) {
+            if (!std::isfinite(got[i])) fin = false;
+            double d = fabs((double)got[i] - (double)ref[i]);
+            if (std::isnan(d)) nd = true;
+            else if (d > md) md = d;
+            mr = std::max(mr, fabs((double)ref[i]));
+        }
+#pragma omp critical(cuda_check_close_merge)
+        {
+            maxdiff = std::max(maxdiff, md);
+            maxref = std::max(maxref, mr);
+            finite = finite && fin;
+            nan_diff = nan_diff || nd;
+        }
     }
+    if (nan_diff) maxdiff = NAN;
     double err = finite ? maxdiff / std::max(maxref, 1e-30) : INFINITY;
     bool ok = err <= tol;
     // the line format of test_bound (test/test_util.h), which dev/tolerance_sweep.py reads

@@ -5,9 +5,20 @@
 //   losses (fp32)    1e-5  (fp32 row sums over ~50k terms where the CPU sums in double)
 //   dlogits (bf16)   8e-3  (one bf16 rounding of each element)
 //   padded columns   exactly 0 (checked separately, over NaN garbage)
-// Shapes: the GPT-2 vocabulary (V 50257, Vp 50304) with N = 512 rows (the reference is
-// N*Vp exp calls), an odd small vocabulary (V 1000, Vp 1003: the scalar path), and targets that
-// include 0 and V-1. The benchmark runs N = B*T of d12 and llama600m at B=4.
+// Shapes (N rows x Vp):
+//   whole tensors: the GPT-2 vocabulary (V 50257, Vp 50304) with N = 512 rows and, peaked
+//     (logits up to 40), N = 64; an odd small vocabulary (V 1000, Vp 1003: the scalar path);
+//     targets include 0 and V-1;
+//   the real shapes, N = B*T at B=4: llama300m 16384 x 50304 (8.2e8 logits, 3.3 GB of fp32:
+//     row offsets past 2^31 bytes) and llama600m 8192 x 50304 (d12 and tiny are smaller
+//     cases of the same kernel). The logits are drawn on the GPU; the reference runs on three
+//     blocks of REAL_ROWS rows, the first, the middle and the last (the largest offsets), read
+//     back from the GPU's logits, and only those rows of losses and dlogits are compared
+//     (a whole-tensor reference is 1.6e9 expf, ~9 s on one core; the blocks take 0.4 s). Every
+//     loss and every dlogit of the whole tensor, which starts as NaN, must come back finite.
+// The bounds are not yet measured on a GPU at the real shapes (the row length, what the sums
+// depend on, is the same as in the whole-tensor cases).
+// The benchmark runs N = B*T of every preset at B=4.
 // Usage: build/dev_crossentropy [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -17,6 +28,7 @@
 
 static const double TOL_LOSS = 1e-5;
 static const double TOL_DLOGITS = 8e-3;
+static const int REAL_ROWS = 256;  // rows per reference block at the real shapes
 
 static bool validate(const char* tag, int N, int V, int Vp, float logit_scale, uint64_t seed) {
     std::string t = tag;
@@ -54,6 +66,81 @@ static bool validate(const char* tag, int N, int V, int Vp, float logit_scale, u
     return ok;
 }
 
+// true when every one of the n bf16 values on the device is finite (exponent bits not all ones),
+// read back in chunks so that a 1.6 GB tensor needs no host copy of its own
+static bool all_finite_bf16(const bf16* dev, size_t n) {
+    std::vector<uint16_t> chunk(std::min(n, CUDA_HOST_CHUNK));
+    bool finite = true;
+    for (size_t off = 0; off < n; off += CUDA_HOST_CHUNK) {
+        size_t m = std::min(CUDA_HOST_CHUNK, n - off);
+        CUDA_CHECK(cudaMemcpy(chunk.data(), dev + off, m * sizeof(bf16), cudaMemcpyDeviceToHost));
+        const uint16_t* c = chunk.data();
+        bool fin = true;
+#pragma omp parallel for schedule(static) reduction(&& : fin)
+        for (size_t i = 0; i < m; i++) fin = fin && (c[i] & 0x7f80u) != 0x7f80u;
+        finite = finite && fin;
+    }
+    return finite;
+}
+
+// The real shapes: the whole (N, Vp) tensor on the GPU, the reference on three row blocks.
+static bool validate_rows(const char* tag, int N, int V, int Vp, float logit_scale, uint64_t seed) {
+    std::string t = tag;
+    size_t nl = (size_t)N * Vp;
+    std::vector<float> u = cuda_host_uniform(N, seed + 1, 1.0f);
+    std::vector<int> targets(N);
+    for (int n = 0; n < N; n++) targets[n] = std::min(V - 1, (int)((u[n] * 0.5f + 0.5f) * V));
+    targets[0] = 0;
+    targets[N - 1] = V - 1;
+    float dloss = 1.0f / (N * 2);  // as under 2 micro-steps of accumulation
+    float* d_logits = cuda_malloc<float>(nl);
+    cuda_fill_uniform(d_logits, nl, seed, logit_scale);
+    int* d_targets = cuda_upload(targets.data(), N);
+    float* d_losses = cuda_malloc<float>(N);
+    float* d_losses_fb = cuda_malloc<float>(N);
+    bf16* d_dlogits = cuda_malloc<bf16>(nl);
+    CUDA_CHECK(cudaMemset(d_losses, 0xff, N * sizeof(float)));  // NaN garbage
+    CUDA_CHECK(cudaMemset(d_losses_fb, 0xff, N * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d_dlogits, 0xff, nl * sizeof(bf16)));
+    crossentropy_forward(d_losses, d_logits, d_targets, N, V, Vp, 0);
+    crossentropy_forward_backward(d_losses_fb, d_dlogits, d_logits, d_targets, N, V, Vp, dloss, 0);
+    std::vector<float> g_losses = cuda_download(d_losses, N), g_losses_fb = cuda_download(d_losses_fb, N);
+
+    bool finite = all_finite_bf16(d_dlogits, nl);
+    for (int n = 0; n < N; n++) finite = finite && std::isfinite(g_losses[n]) && std::isfinite(g_losses_fb[n]);
+    printf("%s %s.outputs_finite (every loss and dlogit written)\n", finite ? "PASS" : "FAIL", tag);
+    bool ok = finite;
+
+    int R = std::min(REAL_ROWS, N);
+    int starts[3] = {0, (N - R) / 2, N - R};
+    printf("  %s: reference on rows [%d, %d), [%d, %d), [%d, %d) of N=%d\n", tag, starts[0], starts[0] + R,
+           starts[1], starts[1] + R, starts[2], starts[2] + R, N);
+    std::vector<float> rl, rd, gl, gfb, gd;
+    std::vector<float> logits((size_t)R * Vp), ref_l(R), ref_d((size_t)R * Vp), got_d((size_t)R * Vp);
+    for (int k = 0; k < 3; k++) {
+        size_t r0 = starts[k];
+        cuda_download_to(logits.data(), d_logits + r0 * Vp, (size_t)R * Vp);
+        crossentropy_forward_backward_cpu(ref_l.data(), ref_d.data(), logits.data(), targets.data() + r0, R, V, Vp, dloss);
+        cuda_download_float_to(got_d.data(), d_dlogits + r0 * Vp, (size_t)R * Vp);
+        rl.insert(rl.end(), ref_l.begin(), ref_l.end());
+        rd.insert(rd.end(), ref_d.begin(), ref_d.end());
+        gl.insert(gl.end(), g_losses.begin() + r0, g_losses.begin() + r0 + R);
+        gfb.insert(gfb.end(), g_losses_fb.begin() + r0, g_losses_fb.begin() + r0 + R);
+        gd.insert(gd.end(), got_d.begin(), got_d.end());
+    }
+    ok &= cuda_check_close((t + ".forward_losses").c_str(), gl.data(), rl.data(), rl.size(), TOL_LOSS);
+    ok &= cuda_check_close((t + ".forward_backward_losses").c_str(), gfb.data(), rl.data(), rl.size(), TOL_LOSS);
+    ok &= cuda_check_close((t + ".dlogits").c_str(), gd.data(), rd.data(), rd.size(), TOL_DLOGITS);
+    bool pad_zero = true;
+    for (size_t n = 0; n < gd.size() / Vp; n++)
+        for (int v = V; v < Vp; v++) pad_zero &= gd[n * Vp + v] == 0.0f;
+    printf("%s %s.padded_columns_zero\n", pad_zero ? "PASS" : "FAIL", tag);
+    ok &= pad_zero;
+    void* bufs[] = {d_logits, d_targets, d_losses, d_losses_fb, d_dlogits};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    return ok;
+}
+
 static void bench(const char* preset, int N, int V, int Vp) {
     float* logits = cuda_malloc<float>((size_t)N * Vp);
     bf16* dlogits = cuda_malloc<bf16>((size_t)N * Vp);
@@ -76,8 +163,16 @@ int main(int argc, char** argv) {
     bool ok = validate("dev_crossentropy.odd_V1000_Vp1003", 64, 1000, 1003, 3.0f, 1);
     ok &= validate("dev_crossentropy.gpt2_vocab", 512, LLAMA_GPT2_VOCAB, LLAMA_GPT2_VOCAB_PADDED, 5.0f, 2);
     ok &= validate("dev_crossentropy.gpt2_vocab_peaked", 64, LLAMA_GPT2_VOCAB, LLAMA_GPT2_VOCAB_PADDED, 40.0f, 3);
+    const char* real[] = {"llama300m", "llama600m"};
+    uint64_t seed = 10;
+    for (const char* name : real) {
+        LlamaConfig c = {};
+        llama_preset(name, &c);
+        std::string tag = std::string("dev_crossentropy.") + name + "_N" + std::to_string(4 * c.T);
+        ok &= validate_rows(tag.c_str(), 4 * c.T, c.V, c.Vp, 5.0f, seed += 10);
+    }
     if (!validate_only) {
-        const char* presets[] = {"tiny", "d12", "llama600m"};
+        const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
         for (const char* name : presets) {
             LlamaConfig c = {};
             llama_preset(name, &c);

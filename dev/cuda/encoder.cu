@@ -4,8 +4,10 @@
 // same starting dwte in the same order (n ascending per token) as the CPU, with no fused ops.
 // Tokens are drawn from a small range so that most tokens repeat (the case a scatter gets wrong),
 // and dwte starts nonzero to check the += contract.
-// Shapes: C of tiny, d12 and llama600m at B=4 and the preset's T (full size: the CPU reference is
-// a copy), plus an odd C.
+// Shapes (N = B*T tokens, C, Vp): every preset at its real shape, B=4 and the preset's T: tiny
+// 1024 x 128, d12 4096 x 768, llama300m 16384 x 1024, llama600m 8192 x 1536, all with
+// Vp = 50304 (wte up to 7.7e7 elements), plus an odd N=300, C=100, Vp=512. Full size: the CPU
+// reference is a copy.
 // Usage: build/dev_encoder [--validate-only]   exit 0 ok, 1 a check failed, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -73,7 +75,7 @@ static void bench(const char* preset, int N, int C, int Vp) {
 int main(int argc, char** argv) {
     bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
     if (!cuda_device_present()) { printf("SKIP dev_encoder: no CUDA device\n"); return 77; }
-    const char* presets[] = {"tiny", "d12", "llama600m"};
+    const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     bool ok = validate("dev_encoder.odd_C100", 300, 100, 512, 37, 11);
     for (const char* name : presets) {
         LlamaConfig c = {};

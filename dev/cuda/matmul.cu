@@ -6,12 +6,26 @@
 // Tolerances (max |got - ref| / max |ref|):
 //   bf16 outputs (out, dinp)            8e-3   (one bf16 rounding: <= 2^-9 of each element)
 //   fp32 outputs (logits, residual add,
-//                 dweight accumulation) 1e-4   (fp32 sums in another order, K up to 8192)
-// Shapes: every projection (qkv, proj, fc1, fc2, lm_head) of tiny, d12 and llama600m, with N
-// reduced to 256 tokens for validation (the CPU reference would take minutes at full N); the
-// benchmark runs them at B=4 and the preset's T.
+//                 dweight accumulation) 1e-4   (fp32 sums in another order, K up to 16384)
+// The real shapes below keep these bounds (K reaches N = 16384 for dweight); they are not yet
+// measured on a GPU there.
+// Shapes (N tokens, C -> OC of each projection qkv, proj, fc1, fc2, lm_head):
+//   an odd N=72, C=40, OC=24 (N not a multiple of the tile sizes);
+//   every projection of tiny, d12 and llama600m at N = 256;
+//   every projection of d12 at B=4, T=1024 (N = 4096), llama300m at B=4, T=4096 (N = 16384) and
+//   llama600m at B=4, T=2048 (N = 8192): the shapes the trainer runs (cuBLASLt picks its
+//   algorithm per shape, N included). llama300m's lm_head output is 16384 x 50304 = 8.2e8
+//   elements (3.3 GB in fp32), past 2^31 bytes, where a 32-bit byte offset would wrap.
+// Cost: the real shapes need 13 TFLOP of fp32 reference GEMMs (three per projection). The GPU
+// build runs matmul.h's cblas_sgemm on cuBLAS in plain fp32 (no TF32), a reference independent
+// of cuBLASLt's bf16 path and well under a second there (OpenBLAS on 16 cores: ~10 s, estimated).
+// What remains is moving and scanning ~1.8e9 output elements per output kind on the host:
+// fills, conversions and comparisons run on every core (cuda_common.cuh), and four (N, OC) host
+// buffers of the largest shape (13 GB) serve every shape and output.
+// The benchmark runs every projection at B=4 and the preset's T.
 // Usage: build/dev_matmul [--validate-only]   exit 0 ok, 1 a check failed, 77 no GPU (SKIP).
 #include <cstring>
+#include <memory>
 #include <string>
 #include "../../llmc/llama.h"
 #include "../../llmc/matmul.h"
@@ -28,50 +42,72 @@ static std::vector<Proj> projections(const LlamaConfig* c) {
             {"fc2", c->FF, c->C}, {"lm_head", c->C, c->Vp}};
 }
 
-static bool validate(const char* tag, int N, int C, int OC, uint64_t seed) {
+// The (N, OC) host buffers, shared by every shape: allocated once at the largest shape's size and
+// first touched on every core. At llama300m's lm_head each is 3.3 GB; a fresh vector per shape
+// and per GPU output would fault ~25 GB of pages on one core, more time than the copies.
+typedef struct {
+    std::unique_ptr<float[]> dout, resid, ref, got;  // (N, OC) each
+} OutBuffers;
+
+static std::unique_ptr<float[]> host_buffer(size_t n) {
+    std::unique_ptr<float[]> p(new float[n]);
+    float* x = p.get();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = 0.0f;
+    return p;
+}
+
+static bool validate(const char* tag, int N, int C, int OC, uint64_t seed, OutBuffers* ob) {
+    std::string t = tag;
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     bool ok = true;
-    std::vector<float> inp = cuda_host_uniform((size_t)N * C, seed, 1.0f);
-    std::vector<float> w = cuda_host_uniform((size_t)OC * C, seed + 1, 0.05f);
-    std::vector<float> dout = cuda_host_uniform((size_t)N * OC, seed + 2, 0.1f);
-    std::vector<float> resid = cuda_host_uniform((size_t)N * OC, seed + 3, 1.0f);
-    std::vector<float> dw0 = cuda_host_uniform((size_t)OC * C, seed + 4, 0.5f);  // nonzero: checks +=
+    std::vector<float> inp = cuda_host_uniform(nin, seed, 1.0f);
+    std::vector<float> w = cuda_host_uniform(nw, seed + 1, 0.05f);
+    float* dout = ob->dout.get();
+    float* resid = ob->resid.get();
+    float* ref = ob->ref.get();
+    float* got = ob->got.get();
+    cuda_host_uniform_to(dout, nout, seed + 2, 0.1f);
+    cuda_host_uniform_to(resid, nout, seed + 3, 1.0f);
+    std::vector<float> dw0 = cuda_host_uniform(nw, seed + 4, 0.5f);  // nonzero: checks +=
     cuda_round_to_bf16(&inp);
     cuda_round_to_bf16(&w);
-    cuda_round_to_bf16(&dout);
-    bf16* d_inp = cuda_upload_bf16(inp.data(), inp.size());
-    bf16* d_w = cuda_upload_bf16(w.data(), w.size());
-    bf16* d_dout = cuda_upload_bf16(dout.data(), dout.size());
-    float* d_resid = cuda_upload(resid.data(), resid.size());
-    float* d_dw = cuda_upload(dw0.data(), dw0.size());
-    bf16* d_out = cuda_malloc<bf16>((size_t)N * OC);
-    float* d_out32 = cuda_malloc<float>((size_t)N * OC);
-    bf16* d_dinp = cuda_malloc<bf16>((size_t)N * C);
+    cuda_round_to_bf16(dout, nout);
+    bf16* d_inp = cuda_upload_bf16(inp.data(), nin);
+    bf16* d_w = cuda_upload_bf16(w.data(), nw);
+    bf16* d_dout = cuda_upload_bf16(dout, nout);
+    float* d_resid = cuda_upload(resid, nout);
+    float* d_dw = cuda_upload(dw0.data(), nw);
+    bf16* d_out = cuda_malloc<bf16>(nout);
+    float* d_out32 = cuda_malloc<float>(nout);
+    bf16* d_dinp = cuda_malloc<bf16>(nin);
 
-    std::vector<float> ref((size_t)N * OC);
-    matmul_forward_cpu(ref.data(), inp.data(), w.data(), N, C, OC);
+    matmul_forward_cpu(ref, inp.data(), w.data(), N, C, OC);
     matmul_forward(d_out, d_inp, d_w, N, C, OC, 0);
-    std::vector<float> got = cuda_download_float(d_out, ref.size());
-    ok &= cuda_check_close((std::string(tag) + ".forward_bf16").c_str(), got.data(), ref.data(), ref.size(), TOL_BF16);
+    cuda_download_float_to(got, d_out, nout);
+    ok &= cuda_check_close((t + ".forward_bf16").c_str(), got, ref, nout, TOL_BF16);
 
     matmul_forward_fp32(d_out32, NULL, d_inp, d_w, N, C, OC, 0);
-    got = cuda_download(d_out32, ref.size());
-    ok &= cuda_check_close((std::string(tag) + ".forward_fp32").c_str(), got.data(), ref.data(), ref.size(), TOL_FP32);
+    cuda_download_to(got, d_out32, nout);
+    ok &= cuda_check_close((t + ".forward_fp32").c_str(), got, ref, nout, TOL_FP32);
 
-    std::vector<float> ref_res(ref.size());
-    for (size_t i = 0; i < ref.size(); i++) ref_res[i] = resid[i] + ref[i];
+    // resid (already on the device) becomes the expected resid + inp · wᵀ in place
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nout; i++) resid[i] += ref[i];
     matmul_forward_fp32(d_out32, d_resid, d_inp, d_w, N, C, OC, 0);
-    got = cuda_download(d_out32, ref.size());
-    ok &= cuda_check_close((std::string(tag) + ".forward_residual").c_str(), got.data(), ref_res.data(), ref.size(), TOL_FP32);
+    cuda_download_to(got, d_out32, nout);
+    ok &= cuda_check_close((t + ".forward_residual").c_str(), got, resid, nout, TOL_FP32);
 
-    std::vector<float> ref_dinp((size_t)N * C, 0.0f), ref_dw = dw0;
-    matmul_backward_cpu(ref_dinp.data(), ref_dw.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    std::vector<float> ref_dinp(nin, 0.0f), ref_dw = dw0;
+    matmul_backward_cpu(ref_dinp.data(), ref_dw.data(), dout, inp.data(), w.data(), N, C, OC);
     matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC, 0);
-    got = cuda_download_float(d_dinp, ref_dinp.size());
-    ok &= cuda_check_close((std::string(tag) + ".backward_dinp").c_str(), got.data(), ref_dinp.data(), ref_dinp.size(), TOL_BF16);
+    std::vector<float> got_in = cuda_download_float(d_dinp, nin);
+    ok &= cuda_check_close((t + ".backward_dinp").c_str(), got_in.data(), ref_dinp.data(), nin, TOL_BF16);
     // compare the accumulated part: (dw - dw0) against the reference's (dw - dw0)
-    got = cuda_download(d_dw, ref_dw.size());
-    for (size_t i = 0; i < got.size(); i++) { got[i] -= dw0[i]; ref_dw[i] -= dw0[i]; }
-    ok &= cuda_check_close((std::string(tag) + ".backward_dweight_accum").c_str(), got.data(), ref_dw.data(), ref_dw.size(), TOL_FP32);
+    std::vector<float> got_dw = cuda_download(d_dw, nw);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nw; i++) { got_dw[i] -= dw0[i]; ref_dw[i] -= dw0[i]; }
+    ok &= cuda_check_close((t + ".backward_dweight_accum").c_str(), got_dw.data(), ref_dw.data(), nw, TOL_FP32);
 
     void* bufs[] = {d_inp, d_w, d_dout, d_resid, d_dw, d_out, d_out32, d_dinp};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
@@ -104,21 +140,38 @@ int main(int argc, char** argv) {
     bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
     if (!cuda_device_present()) { printf("SKIP dev_matmul: no CUDA device\n"); return 77; }
     matmul_init();
+    // the shapes: (tag, N, C, OC); an odd small one first (N not a multiple of the tile sizes),
+    // then every projection of three presets at N = 256, then the real shapes, N = B*T at B = 4
+    struct Shape { std::string tag; int N, C, OC; };
+    std::vector<Shape> shapes = {{"dev_matmul.odd_N72_C40_OC24", 72, 40, 24}};
     const char* presets[] = {"tiny", "d12", "llama600m"};
-    bool ok = true;
-    uint64_t seed = 100;
-    // odd small shape first: N not a multiple of the tile sizes
-    ok &= validate("dev_matmul.odd_N72_C40_OC24", 72, 40, 24, seed++);
     for (const char* name : presets) {
         LlamaConfig c = {};
         llama_preset(name, &c);
-        for (const Proj& p : projections(&c)) {
-            std::string tag = std::string("dev_matmul.") + name + "." + p.name;
-            ok &= validate(tag.c_str(), 256, p.C, p.OC, seed += 10);
-        }
+        for (const Proj& p : projections(&c))
+            shapes.push_back({std::string("dev_matmul.") + name + "." + p.name, 256, p.C, p.OC});
     }
+    const char* real[] = {"d12", "llama300m", "llama600m"};
+    for (const char* name : real) {
+        LlamaConfig c = {};
+        llama_preset(name, &c);
+        int N = 4 * c.T;
+        for (const Proj& p : projections(&c))
+            shapes.push_back({std::string("dev_matmul.") + name + "_N" + std::to_string(N) + "." + p.name, N, p.C, p.OC});
+    }
+    size_t max_out = 0;
+    for (const Shape& sh : shapes) max_out = std::max(max_out, (size_t)sh.N * sh.OC);
+    OutBuffers ob = {host_buffer(max_out), host_buffer(max_out), host_buffer(max_out), host_buffer(max_out)};
+    bool ok = true;
+    uint64_t seed = 100;
+    for (const Shape& sh : shapes) {
+        ok &= validate(sh.tag.c_str(), sh.N, sh.C, sh.OC, seed, &ob);
+        seed += 10;
+    }
+    ob = OutBuffers{};  // 13 GB of host memory back before the benchmark
     if (!validate_only) {
-        for (const char* name : presets) {
+        const char* all[] = {"tiny", "d12", "llama300m", "llama600m"};
+        for (const char* name : all) {
             LlamaConfig c = {};
             llama_preset(name, &c);
             for (const Proj& p : projections(&c)) bench(name, p, 4 * c.T);

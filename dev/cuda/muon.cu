@@ -8,9 +8,21 @@
 //     emulation of exactly these roundings (numpy + ml_dtypes, Gaussian 384x128 ... 4096x768)
 //     differs from fp64 by 1.6e-2 .. 2.1e-2 max rel and ~1.0e-2 relative L2
 //   zero gradient and momentum   exactly W*(1 - lr*wd), no NaN
-// Shapes: every hidden matrix of tiny, d12 and llama600m (wide, square and tall, so both
-// orientations and the transposes are exercised), batch 2 with a layer stride larger than the
-// matrix (as megatron_core's q/k/v row blocks have). The benchmark runs whole groups (batch L).
+// These bounds are not yet measured on a GPU at llama300m's and llama600m's matrices (the
+// emulation stopped at 4096x768).
+// Shapes: every hidden matrix (rows x cols) of tiny, d12, llama300m and llama600m, i.e. the real
+// shapes the trainer updates, wide, square and tall, so both orientations and the transposes are
+// exercised:
+//   tiny 256x128 (qkv, GQA), 128x128, 768x128, 128x384     d12 2304x768, 768x768, 4096x768, 768x2048
+//   llama300m 3072x1024, 1024x1024, 5632x1024, 1024x2816    llama600m 4608x1536, 1536x1536,
+//   8192x1536, 1536x4096
+// each at batch 2 with a layer stride larger than the matrix for qkv (as megatron_core's q/k/v
+// row blocks have), plus a zero gradient and an odd tall 97x33 at batch 3.
+// Cost of the reference: muon_update_cpu's Newton–Schulz is 5 x (4 m^2 n + 2 m^3) flops per
+// matrix: 0.85 TFLOP for llama600m's fc1 pair, 2.9 TFLOP in all. The GPU build runs its
+// cblas_ssyrk / cblas_sgemm on cuBLAS in plain fp32 (dev/cuda/blas_shim): about a second with
+// the operand copies; OpenBLAS on 16 cores would take a few seconds (estimated).
+// The benchmark runs whole groups (batch L) of d12, llama300m and llama600m.
 // Usage: build/dev_muon [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -116,12 +128,13 @@ static void bench(const char* preset, const char* what_name, int rows, int cols,
 int main(int argc, char** argv) {
     bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
     if (!cuda_device_present()) { printf("SKIP dev_muon: no CUDA device\n"); return 77; }
-    const char* presets[] = {"tiny", "d12", "llama600m"};
+    const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
+    const int npresets = 4;
     const MuonPreset muon_presets[3] = {MUON_MOONLIGHT, MUON_KELLER, MUON_MEGATRON_CORE};
     bool ok = validate("dev_muon.zero_gradient", MUON_MOONLIGHT, 96, 40, 2, 96 * 40, 5, true);
     ok &= validate("dev_muon.odd_tall_97x33", MUON_KELLER, 97, 33, 3, 97 * 33 + 5, 6, false);
     uint64_t seed = 100;
-    for (int pi = 0; pi < 3; pi++) {
+    for (int pi = 0; pi < npresets; pi++) {
         LlamaConfig c = {};
         llama_preset(presets[pi], &c);
         int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
@@ -135,7 +148,7 @@ int main(int argc, char** argv) {
         }
     }
     if (!validate_only) {
-        for (int pi = 1; pi < 3; pi++) {
+        for (int pi = 1; pi < npresets; pi++) {
             LlamaConfig c = {};
             llama_preset(presets[pi], &c);
             int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);

@@ -3,7 +3,10 @@
 // Tolerance: 8e-3 max |got - ref| / max |ref| for every output (bf16 inputs rounded on the host,
 // fp32 math, one bf16 rounding of each output). Inputs span [-8, 8] so the sigmoid saturates on
 // both sides. The CPU backward accumulates into zeros here; the GPU writes.
-// Shapes: FF of tiny, d12 and llama600m at B=4 and the preset's T, and an odd FF (scalar path).
+// Shapes (N = B*T rows, FF): every preset at its real shape, B=4 and the preset's T: tiny
+// 1024 x 384, d12 4096 x 2048, llama300m 16384 x 2816 (9.2e7 fc1 outputs), llama600m
+// 8192 x 4096, and an odd 33 x 37 (scalar path). Full tensors: the reference is two expf per
+// element (about 0.6 s on one core at llama300m).
 // Usage: build/dev_swiglu [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -57,7 +60,7 @@ static void bench(const char* preset, int N, int FF) {
 int main(int argc, char** argv) {
     bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
     if (!cuda_device_present()) { printf("SKIP dev_swiglu: no CUDA device\n"); return 77; }
-    const char* presets[] = {"tiny", "d12", "llama600m"};
+    const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     bool ok = validate("dev_swiglu.odd_FF37_scalar", 33, 37, 9);
     for (const char* name : presets) {
         LlamaConfig c = {};
