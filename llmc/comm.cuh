@@ -29,9 +29,19 @@
 // never ncclAvg: the average is decode(sum) / (s N) afterwards (geofp8_dequantize_units).
 // Errors: NCCL_CHECK prints file:line, the call and NCCL's text, then exits 1 (Slurm's
 // --kill-on-bad-exit takes the other ranks down); bad launch settings get one "error:" line.
+// A dead peer: a collective whose peer is gone never completes, so the host would wait forever in
+// whatever synchronizes next (cudaStreamSynchronize, a device-to-host cudaMemcpy, the next
+// blocking enqueue), and those waits are spread over the trainer and its subsystems. Instead, a
+// thread started with the communicator polls ncclCommGetAsyncError every COMM_GPU_WATCH_MS; when
+// NCCL reports an error (a closed connection, a network failure: what a dead rank looks like to
+// the others) it prints one "error: rank R: ..." line, aborts the communicator and exits 1 —
+// whatever the main thread is waiting on — so the launcher ends the job. The thread stops in
+// comm_gpu_finalize before the communicator is destroyed.
 #pragma once
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -72,8 +82,21 @@
 #define COMM_GPU_ID_TIMEOUT_ENV "TRAIN_LLAMA_NCCL_ID_TIMEOUT"
 static const double COMM_GPU_ID_TIMEOUT_S = 600.0;  // a large job's ranks start over minutes
 static const int COMM_GPU_ID_POLL_MS = 200;
+// How often the watch thread asks NCCL for asynchronous errors: each query reads a flag, so the
+// cost is nil, and half a second is instant next to a launcher's own timeouts.
+static const int COMM_GPU_WATCH_MS = 500;
 
 enum { COMM_GPU_SINGLE = 0, COMM_GPU_MPI, COMM_GPU_SLURM_FILE };
+
+// The thread that watches a communicator for asynchronous errors (see the header comment).
+typedef struct {
+    ncclComm_t comm;
+    int rank;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop;  // set under mu by comm_gpu_watch_stop
+    std::thread thread;
+} CommWatchGPU;
 
 typedef struct {
     int rank;          // 0..world_size-1
@@ -83,7 +106,57 @@ typedef struct {
     ncclComm_t comm;   // NULL: one process without NCCL (collectives are copies)
     cudaStream_t stream;
     int launcher;      // COMM_GPU_SINGLE / COMM_GPU_MPI / COMM_GPU_SLURM_FILE
+    CommWatchGPU* watch;  // NULL without a communicator
 } CommGridGPU;
+
+// The watch thread's body. The exit is _exit, not exit: the main thread is inside the CUDA
+// runtime or NCCL at this moment, and exit's teardown (static destructors, the CUDA runtime's
+// atexit handlers) would run under it and could block; the process's end closes its connections
+// and frees its GPU context, which is what the peers and the launcher need to see.
+static inline void comm_gpu_watch_loop(CommWatchGPU* w) {
+    std::unique_lock<std::mutex> lock(w->mu);
+    while (!w->cv.wait_for(lock, std::chrono::milliseconds(COMM_GPU_WATCH_MS), [w] { return w->stop; })) {
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t query = ncclCommGetAsyncError(w->comm, &async);
+        if (query == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
+        ncclResult_t bad = query != ncclSuccess ? query : async;
+        const char* detail = ncclGetLastError(w->comm);
+        fprintf(stderr, "error: rank %d: NCCL reports '%s'%s%s%s on the communicator: another rank has died or the network "
+                        "between ranks failed; aborting the communicator and exiting instead of waiting for it\n",
+                w->rank, ncclGetErrorString(bad), detail && *detail ? " (" : "", detail && *detail ? detail : "",
+                detail && *detail ? ")" : "");
+        fflush(stderr);
+        fflush(stdout);  // the last step lines, when stdout goes to a file
+        ncclCommAbort(w->comm);
+        _exit(1);
+    }
+}
+
+// Starts watching g->comm (a no-op without one). The struct lives on the heap until
+// comm_gpu_watch_stop: a process that exits without comm_gpu_finalize must not destroy a
+// joinable std::thread (that would call std::terminate).
+static inline void comm_gpu_watch_start(CommGridGPU* g) {
+    if (!g->comm || g->watch) return;
+    CommWatchGPU* w = new CommWatchGPU();
+    w->comm = g->comm;
+    w->rank = g->rank;
+    w->stop = false;
+    w->thread = std::thread(comm_gpu_watch_loop, w);
+    g->watch = w;
+}
+
+static inline void comm_gpu_watch_stop(CommGridGPU* g) {
+    CommWatchGPU* w = g->watch;
+    if (!w) return;
+    {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->stop = true;
+    }
+    w->cv.notify_one();
+    w->thread.join();
+    delete w;
+    g->watch = NULL;
+}
 
 // Picks this rank's GPU from the GPUs this task sees: local_rank modulo their count. That is
 // local_rank when the task sees the whole node, device 0 when it was given one GPU
@@ -109,6 +182,7 @@ static inline void comm_gpu_init_single(CommGridGPU* g, cudaStream_t stream, int
     if (use_nccl) {
         int dev = g->device;
         NCCL_CHECK(ncclCommInitAll(&g->comm, 1, &dev));
+        comm_gpu_watch_start(g);
     }
 }
 
@@ -134,6 +208,7 @@ static inline void comm_gpu_init_mpi(CommGridGPU* g, int* argc, char*** argv, cu
     if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
     NCCL_CHECK(ncclCommInitRank(&g->comm, g->world_size, id, g->rank));
+    comm_gpu_watch_start(g);
 #else
     (void)argc; (void)argv;
     fprintf(stderr, "error: this binary was built without MPI, so it cannot start from mpirun; rebuild with the MPI flags "
@@ -280,14 +355,17 @@ static inline void comm_gpu_init_slurm_file(CommGridGPU* g, const char* id_path,
         }
     }
     NCCL_CHECK(ncclCommInitRank(&g->comm, g->world_size, id, g->rank));
+    comm_gpu_watch_start(g);
     // every rank has read the file once the (collective) init returns
     if (g->rank == 0) unlink(path.c_str());
 }
 
 static inline void comm_gpu_finalize(CommGridGPU* g) {
     if (g->comm) {
+        // still watched: both calls wait on the peers
         CUDA_CHECK(cudaStreamSynchronize(g->stream));
         NCCL_CHECK(ncclCommFinalize(g->comm));
+        comm_gpu_watch_stop(g);
         NCCL_CHECK(ncclCommDestroy(g->comm));
         g->comm = NULL;
     }

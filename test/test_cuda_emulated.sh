@@ -10,8 +10,9 @@
 #     (bf16 compute against fp32), the same bytes on every step, the logged RelL2 near the CPU
 #     engine's (bounds and their measured worst cases where they are checked);
 #   - auto layer selection, bitwise resume of geofp8 with 2 ranks, an injected NaN skipped by every
-#     rank, ranks with different flags refused over NCCL, the Slurm id-file launch (no MPI in the
-#     trainer) and its settings check, a one-rank NCCL communicator.
+#     rank, a lost peer ending the job with one line, ranks with different flags refused over NCCL,
+#     the Slurm id-file launch (no MPI in the trainer) and its settings check, a one-rank NCCL
+#     communicator.
 # What it cannot show (races between blocks, cuBLASLt algorithm choice, NCCL itself, speed) is what
 # dev/gpu_check.sh checks on a GPU. Prints "PASS name" / "FAIL name: detail" lines.
 cd "$(dirname "$0")/.." || exit 1
@@ -122,6 +123,17 @@ if [ $rc -eq 0 ] && grep -q "step     3/5 | skipped: non-finite loss or gradient
    [ "$(grep -c '"train_loss"' "$TMP/nan/metrics.jsonl")" -eq 4 ]; then
     pass emu.nan_step_skipped_by_all_ranks
 else fail emu.nan_step_skipped_by_all_ranks "rc=$rc $(grep -i -m2 'skip\|error' "$TMP/nan.out")"; fi
+
+# --- a lost peer: rank 1's 5th collective never returns and its communicator reports
+# ncclRemoteError (EMU_NCCL_PEER_LOST, dev/emu/emu_libs.cpp); llmc/comm.cuh's watch thread ends
+# that rank with one line, and mpirun the job, instead of a hang until the timeout
+start=$SECONDS
+timeout 300 mpirun --oversubscribe -np 2 env EMU_NCCL_PEER_LOST=1:5 "$EMU/train_llama" "${RUN[@]}" -x 4 -c fp32 -o "$TMP/lost" \
+    >"$TMP/lost.out" 2>"$TMP/lost.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: rank 1: NCCL reports .* another rank has died" "$TMP/lost.err"; then
+    pass "emu.lost_peer_ends_job: rc=$rc after $((SECONDS - start)) s"
+else fail emu.lost_peer_ends_job "rc=$rc $(grep -m2 -i 'error' "$TMP/lost.err")"; fi
 
 # --- ranks with different flags stop, naming the setting (rank 0's settings broadcast over NCCL)
 timeout 300 mpirun --oversubscribe -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 -l 1e-3 : -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 -l 2e-3 \

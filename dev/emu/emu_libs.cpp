@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <lapacke.h>
 #include <cblas.h>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -179,7 +180,21 @@ cusolverStatus_t cusolverDnDsyevd(cusolverDnHandle_t, cusolverEigMode_t jobz, cu
 }
 
 // ---- NCCL over MPI -----------------------------------------------------------------------------
-struct EmuComm { int rank, size; MPI_Comm mpi; };
+// A lost peer, for the engine's watch on ncclCommGetAsyncError (llmc/comm.cuh):
+// EMU_NCCL_PEER_LOST="R:N" makes rank R's N-th collective (1-based; all-reduce, broadcast,
+// all-gather, or a group of sends and receives) never return, as a GPU collective whose peer died
+// never completes, and from then on ncclCommGetAsyncError reports ncclRemoteError there.
+struct EmuComm { int rank, size; MPI_Comm mpi; long collectives; std::atomic<bool> lost{false}; };
+static const char* EMU_PEER_LOST_TEXT = "emulated: a peer of this rank is gone (EMU_NCCL_PEER_LOST)";
+static void emu_collective_begin(EmuComm* e) {
+    e->collectives++;
+    const char* v = getenv("EMU_NCCL_PEER_LOST");
+    int rank = -1;
+    long n = 0;
+    if (!v || sscanf(v, "%d:%ld", &rank, &n) != 2 || rank != e->rank || e->collectives != n) return;
+    e->lost = true;
+    for (;;) sleep(1);  // ended by the engine's watch thread (or the test's timeout when it has none)
+}
 struct PendingP2P { bool send; const void* s; void* r; size_t bytes; int peer; };
 static int g_group = 0;
 static std::vector<PendingP2P> g_p2p;
@@ -215,7 +230,7 @@ static void store_t(void* p, ncclDataType_t t, size_t i, double v) {
 }
 
 extern "C" {
-const char* ncclGetErrorString(ncclResult_t) { return "emulated nccl error"; }
+const char* ncclGetErrorString(ncclResult_t r) { return r == ncclRemoteError ? "remote process exited or there was a network error" : "emulated nccl error"; }
 ncclResult_t ncclGetVersion(int* v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
 // A unique id names its creator (pid, time): ncclCommInitRank checks that every rank got rank 0's.
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -269,6 +284,15 @@ ncclResult_t ncclCommInitAll(ncclComm_t* c, int n, const int*) {
     *c = (ncclComm_t)e; return ncclSuccess;
 }
 ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
+// Called from the engine's watch thread while the main thread runs: reads the atomic flag only.
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* err) {
+    *err = ((EmuComm*)c)->lost ? ncclRemoteError : ncclSuccess;
+    return ncclSuccess;
+}
+const char* ncclGetLastError(ncclComm_t c) { return c && ((EmuComm*)c)->lost ? EMU_PEER_LOST_TEXT : ""; }
+// The engine exits right after an abort; the communicator stays allocated because the main
+// thread may still be inside a collective on it.
+ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
     EmuComm* e = (EmuComm*)c;
     if (e->mpi != MPI_COMM_NULL) MPI_Comm_free(&e->mpi);
@@ -281,6 +305,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     EmuComm* e = (EmuComm*)c;
     size_t ts = type_size(t), bytes = count * ts;
     if (g_group) xdie("ncclAllReduce inside a group (not used by the engine)");
+    emu_collective_begin(e);
     if (e->size == 1) { memmove(recv, send, bytes); return ncclSuccess; }
     std::vector<char> all(bytes * e->size);
     MPI_Allgather(send, (int)bytes, MPI_BYTE, all.data(), (int)bytes, MPI_BYTE, e->mpi);
@@ -304,6 +329,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t) {
     EmuComm* e = (EmuComm*)c;
     size_t bytes = count * type_size(t);
+    emu_collective_begin(e);
     if (send != recv && e->rank == root) memmove(recv, send, bytes);
     if (e->size > 1) MPI_Bcast(recv, (int)bytes, MPI_BYTE, root, e->mpi);
     return ncclSuccess;
@@ -311,6 +337,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t c, cudaStream_t) {
     EmuComm* e = (EmuComm*)c;
     size_t bytes = count * type_size(t);
+    emu_collective_begin(e);
     if (e->size == 1) { memmove(recv, send, bytes); return ncclSuccess; }
     std::vector<char> tmp(bytes);
     memcpy(tmp.data(), send, bytes);
@@ -334,6 +361,7 @@ ncclResult_t ncclGroupEnd() {
     if (--g_group > 0) return ncclSuccess;
     if (g_p2p.empty()) return ncclSuccess;
     EmuComm* e = g_p2p_comm;
+    emu_collective_begin(e);
     std::vector<MPI_Request> req;
     std::vector<std::vector<char>> self_copies;
     // self send/recv pairs: copy directly
