@@ -18,13 +18,20 @@
 // Plans (descriptors + the heuristic's algorithm) are cached per shape, layout and alignment: the
 // heuristic query costs tens of microseconds and would otherwise run for every GEMM of every step.
 // Where cuBLASLt has no algorithm (leading dimensions that are not multiples of 16 bytes, as in
-// sampling's growing T), the same GEMM runs through cublasGemmStridedBatchedEx instead.
+// sampling's growing T), the same GEMM runs through cublasGemmStridedBatchedEx instead. Each such
+// shape prints one "matmul: ... falls back ..." line on stderr the first time it runs (shape,
+// layout and the heuristic's status), so a training shape on the slower path shows in the log;
+// after MATMUL_FALLBACK_LINES shapes the rest are counted without a line.
 #pragma once
 #include <array>
 #include <map>
+#include <set>
 #include "cuda_common.cuh"
 
 static const size_t MATMUL_WORKSPACE_BYTES = (size_t)32 << 20;  // cuBLASLt split-K etc.
+// Sampling meets one new T per generated token, most of them off the 16-byte grid: listing them
+// all would bury the log, and the training shapes, which run first, are the ones that matter.
+static const int MATMUL_FALLBACK_LINES = 16;
 
 typedef struct {
     bool lt;  // false: cuBLASLt offered no algorithm (odd leading dimensions); use classic cuBLAS
@@ -40,9 +47,10 @@ typedef struct {
     cublasHandle_t blas;  // fallback for shapes cuBLASLt rejects (e.g. sampling's T = 1, 2, 3, ...)
     void* workspace;
     std::map<MatmulKey, MatmulPlan>* plans;
+    std::set<MatmulKey>* fallback_shapes;  // keys without the alignments: one line per shape
 } MatmulContext;
 
-static MatmulContext matmul_ctx = {NULL, NULL, NULL, NULL};
+static MatmulContext matmul_ctx = {NULL, NULL, NULL, NULL, NULL};
 
 static inline void matmul_init(void) {
     if (matmul_ctx.handle != NULL) return;
@@ -50,6 +58,7 @@ static inline void matmul_init(void) {
     CUBLAS_CHECK(cublasCreate(&matmul_ctx.blas));
     CUDA_CHECK(cudaMalloc(&matmul_ctx.workspace, MATMUL_WORKSPACE_BYTES));
     matmul_ctx.plans = new std::map<MatmulKey, MatmulPlan>();
+    matmul_ctx.fallback_shapes = new std::set<MatmulKey>();
 }
 
 static inline void matmul_free(void) {
@@ -63,10 +72,39 @@ static inline void matmul_free(void) {
         cublasLtMatrixLayoutDestroy(p.d);
     }
     delete matmul_ctx.plans;
+    delete matmul_ctx.fallback_shapes;
     CUDA_CHECK(cudaFree(matmul_ctx.workspace));
     CUBLAS_CHECK(cublasDestroy(matmul_ctx.blas));
     CUBLAS_CHECK(cublasLtDestroy(matmul_ctx.handle));
-    matmul_ctx = {NULL, NULL, NULL, NULL};
+    matmul_ctx = {NULL, NULL, NULL, NULL, NULL};
+}
+
+// Distinct GEMM shapes (alignments aside) that have run on the cuBLAS fallback since matmul_init.
+static inline int matmul_fallback_count(void) {
+    return matmul_ctx.fallback_shapes ? (int)matmul_ctx.fallback_shapes->size() : 0;
+}
+
+// The line for a plan cuBLASLt refused (key as built in matmul_cublaslt), once per shape.
+static inline void matmul_report_fallback(const MatmulKey& key, cublasStatus_t status, int found) {
+    MatmulKey shape = key;
+    for (int i = 14; i < 18; i++) shape[i] = 0;  // the alignments
+    if (!matmul_ctx.fallback_shapes->insert(shape).second) return;
+    int n = (int)matmul_ctx.fallback_shapes->size();
+    if (n > MATMUL_FALLBACK_LINES) {
+        if (n == MATMUL_FALLBACK_LINES + 1)
+            fprintf(stderr, "matmul: more than %d GEMM shapes fall back from cuBLASLt to cuBLAS; the rest are not listed\n",
+                    MATMUL_FALLBACK_LINES);
+        return;
+    }
+    char reason[160];
+    if (status != CUBLAS_STATUS_SUCCESS)
+        snprintf(reason, sizeof reason, "cublasLtMatmulAlgoGetHeuristic returned status %d (%s)", (int)status, cublasGetStatusString(status));
+    else
+        snprintf(reason, sizeof reason, "cublasLtMatmulAlgoGetHeuristic found %d algorithms", found);
+    fprintf(stderr, "matmul: GEMM M=%lld N=%lld K=%lld op(A)=%c op(B)=%c lda=%lld ldb=%lld ldd=%lld batch=%lld out=%s%s, "
+                    "alignment A/B/C/D %lld/%lld/%lld/%lld bytes, falls back from cuBLASLt to cuBLAS: %s\n",
+            key[0], key[1], key[2], key[3] ? 'T' : 'N', key[4] ? 'T' : 'N', key[5], key[6], key[7], key[8],
+            key[12] == (long long)CUDA_R_32F ? "fp32" : "bf16", key[13] ? " +C" : "", key[14], key[15], key[16], key[17], reason);
 }
 
 // Largest power of two (up to 256) dividing the address of every batch's matrix: what the
@@ -141,6 +179,7 @@ static inline void matmul_cublaslt(void* d, cudaDataType d_type, const void* c,
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         p.lt = st == CUBLAS_STATUS_SUCCESS && found > 0;
         if (p.lt) p.algo = result.algo;
+        else matmul_report_fallback(key, st, found);
         it = matmul_ctx.plans->emplace(key, p).first;
     }
     MatmulPlan& p = it->second;
