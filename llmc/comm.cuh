@@ -125,8 +125,9 @@ static inline void comm_gpu_watch_loop(CommWatchGPU* w) {
                         "between ranks failed; aborting the communicator and exiting instead of waiting for it\n",
                 w->rank, ncclGetErrorString(bad), detail && *detail ? " (" : "", detail && *detail ? detail : "",
                 detail && *detail ? ")" : "");
-        fflush(stderr);
-        fflush(stdout);  // the last step lines, when stdout goes to a file
+        // every stdio stream: the last step lines and metrics rows, when they go to files (the main
+        // thread holds a stream's lock only inside one stdio call, so this cannot wait on NCCL)
+        fflush(NULL);
         ncclCommAbort(w->comm);
         _exit(1);
     }
