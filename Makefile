@@ -56,6 +56,7 @@ demo: deps
 	    -v 20 -m 4 -s 80 -g 48 -o out/demo
 
 -include cuda.mk
+-include gpu.mk
 
 clean:
 	rm -rf $(BUILD) train_llama_cpu train_llama out

@@ -1,10 +1,16 @@
-"""Plain PyTorch CPU training-step benchmark of the same Llama model as train_llama_cpu.
+"""Plain PyTorch training-step benchmark of the same Llama model as train_llama / train_llama_cpu.
 
 Forward, backward, grad clipping and the optimizer step (torch.optim.Muon "match_rms_adamw" on the
-hidden matrices, AdamW on embeddings, lm_head and norms), in float32 on the CPU, so the C++ engine's
-tokens/s have a baseline. Written against torch 2.15.
+hidden matrices, AdamW on embeddings, lm_head and norms), eager, with scaled_dot_product_attention,
+so each engine's tokens/s have a baseline measured on the same machine:
+  --device cpu --dtype float32      the CPU engine's anchor (dev/bench_cpu.sh)
+  --device cuda --dtype bfloat16    the CUDA engine's anchor (dev/gpu_check.sh): bf16 autocast with
+                                    fp32 weights and optimizer, as train_llama (bf16 compute, fp32
+                                    master weights)
+Random tokens; the timed steps follow --warmup untimed ones. Written against torch 2.15.
 
     python dev/bench_pytorch.py --preset tiny -b 4 -t 256 --threads 2
+    python dev/bench_pytorch.py --device cuda --dtype bfloat16 --preset llama300m -b 4 -t 4096 --steps 5
 """
 import argparse
 import math
@@ -15,9 +21,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 V, Vp = 50257, 50304
-PRESETS = {  # C, L, NH, NKV, FF
+PRESETS = {  # C, L, NH, NKV, FF (llmc/llama.h)
     "tiny": (128, 4, 4, 2, 384),
     "d12": (768, 12, 12, 12, 2048),
+    "llama300m": (1024, 16, 16, 16, 2816),
+    "llama600m": (1536, 16, 12, 12, 4096),
 }
 RMSNORM_EPS = 1e-5
 ROPE_THETA = 10000.0
@@ -35,6 +43,7 @@ class RMSNorm(nn.Module):
 def rope(x, cos, sin):
     """Half-split (rotate_half) RoPE on x (B, H, T, HS); cos, sin (T, HS/2)."""
     x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # under autocast q, k arrive in bf16: keep them there
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
@@ -110,40 +119,56 @@ def main():
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     parser.add_argument("-b", type=int, default=4, help="micro-batch B")
     parser.add_argument("-t", type=int, default=256, help="sequence length T")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps (after 2 warm-up steps)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (--device cpu)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="compute precision; bfloat16 = autocast over fp32 weights")
     parser.add_argument("--seed", type=int, default=1337)
     args = parser.parse_args()
-    if args.b < 1 or args.t < 1 or args.steps < 1 or args.threads < 1:
-        parser.error("-b, -t, --steps and --threads must be positive")
+    if args.b < 1 or args.t < 1 or args.steps < 1 or args.threads < 1 or args.warmup < 0:
+        parser.error("-b, -t, --steps and --threads must be positive, --warmup at least 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch %s sees no CUDA device (torch.cuda.is_available() is False)" % torch.__version__)
 
-    torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     C, L, NH, NKV, FF = PRESETS[args.preset]
     B, T = args.b, args.t
-    model = Llama(C, L, NH, NKV, FF, T)
+    model = Llama(C, L, NH, NKV, FF, T).to(dev)
     opts = make_optimizers(model, lr=5e-4, wd=0.1)
-    idx = torch.randint(0, V, (B, T))
-    targets = torch.randint(0, V, (B, T))
+    idx = torch.randint(0, V, (B, T), device=dev)
+    targets = torch.randint(0, V, (B, T), device=dev)
+    bf16 = args.dtype == "bfloat16"
 
     def train_step():
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        loss = model(idx, targets)
+        with torch.autocast(device_type=args.device, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(idx, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for opt in opts:
             opt.step()
-        return loss.item()
+        return loss.item()  # waits for the device
 
-    for _ in range(2):
+    for _ in range(args.warmup):
         train_step()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(args.steps):
-        train_step()
+        loss = train_step()
     dt = (time.perf_counter() - t0) / args.steps
-    print("pytorch preset=%s B=%d T=%d threads=%d tokens/s=%.0f  ms/step=%.1f"
-          % (args.preset, B, T, args.threads, B * T / dt, dt * 1000))
+    if not math.isfinite(loss):
+        raise SystemExit("error: non-finite loss %r after %d steps" % (loss, args.warmup + args.steps))
+    peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else float("nan")
+    print("pytorch preset=%s B=%d T=%d device=%s dtype=%s threads=%d tokens/s=%.0f  ms/step=%.1f peak_mem_gib=%.2f loss=%.4f"
+          % (args.preset, B, T, args.device, args.dtype, args.threads, B * T / dt, dt * 1000, peak, loss))
 
 
 if __name__ == "__main__":

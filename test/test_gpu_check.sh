@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# test_gpu_check.sh — dev/gpu_check.sh's own logic and the GPU bundle, without a GPU:
+#   - bad settings get one line and exit 2;
+#   - EMULATE=1 (dev/emu's CPU builds, small shapes) against reference curves made by --refs: the
+#     preflight rows, the tiny loss match, one -c mode on a one-rank NCCL communicator, the bitwise
+#     rerun, every GPU-only row skipped with its reason, rows in order, each with its seconds, the
+#     results file copied to $OUT while the run is still going, the logs tarred there;
+#   - failure paths: a corrupted reference curve, a binary that does not load (no rebuild), a
+#     check program with a failing check, a run that hangs (timeout), a spent time budget: each a
+#     FAIL or SKIP row with its reason, none a hang;
+#   - make gpu-bundle: at most 48 MiB; every binary's NEEDED entries (readelf -d) in the allowlist
+#     below; every file the script names (--list-files), every fixture the GPU programs open and
+#     every make gpu binary in the bundle; the bundle copied away from the repo runs its preflight
+#     (MANIFEST, libraries, binaries load) and skips the rest (no device here), and notices refs
+#     made with other flags and a changed file.
+# The emulated run leaves out dev_geofp8 --small (2-3 minutes) and test_llama_gpu (1-2 minutes):
+# test_cuda_emulated.sh runs both; the same rows' logic runs here on a stand-in that fails.
+# Prints "PASS name" / "FAIL name: detail" / "SKIP name: why" lines.
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+T_START=$(date +%s)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset EMULATE GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_TIMEOUT GPU_CHECK_REBUILD GPU_CHECK_BIN GPU_CHECK_REFS GPU_CHECK_LOGS OUT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+skip() { echo "SKIP $1: $2"; }
+check() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
+# the row of KEY in a results file: "RESULT|SECONDS|DETAIL"
+row_of() { awk -F' [|] ' -v k="$1" '{ gsub(/^\| /, "", $1); gsub(/ +$/, "", $1); gsub(/ +$/, "", $2) } $1 == k { sub(/ s$/, "", $3); gsub(/ /, "", $3); d = $4; for (i = 5; i <= NF; i++) d = d " | " $i; print $2 "|" $3 "|" d; exit }' "$2"; }
+result_of() { row_of "$1" "$2" | cut -d'|' -f1; }
+detail_of() { row_of "$1" "$2" | cut -d'|' -f3-; }
+
+# --- bad settings: one line, exit 2, nothing run
+for bad in "EMULATE=2" "GPU_CHECK_BUDGET=soon" "GPU_CHECK_TIMEOUT=0" "GPU_CHECK_REBUILD=yes" "GPU_CHECK_ONLY=(" "OUT=$TMP/none"; do
+    env "$bad" bash dev/gpu_check.sh >"$TMP/bad.out" 2>"$TMP/bad.err"
+    rc=$?
+    var=${bad%%=*}
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/bad.err")" -eq 1 ] && grep -q "^gpu_check: $var" "$TMP/bad.err" && [ ! -s "$TMP/bad.out" ]; then
+        pass "gpu_check.refuses_$var"
+    else fail "gpu_check.refuses_$var" "rc=$rc: $(head -2 "$TMP/bad.err") $(head -2 "$TMP/bad.out")"; fi
+done
+bash dev/gpu_check.sh --frobnicate >/dev/null 2>"$TMP/bad.err"
+rc=$?
+check gpu_check.refuses_unknown_argument '[ $rc -eq 2 ] && grep -q "unknown argument .--frobnicate." "$TMP/bad.err"' "$(cat "$TMP/bad.err")"
+
+# --- what the emulation needs (as test_cuda_emulated.sh)
+CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
+EMU_WHY=""
+for h in cuda_runtime.h cublasLt.h cusolverDn.h; do [ -f "$CUDA_INC/$h" ] || EMU_WHY="no $h under $CUDA_INC"; done
+[ -f "$CUDA_INC/nccl.h" ] || [ -f /usr/include/nccl.h ] || EMU_WHY="no nccl.h"
+command -v mpicxx >/dev/null 2>&1 || EMU_WHY="no MPI"
+[ "$(uname -m)" = x86_64 ] || EMU_WHY="dev/emu runs on x86-64 only"
+command -v cc >/dev/null 2>&1 || EMU_WHY="no C compiler for the stand-in programs"
+EMU=${GPU_CHECK_EMU:-$ROOT/build/emu}
+
+if [ -n "$EMU_WHY" ]; then
+    skip gpu_check.emulated "$EMU_WHY"
+else
+    if ! make --no-print-directory train_llama_cpu >"$TMP/make_cpu.log" 2>&1; then
+        fail gpu_check.cpu_engine_builds "$(tail -3 "$TMP/make_cpu.log")"
+    fi
+    # the emulated programs: test_cuda_emulated.sh (before this test) builds them; again if stale
+    stale=""
+    if [ -x "$EMU/train_llama" ]; then
+        stale=$(find train_llama.cu llmc dev/emu dev/cuda/geofp8.cu test/test_llama_gpu.cu -newer "$EMU/train_llama" -type f 2>/dev/null | head -1)
+    fi
+    if [ ! -x "$EMU/train_llama" ] || [ -n "$stale" ]; then
+        bash dev/emu/build.sh "$EMU" >"$TMP/emu_build.log" 2>&1 || fail gpu_check.emu_build "$(grep -m3 -E 'error|failed' "$TMP/emu_build.log")"
+    fi
+
+    # --- the reference curves of the emulated flags, by the CPU engine
+    EMULATE=1 bash dev/gpu_check.sh --refs "$TMP/refs" >"$TMP/refs.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^kind emulated' "$TMP/refs/flags.txt" && [ "$(grep -c '^run ' "$TMP/refs/flags.txt")" -eq 7 ] &&
+       [ "$(grep -c trl: "$TMP/refs/tiny/main.log")" -eq 4 ] && [ "$(grep -c train_loss "$TMP/refs/mode_kfac/metrics.jsonl")" -eq 3 ]; then
+        pass "gpu_check.refs_made: 7 runs, flags recorded"
+    else fail gpu_check.refs_made "rc=$rc $(tail -3 "$TMP/refs.out")"; fi
+    EMULATE=1 GPU_CHECK_EMU="$EMU" bash dev/gpu_check.sh --refs "$TMP/refs" >"$TMP/refs2.out" 2>&1
+    check gpu_check.refs_kept_when_up_to_date 'grep -q "is up to date" "$TMP/refs2.out"' "$(tail -2 "$TMP/refs2.out")"
+
+    # --- the emulated run; $OUT watched while it runs
+    mkdir -p "$TMP/out"
+    ONLY='^(tiny|mode_geofp8|bitwise|dev_matmul|test_(blas_shim|fp8_device)|memcheck|racecheck|bench_.*|torch_.*)$'
+    OUT=$TMP/out EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs" GPU_CHECK_ONLY="$ONLY" \
+        timeout 900 bash dev/gpu_check.sh >"$TMP/emu.out" 2>&1 &
+    pid=$!
+    seen_live=0
+    while kill -0 $pid 2>/dev/null; do
+        n=$(grep -c '^| ' "$TMP/out/gpu_check_results.txt" 2>/dev/null)
+        [ "${n:-0}" -gt "$seen_live" ] && kill -0 $pid 2>/dev/null && seen_live=$n
+        sleep 1
+    done
+    wait $pid
+    rc=$?
+    R=$TMP/logs/results.txt
+    check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(tail -3 "$TMP/emu.out")"
+    keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
+    # shellcheck disable=SC2034  # read by check's eval
+    want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise memcheck racecheck bench_d12 bench_llama300m bench_llama600m torch_d12 torch_llama300m torch_llama600m "
+    check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
+    bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
+    check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
+    for k in libraries refs binaries test_blas_shim tiny mode_geofp8 bitwise; do
+        check "gpu_check.emulated_$k" '[ "$(result_of $k "$R")" = PASS ]' "$(row_of $k "$R")"
+    done
+    # the loss rows print their measurement against their bound
+    tiny_rel=$(detail_of tiny "$R" | sed -n 's/.*max rel \([0-9.e+-]*\) (step.*/\1/p')
+    if [ -n "$tiny_rel" ] && awk -v x="$tiny_rel" 'BEGIN { exit !(x >= 0 && x <= 5e-3) }'; then
+        pass "gpu_check.emulated_tiny_measured: max rel $tiny_rel, bound 5e-3 (4 steps, bf16 against fp32)"
+    else fail gpu_check.emulated_tiny_measured "no max rel in: $(detail_of tiny "$R")"; fi
+    check gpu_check.emulated_mode_labelled 'detail_of mode_geofp8 "$R" | grep -q "^orchestration only (1 rank): max rel"' "$(detail_of mode_geofp8 "$R")"
+    for k in dev_matmul test_fp8_device memcheck racecheck bench_d12 bench_llama600m torch_llama300m; do
+        check "gpu_check.emulated_${k}_skipped_with_reason" '[ "$(result_of $k "$R")" = SKIP ] && detail_of $k "$R" | grep -q "^emulated: ."' "$(row_of $k "$R")"
+    done
+    check gpu_check.results_in_out_while_running '[ "$seen_live" -ge 5 ]' "$seen_live rows seen in \$OUT before the end"
+    check gpu_check.results_in_out_at_end 'cmp -s "$R" "$TMP/out/gpu_check_results.txt"' "differs from $R"
+    nfiles=$(find "$TMP/out" -type f | wc -l)
+    tarsize=$(stat -c %s "$TMP/out/gpu_check_logs.tar.gz" 2>/dev/null || echo 0)
+    check gpu_check.logs_tarred_to_out '[ $nfiles -le 8 ] && [ $tarsize -gt 0 ] && [ $tarsize -le 16777216 ] && tar -tzf "$TMP/out/gpu_check_logs.tar.gz" | grep -q "tiny/metrics.jsonl" && ! tar -tzf "$TMP/out/gpu_check_logs.tar.gz" | grep -q "\.bin$"' \
+        "$nfiles files in \$OUT, tar $tarsize bytes"
+
+    # --- failure paths
+    # a corrupted reference curve: step 2 of mode_bf16 1% off
+    cp -r "$TMP/refs" "$TMP/refs_bad"
+    awk '/"step": 2,/ { match($0, /"train_loss": [0-9.e+-]+/); v = substr($0, RSTART + 14, RLENGTH - 14); sub(/"train_loss": [0-9.e+-]+/, "\"train_loss\": " v * 1.01) } { print }' \
+        "$TMP/refs/mode_bf16/metrics.jsonl" >"$TMP/refs_bad/mode_bf16/metrics.jsonl"
+    EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs_bad" GPU_CHECK_LOGS="$TMP/logs_bad" GPU_CHECK_ONLY='^mode_bf16$' \
+        timeout 600 bash dev/gpu_check.sh >"$TMP/bad_ref.out" 2>&1
+    rc=$?
+    # |cpu - cpu * 1.01| / (cpu * 1.01) = 9.9e-3 at step 2, plus the emulation's own 1e-4
+    check gpu_check.corrupted_ref_fails '[ $rc -eq 1 ] && [ "$(result_of mode_bf16 "$TMP/logs_bad/results.txt")" = FAIL ] && detail_of mode_bf16 "$TMP/logs_bad/results.txt" | grep -qE "max rel (9\.[89]e-03|1\.0e-02) \(step 2\)"' \
+        "rc=$rc $(row_of mode_bf16 "$TMP/logs_bad/results.txt")"
+
+    # stand-ins: a train_llama that needs a library nobody has; a check program with a failing check;
+    # a train_llama that answers --help and then hangs
+    mkdir -p "$TMP/emu_bad" "$TMP/emu_hang" "$TMP/lib"
+    ln -s "$EMU/src" "$TMP/emu_bad/src"; ln -s "$EMU/src" "$TMP/emu_hang/src"
+    ln -s "$EMU/test_llama_gpu" "$TMP/emu_bad/test_llama_gpu"; ln -s "$EMU/test_llama_gpu" "$TMP/emu_hang/test_llama_gpu"
+    ln -s "$EMU/dev_geofp8" "$TMP/emu_hang/dev_geofp8"
+    echo 'int gpu_check_absent(void) { return 1; }' >"$TMP/absent.c"
+    printf '%s\n' 'int gpu_check_absent(void);' 'int main(void) { return gpu_check_absent(); }' >"$TMP/needs.c"
+    printf '%s\n' '#include <stdio.h>' '#include <string.h>' '#include <unistd.h>' \
+        'int main(int argc, char** argv) { if (argc > 1 && !strcmp(argv[1], "--help")) { puts("usage: stand-in"); return 0; } sleep(600); return 0; }' >"$TMP/hang.c"
+    printf '%s\n' '#!/bin/sh' 'echo "PASS stand_in.one"' 'echo "FAIL stand_in.two: off by 3"' 'exit 1' >"$TMP/emu_bad/dev_geofp8"
+    chmod +x "$TMP/emu_bad/dev_geofp8"
+    if cc -shared -fPIC "$TMP/absent.c" -o "$TMP/lib/libgpu_check_absent.so" && cc "$TMP/needs.c" -L"$TMP/lib" -lgpu_check_absent -o "$TMP/emu_bad/train_llama" &&
+       cc "$TMP/hang.c" -o "$TMP/emu_hang/train_llama"; then
+        rm -f "$TMP/lib/libgpu_check_absent.so"
+        t0=$(date +%s)
+        EMULATE=1 GPU_CHECK_EMU="$TMP/emu_bad" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs_load" GPU_CHECK_REBUILD=0 \
+            GPU_CHECK_ONLY='^(dev_geofp8|tiny)$' timeout 300 bash dev/gpu_check.sh >"$TMP/load.out" 2>&1
+        rc=$?; dt=$(( $(date +%s) - t0 ))
+        L=$TMP/logs_load/results.txt
+        check gpu_check.unloadable_binary_fails '[ $rc -eq 1 ] && [ "$(result_of binaries "$L")" = FAIL ] && detail_of binaries "$L" | grep -q "train_llama (needs libgpu_check_absent.so: not found)"' \
+            "rc=$rc $(row_of binaries "$L")"
+        check gpu_check.no_rebuild_when_told '[ "$(result_of rebuild "$L")" = SKIP ] && detail_of rebuild "$L" | grep -q GPU_CHECK_REBUILD=0' "$(row_of rebuild "$L")"
+        check gpu_check.unloadable_binary_rows_fail '[ "$(result_of tiny "$L")" = FAIL ] && detail_of tiny "$L" | grep -q "train_llama does not load"' "$(row_of tiny "$L")"
+        check gpu_check.failing_check_counted '[ "$(result_of dev_geofp8 "$L")" = FAIL ] && detail_of dev_geofp8 "$L" | grep -q "^1 of 2 failed (exit 1): stand_in.two: off by 3"' "$(row_of dev_geofp8 "$L")"
+        check gpu_check.failure_paths_quick '[ $dt -le 60 ]' "$dt s"
+
+        t0=$(date +%s)
+        EMULATE=1 GPU_CHECK_EMU="$TMP/emu_hang" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs_hang" GPU_CHECK_TIMEOUT=5 \
+            GPU_CHECK_ONLY='^tiny$' timeout 300 bash dev/gpu_check.sh >"$TMP/hang.out" 2>&1
+        rc=$?; dt=$(( $(date +%s) - t0 ))
+        H=$TMP/logs_hang/results.txt
+        check gpu_check.hang_times_out '[ $rc -eq 1 ] && [ "$(result_of tiny "$H")" = FAIL ] && detail_of tiny "$H" | grep -q "timed out after 5 s" && [ $dt -le 60 ]' \
+            "rc=$rc after $dt s: $(row_of tiny "$H")"
+    else
+        fail gpu_check.stand_ins_build "cc failed"
+    fi
+    # a spent budget: the check is not started
+    EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs_budget" GPU_CHECK_BUDGET=1 GPU_CHECK_ONLY='^tiny$' \
+        timeout 120 bash dev/gpu_check.sh >"$TMP/budget.out" 2>&1
+    B=$TMP/logs_budget/results.txt
+    check gpu_check.budget_spent_skips '[ "$(result_of tiny "$B")" = SKIP ] && detail_of tiny "$B" | grep -q "time budget spent"' "$(row_of tiny "$B")"
+fi
+
+# --- the bundle
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [ ! -x "$NVCC" ]; then
+    skip gpu_check.bundle "no nvcc: the GPU binaries cannot be built here"
+elif [ ! -f "$TMP/refs/flags.txt" ]; then
+    skip gpu_check.bundle "no reference curves were made above (${EMU_WHY:-see the refs check})"
+elif ! make --no-print-directory gpu >"$TMP/make_gpu.log" 2>&1; then
+    fail gpu_check.make_gpu "$(grep -m3 -E 'error|Error' "$TMP/make_gpu.log")"
+else
+    # the emulated curves stand in for make gpu-refs (minutes of CPU); -o: make keeps them as they are
+    BUNDLE=$TMP/bundle
+    make --no-print-directory -o "$TMP/refs/flags.txt" gpu-bundle GPU_BUNDLE="$BUNDLE" GPU_REFS="$TMP/refs" >"$TMP/make_bundle.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] || [ ! -f "$BUNDLE/gpu_check.sh" ]; then
+        fail gpu_check.make_gpu_bundle "rc=$rc $(tail -3 "$TMP/make_bundle.log")"
+    else
+        bytes=$(du -sb "$BUNDLE" | cut -f1)
+        check gpu_check.bundle_size "[ $bytes -le $((48 * 1048576)) ]" "$bytes bytes, over 48 MiB"
+        [ $failures -eq 0 ] && echo "gpu_check.bundle: $(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB", b / 1048576 }'), $(wc -l <"$BUNDLE/MANIFEST") files"
+        # NEEDED entries: the C/C++ runtime, the CUDA driver, cuBLAS(Lt), cuSOLVER, NCCL; cudart is static
+        ALLOW='^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libgomp\.so\.1|ld-linux-x86-64\.so\.2|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libcuda\.so\.1|libcublas\.so\.[0-9]+|libcublasLt\.so\.[0-9]+|libcusolver\.so\.[0-9]+|libnccl\.so\.2)$'
+        nbin=0; others=""
+        for b in "$BUNDLE"/bin/*; do
+            nbin=$((nbin + 1))
+            extra=$(readelf -d "$b" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | grep -vE "$ALLOW" | tr '\n' ' ')
+            [ -n "$extra" ] && others="$others $(basename "$b"): $extra;"
+            readelf -h "$b" >/dev/null 2>&1 || others="$others $(basename "$b"): not an ELF file;"
+        done
+        check gpu_check.bundle_needed_allowlist '[ -z "$others" ] && [ $nbin -ge 14 ]' "outside the allowlist:$others ($nbin binaries)"
+        if command -v cuobjdump >/dev/null 2>&1 || [ -x "$(dirname "$NVCC")/cuobjdump" ]; then
+            # shellcheck disable=SC2034  # read by check's eval
+            CUOBJ=$(command -v cuobjdump || echo "$(dirname "$NVCC")/cuobjdump")
+            check gpu_check.bundle_train_llama_has_sm90 '"$CUOBJ" --list-elf "$BUNDLE/bin/train_llama" 2>/dev/null | grep -q sm_90' "no sm_90 code in bin/train_llama"
+        fi
+        # every file the script names, every fixture the GPU programs open, every make gpu binary
+        missing=$(bash "$BUNDLE/gpu_check.sh" --list-files | while read -r dst _; do [ -f "$BUNDLE/$dst" ] || echo "$dst"; done | tr '\n' ' ')
+        for f in $(grep -oh 'test/fixtures/[A-Za-z0-9_.]*' test/*.cu dev/cuda/*.cu | sort -u) data/gpt2_tokenizer.bin; do
+            [ -f "$BUNDLE/$f" ] || missing="$missing $f"
+        done
+        for pat in $(sed -n 's/^#define TRAIN_DEFAULT_[A-Z]*_DATA "\(.*\)"/\1/p' llmc/train_config.h); do
+            compgen -G "$BUNDLE/$pat" >/dev/null || missing="$missing $pat"
+        done
+        for b in build/gpu/*; do [ -f "$b" ] && [ -x "$b" ] && { [ -f "$BUNDLE/bin/$(basename "$b")" ] || missing="$missing bin/$(basename "$b")"; }; done
+        check gpu_check.bundle_holds_every_file_run '[ -z "${missing// /}" ]' "not in the bundle:$missing"
+
+        # the bundle away from the repo: no GPU here, so its preflight and skips; the emulated
+        # curves it carries were made with other flags, which its refs row names
+        mkdir -p "$TMP/away" "$TMP/bout"
+        cp -rp "$BUNDLE" "$TMP/away/bundle"
+        OUT=$TMP/bout timeout 300 bash "$TMP/away/bundle/gpu_check.sh" >"$TMP/away.out" 2>&1
+        rc=$?
+        A=$TMP/away/bundle/out/results.txt
+        fails=$(grep -E '^\| [a-z_0-9]+ +\| FAIL' "$A" | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
+        check gpu_check.bundle_runs_away_from_repo '[ $rc -eq 1 ] && [ "$fails" = "refs " ] && [ "$(result_of bundle "$A")" = PASS ] && [ "$(result_of binaries "$A")" = PASS ] && [ "$(result_of libraries "$A")" = PASS ]' \
+            "rc=$rc, FAIL rows: $fails; $(row_of bundle "$A") $(row_of binaries "$A") $(tail -2 "$TMP/away.out")"
+        check gpu_check.bundle_refs_other_flags_named 'detail_of refs "$A" | grep -q "made with other flags"' "$(row_of refs "$A")"
+        check gpu_check.bundle_no_device_skips '[ "$(result_of gpu "$A")" = SKIP ] && [ "$(result_of tiny "$A")" = SKIP ] && [ "$(result_of dev_matmul "$A")" = SKIP ] && [ "$(result_of bench_llama300m "$A")" = SKIP ]' \
+            "$(row_of gpu "$A") $(row_of tiny "$A")"
+        # a file changed after the bundle was made
+        printf 'x' >>"$TMP/away/bundle/data/kjv/kjv_val_000000.bin"
+        GPU_CHECK_ONLY='^$' timeout 120 bash "$TMP/away/bundle/gpu_check.sh" >/dev/null 2>&1
+        check gpu_check.bundle_changed_file_named '[ "$(result_of bundle "$A")" = FAIL ] && detail_of bundle "$A" | grep -q "kjv_val_000000.bin"' "$(row_of bundle "$A")"
+    fi
+fi
+echo "test_gpu_check: $(( $(date +%s) - T_START )) s"
+[ "$failures" -eq 0 ]
