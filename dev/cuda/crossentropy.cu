@@ -30,14 +30,20 @@ static const double TOL_LOSS = 1e-5;
 static const double TOL_DLOGITS = 8e-3;
 static const int REAL_ROWS = 256;  // rows per reference block at the real shapes
 
-static bool validate(const char* tag, int N, int V, int Vp, float logit_scale, uint64_t seed) {
-    std::string t = tag;
-    std::vector<float> logits = cuda_host_uniform((size_t)N * Vp, seed, logit_scale);
-    std::vector<float> u = cuda_host_uniform(N, seed + 1, 1.0f);
+// N targets uniform in [0, V), the first 0 and the last V - 1 (both ends of the real vocabulary)
+static std::vector<int> random_targets(int N, int V, uint64_t seed) {
+    std::vector<float> u = cuda_host_uniform(N, seed, 1.0f);
     std::vector<int> targets(N);
     for (int n = 0; n < N; n++) targets[n] = std::min(V - 1, (int)((u[n] * 0.5f + 0.5f) * V));
     targets[0] = 0;
     targets[N - 1] = V - 1;
+    return targets;
+}
+
+static bool validate(const char* tag, int N, int V, int Vp, float logit_scale, uint64_t seed) {
+    std::string t = tag;
+    std::vector<float> logits = cuda_host_uniform((size_t)N * Vp, seed, logit_scale);
+    std::vector<int> targets = random_targets(N, V, seed + 1);
     float dloss = 1.0f / (N * 2);  // as under 2 micro-steps of accumulation
     float* d_logits = cuda_upload(logits.data(), logits.size());
     int* d_targets = cuda_upload(targets.data(), N);
@@ -87,11 +93,7 @@ static bool all_finite_bf16(const bf16* dev, size_t n) {
 static bool validate_rows(const char* tag, int N, int V, int Vp, float logit_scale, uint64_t seed) {
     std::string t = tag;
     size_t nl = (size_t)N * Vp;
-    std::vector<float> u = cuda_host_uniform(N, seed + 1, 1.0f);
-    std::vector<int> targets(N);
-    for (int n = 0; n < N; n++) targets[n] = std::min(V - 1, (int)((u[n] * 0.5f + 0.5f) * V));
-    targets[0] = 0;
-    targets[N - 1] = V - 1;
+    std::vector<int> targets = random_targets(N, V, seed + 1);
     float dloss = 1.0f / (N * 2);  // as under 2 micro-steps of accumulation
     float* d_logits = cuda_malloc<float>(nl);
     cuda_fill_uniform(d_logits, nl, seed, logit_scale);
