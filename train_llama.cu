@@ -621,7 +621,7 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
     const LlamaConfig* c = &m->config;
     Rng rng;
     rand_init(&rng, seed);
-    std::vector<int> seq(1, LLAMA_GPT2_VOCAB - 1);  // start from <|endoftext|>
+    std::vector<int> seq(1, run_sample_start_token(c->V));  // <|endoftext|> where the vocabulary has it
     std::vector<float> row(c->Vp);
     printf("generating:\n---\n");
     for (int k = 0; k < gen_tokens; k++) {

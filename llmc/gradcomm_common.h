@@ -88,14 +88,30 @@ static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units
 // --geofp8-layers as a list: "a,b,c" or a file with one name per line (anything after the name
 // ignored, so geofp8_layers.txt works as written); every name must be a linear unit (qkv, proj,
 // fc1, fc2) of this model. Returns unit indices, each once, in the order given (user_error).
+// An empty name in the list ("," or "a,,b") is refused, not skipped: a list that names nothing
+// would silently run plain fp8. Names from a file are echoed with bytes outside printable ASCII
+// as \xNN, so a binary file gives a readable line.
+static inline std::string gradcomm_printable(const std::string& s) {
+    std::string out;
+    for (unsigned char ch : s.substr(0, 64)) {
+        char hex[8];
+        if (ch >= 0x20 && ch < 0x7f) out += (char)ch;
+        else snprintf(hex, sizeof(hex), "\\x%02x", ch), out += hex;
+    }
+    return s.size() > 64 ? out + "..." : out;
+}
+
 static inline std::vector<int> gradcomm_parse_layers(const std::vector<LlamaUnit>& units, const std::string& spec) {
     std::vector<std::string> names;
+    std::vector<int> lines;  // file line of each name (0 for the comma list)
     FILE* f = fopen(spec.c_str(), "r");
     if (f) {
         char line[512];
+        int number = 0;
         while (fgets(line, sizeof(line), f)) {
             char name[256];
-            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name);
+            number++;
+            if (sscanf(line, "%255s", name) == 1 && name[0] != '#') names.push_back(name), lines.push_back(number);
         }
         fclose(f);
         if (names.empty()) user_error("--geofp8-layers: file '%s' lists no layer names (expected one name per line, e.g. layers.3.fc2)", spec.c_str());
@@ -104,20 +120,28 @@ static inline std::vector<int> gradcomm_parse_layers(const std::vector<LlamaUnit
         while (start <= spec.size()) {
             size_t end = spec.find(',', start);
             if (end == std::string::npos) end = spec.size();
-            if (end > start) names.push_back(spec.substr(start, end - start));
+            if (end == start)
+                user_error("--geofp8-layers: expected layer names separated by commas (e.g. layers.0.fc2,layers.3.fc1), "
+                           "found an empty name in '%s'", gradcomm_printable(spec).c_str());
+            names.push_back(spec.substr(start, end - start)), lines.push_back(0);
             start = end + 1;
         }
     }
     int layers = 0;
     for (const LlamaUnit& u : units) layers = u.layer + 1 > layers ? u.layer + 1 : layers;
     std::vector<int> out;
-    for (const std::string& n : names) {
+    for (size_t k = 0; k < names.size(); k++) {
+        const std::string& n = names[k];
         int u = -1;
         for (size_t i = 0; i < units.size(); i++) if (units[i].name == n) u = (int)i;
+        if ((u < 0 || !units[u].is_matrix) && lines[k] > 0)
+            user_error("--geofp8-layers: file '%s' line %d: '%s' is not a linear layer of this model "
+                       "(expected one name per line like layers.0.fc2, with qkv, proj, fc1 or fc2 and a layer below %d)",
+                       spec.c_str(), lines[k], gradcomm_printable(n).c_str(), layers);
         if (u < 0 || !units[u].is_matrix)
             user_error("--geofp8-layers: '%s' is not a file and '%s' is not a linear layer of this model "
                        "(expected auto, a file, or names like layers.0.fc2 with qkv, proj, fc1 or fc2 and a layer below %d)",
-                       spec.c_str(), n.c_str(), layers);
+                       gradcomm_printable(spec).c_str(), gradcomm_printable(n).c_str(), layers);
         bool listed = false;  // a name given twice is one unit
         for (int v : out) listed |= v == u;
         if (!listed) out.push_back(u);

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -28,7 +29,11 @@ static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world
     if (tc->total_batch % tokens_per_micro != 0)
         user_error("-d: expected a multiple of B*T*ranks = %d*%d*%d = %lld tokens, found %lld",
                    tc->B, tc->T, world_size, tokens_per_micro, tc->total_batch);
-    return (int)(tc->total_batch / tokens_per_micro);
+    long long accum = tc->total_batch / tokens_per_micro;  // 64-bit: -d can exceed int micro-steps
+    if (accum > INT_MAX)
+        user_error("-d: %lld tokens are %lld micro-steps of B*T*ranks = %lld tokens, expected at most %d per step",
+                   tc->total_batch, accum, tokens_per_micro, INT_MAX);
+    return (int)accum;
 }
 
 // -x -1 (one epoch) and -u -1 (1% of the steps), once the data is known.
@@ -87,6 +92,10 @@ static inline void run_next_batch(void* ctx, const int** inputs, const int** tar
     *inputs = l->inputs;
     *targets = l->targets;
 }
+
+// The token generation starts from: GPT-2's <|endoftext|> where the model's vocabulary has it,
+// else the vocabulary's last token (a smaller-vocabulary checkpoint has no row 50256 to embed).
+static inline int run_sample_start_token(int V) { return std::min(LLAMA_GPT2_VOCAB - 1, V - 1); }
 
 // A token drawn from softmax(logits[0:V]) with a uniform coin in [0, 1).
 static inline int run_sample_token(const float* logits, int V, double coin) {

@@ -5,6 +5,7 @@
 // anything is written. train_config_settings() renders the settings that must agree between a
 // checkpoint and the run resuming it (and, with several ranks, between ranks).
 #pragma once
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -185,6 +186,9 @@ static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const c
         *(std::string*)base = v;
         return;
     case OPT_INT: case OPT_LL: {
+        // strtoll would skip leading blanks and take a '+': the value must be written plainly
+        if (!(isdigit((unsigned char)v[0]) || (v[0] == '-' && isdigit((unsigned char)v[1]))))
+            user_error("%s: expected an integer, found '%s'", flag, v);
         long long x = strtoll(v, &end, 10);
         if (end == v || *end != '\0' || errno == ERANGE)
             user_error("%s: expected an integer, found '%s'", flag, v);
@@ -194,7 +198,8 @@ static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const c
         return;
     }
     case OPT_ULL: {
-        if (v[0] == '-') user_error("%s: expected a non-negative integer, found '%s'", flag, v);
+        // strtoull would skip leading blanks and wrap ' -1' to 2^64 - 1: digits only
+        if (!isdigit((unsigned char)v[0])) user_error("%s: expected a non-negative integer, found '%s'", flag, v);
         unsigned long long x = strtoull(v, &end, 10);
         if (end == v || *end != '\0' || errno == ERANGE)
             user_error("%s: expected a non-negative integer, found '%s'", flag, v);
@@ -202,6 +207,8 @@ static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const c
         return;
     }
     case OPT_FLOAT: {
+        if (!(isdigit((unsigned char)v[0]) || v[0] == '-' || v[0] == '.'))
+            user_error("%s: expected a number, found '%s'", flag, v);
         double x = strtod(v, &end);
         if (end == v || *end != '\0' || errno == ERANGE || !std::isfinite(x))
             user_error("%s: expected a number, found '%s'", flag, v);

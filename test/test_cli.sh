@@ -47,6 +47,20 @@ expect_error cli_seq_len_over_model "-t" -e tiny -t 4096
 expect_error cli_total_batch_not_multiple "-d" "${FAST[@]}" -d 100
 expect_error cli_unknown_preset "nonexistent_model" -e nonexistent_model
 NO_OUT=1 expect_error cli_resume_without_output "-o" -y 1
+# numbers written plainly: strtoull would read ' -1' as 2^64 - 1, strtoll skips blanks and '+'
+expect_error cli_seed_leading_blank "--seed" "${FAST[@]}" -x 1 --seed ' -1'
+expect_error cli_integer_plus_sign "-x" "${FAST[@]}" -x +5
+expect_error cli_float_leading_blank "-l" "${FAST[@]}" -x 1 -l ' 1e-3'
+# -d / (B*T*ranks) micro-steps beyond int: refused, not wrapped to 0 or negative
+expect_error cli_total_batch_overflow "-d" "${FAST[@]}" -x 1 -d 549755813888
+expect_error cli_total_batch_overflow_negative "-d" "${FAST[@]}" -x 1 -d 274877906944
+# a layer list that names nothing is refused (it would run plain fp8); a garbage layer file is
+# named with its line, its bytes escaped, on one line
+expect_error cli_geofp8_layers_empty_list "--geofp8-layers" "${FAST[@]}" -x 1 -c geofp8 --geofp8-layers ,
+expect_error cli_geofp8_layers_empty_name "empty name" "${FAST[@]}" -x 1 -c geofp8 --geofp8-layers layers.0.fc2,,layers.1.fc1
+printf 'layers.0.fc2\n\xff\xfe\x01garbage\n' >"$TMP/garbage_layers.txt"
+expect_error cli_geofp8_layers_file_garbage "garbage_layers.txt' line 2: '.xff.xfe.x01garbage'" "${FAST[@]}" -x 1 -c geofp8 \
+    --geofp8-layers "$TMP/garbage_layers.txt"
 
 # --- shards
 python3 - "$TMP" <<'EOF'
@@ -93,6 +107,12 @@ expect_error ckpt_header_truncated "ck_short.bin" -e "$TMP/ck_short.bin"
 expect_error ckpt_corrupted_payload "ck_corrupt.bin" "${FAST[@]}" -x 1 -i "$TMP/vocab500.bin" -e "$TMP/ck_corrupt.bin"
 # the fixture model has V=500: the GPT-2 shards hold larger ids
 expect_error ckpt_vocab_vs_data "good.bin" -b 2 -t 32 -v 0 -x 1 -i "$TMP/good.bin" -e test/fixtures/model_small.bin
+
+# generation on a model whose vocabulary (500) lacks GPT-2's <|endoftext|> (50256) starts from
+# its last token instead of embedding a row past the table
+if timeout 120 "$BIN" -b 2 -t 32 -v 0 -x 1 -s 1 -g 8 -i "$TMP/vocab500.bin" -e test/fixtures/model_small.bin >"$TMP/sample.out" 2>&1 \
+    && grep -q '^generating' "$TMP/sample.out"; then pass sample_small_vocabulary
+else fail sample_small_vocabulary "$(tail -3 "$TMP/sample.out")"; fi
 
 # --- resume: 6 steps straight == 3 steps + resume + 3 steps, bitwise
 RUN=("${FAST[@]}" -x 6 -n 3 -l 3e-3 -u 1)
