@@ -109,6 +109,9 @@ static inline bool checkpoint_check_model_header(const int32_t h[CHECKPOINT_HEAD
 
 // Reads and validates the header; fills the config and step. Exits (user_error) on anything wrong.
 static inline void checkpoint_read_model_header(const char* path, const char* flag, LlamaConfig* c, int* step) {
+    struct stat st;  // a directory opens for reading on Linux and reports a nonsense size
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        user_error("%s: '%s' is not a regular file (expected a preset name (" LLAMA_PRESET_LIST ") or a model_*.bin file)", flag, path);
     FILE* f = fopen(path, "rb");
     if (!f) user_error("%s: cannot open model checkpoint '%s' (expected a preset name (" LLAMA_PRESET_LIST ") or a model_*.bin file)", flag, path);
     long long size = file_size_bytes(f);

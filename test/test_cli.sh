@@ -104,6 +104,7 @@ EOF
 expect_error ckpt_wrong_magic "ck_magic.bin" -e "$TMP/ck_magic.bin"
 expect_error ckpt_truncated "ck_truncated.bin" -e "$TMP/ck_truncated.bin"
 expect_error ckpt_header_truncated "ck_short.bin" -e "$TMP/ck_short.bin"
+expect_error ckpt_directory "is not a regular file" -e "$TMP"
 expect_error ckpt_corrupted_payload "ck_corrupt.bin" "${FAST[@]}" -x 1 -i "$TMP/vocab500.bin" -e "$TMP/ck_corrupt.bin"
 # the fixture model has V=500: the GPT-2 shards hold larger ids
 expect_error ckpt_vocab_vs_data "good.bin" -b 2 -t 32 -v 0 -x 1 -i "$TMP/good.bin" -e test/fixtures/model_small.bin
