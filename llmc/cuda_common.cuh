@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <cublasLt.h>
+#include "rand.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -269,17 +270,16 @@ static inline void cuda_round_to_bf16(std::vector<float>* v) { cuda_round_to_bf1
 // ----------------------------------------------------------------------------
 // random test data (dev/cuda, tests)
 
-// out (n) = uniform(-scale, scale) on the host, from the engine's generator (rand.h style
-// splitmix64). The i-th draw is the mix of seed + (i+1)·golden, a counter, so threads can fill
-// disjoint ranges and still produce the serial sequence.
+// out (n) = uniform(-scale, scale) on the host, from the engine's generator (rand.h): draw i is
+// the (i+1)-th rand_u64 after seed, reached with rand_skip, so threads fill disjoint ranges and
+// still produce the serial sequence.
 static inline void cuda_host_uniform_to(float* out, size_t n, uint64_t seed, float scale) {
 #pragma omp parallel for schedule(static) if (n >= CUDA_HOST_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        out[i] = scale * (float)(2.0 * ((double)(z >> 11) * (1.0 / 9007199254740992.0)) - 1.0);
+        Rng r;
+        rand_init(&r, seed);
+        rand_skip(&r, i);
+        out[i] = scale * (float)(2.0 * rand_uniform(&r) - 1.0);
     }
 }
 
