@@ -53,7 +53,7 @@ demo: deps
 	@$(MAKE) --no-print-directory train_llama_cpu
 	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive mpirun $(MPIRUN_ROOT) --oversubscribe -np 2 ./train_llama_cpu -e tiny -b 4 -t 256 -x 80 \
 	    -l 2e-3 -u 5 -c geofp8 --geofp8-profile-steps 20 --geofp8-refresh 10 --fidelity-every 10 \
-	    -v 20 -m 4 -s 80 -g 48 -o out/demo
+	    -v 20 -m 4 -s 80 -g 48 -o out/demo --overwrite 1
 
 -include cuda.mk
 -include gpu.mk

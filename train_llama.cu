@@ -412,26 +412,25 @@ static int llama_comm_max_int(GpuCommGrid* g, int x) {
     return (int)v;
 }
 
-// Every rank must run with rank 0's settings (flags, model, data): rank 0's text is broadcast
-// over NCCL (whatever the launcher) and compared, as comm_check_same_settings does over MPI.
-static void llama_comm_check_settings(GpuCommGrid* g, const std::string& settings) {
-    if (g->world_size == 1) return;
-    int len = (int)llama_comm_max_int(g, g->rank == 0 ? (int)settings.size() : 0);
+// Rank 0's string on every rank, over NCCL (whatever the launcher).
+static std::string llama_comm_broadcast_string(GpuCommGrid* g, const std::string& s) {
+    if (g->world_size == 1) return s;
+    int len = (int)llama_comm_max_int(g, g->rank == 0 ? (int)s.size() : 0);
     char* buf = cuda_malloc<char>((size_t)len + 1);
-    if (g->rank == 0) CUDA_CHECK(cudaMemcpy(buf, settings.data(), (size_t)len, cudaMemcpyHostToDevice));
+    if (g->rank == 0) CUDA_CHECK(cudaMemcpy(buf, s.data(), (size_t)len, cudaMemcpyHostToDevice));
     comm_gpu_broadcast_bytes(&g->nccl, buf, (size_t)len, 0);
-    std::string ref((size_t)len, '\0');
-    CUDA_CHECK(cudaMemcpy(&ref[0], buf, (size_t)len, cudaMemcpyDeviceToHost));  // (after the broadcast on the same stream)
+    std::string out((size_t)len, '\0');
+    CUDA_CHECK(cudaMemcpy(&out[0], buf, (size_t)len, cudaMemcpyDeviceToHost));  // (after the broadcast on the same stream)
     CUDA_CHECK(cudaFree(buf));
-    std::string diff = train_config_first_difference(ref, settings);
-    if (!diff.empty())
-        fprintf(stderr, "error: rank %d disagrees with rank 0 on %s (rank 0 vs rank %d); every rank must get the same flags and data\n",
-                g->rank, diff.c_str(), g->rank);
-    if (llama_comm_max_int(g, diff.empty() ? 0 : 1)) {
-        fflush(stderr);
-        llama_comm_finalize(g);
-        exit(1);
-    }
+    return out;
+}
+
+// The start-up checks' collectives (llmc/run.h) over NCCL.
+static int llama_ranks_max_int(void* g, int x) { return llama_comm_max_int((GpuCommGrid*)g, x); }
+static std::string llama_ranks_broadcast(void* g, const std::string& s) { return llama_comm_broadcast_string((GpuCommGrid*)g, s); }
+static void llama_ranks_finalize(void* g) { llama_comm_finalize((GpuCommGrid*)g); }
+static RunRanks llama_run_ranks(GpuCommGrid* g) {
+    return RunRanks{g->rank, g->world_size, g, llama_ranks_max_int, llama_ranks_broadcast, llama_ranks_finalize};
 }
 
 // ----------------------------------------------------------------------------
@@ -669,15 +668,27 @@ int main(int argc, char** argv) {
     if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
     run_resolve_steps(&tc, &train_loader);
 
-    // resume point (validated before anything is written); the settings text is the CPU engine's,
-    // so a run may resume from the other engine's checkpoint
+    // every rank checks the same things in the same order: flags and data against rank 0's,
+    // then the output directory (lock, leftovers), then the resume point; the settings text is
+    // the CPU engine's, so a run may resume from the other engine's checkpoint
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
-    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL);
-    llama_comm_check_settings(&grid, settings);
+    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, false);
+    RunRanks ranks = llama_run_ranks(&grid);
+    run_check_same_settings(&ranks, run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, true));
     GradCommGPU gc;
     gradcomm_gpu_init(&gc, &tc, &lc, grid.rank, grid.world_size, tc.B * tc.T);
+    std::vector<float> file_params;  // -e FILE: read (and its CRC checked) before anything is written
+    if (from_file) {
+        file_params.resize(llama_num_params(&lc));
+        checkpoint_read_model(tc.model.c_str(), "-e", &lc, file_params.data());
+    }
+    Tokenizer tokenizer;
+    tokenizer.ok = 0;
+    if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
+    run_open_output(&tc, &ranks);
     CheckpointState resume_state;
-    int start_step = run_find_resume(&tc, &lc, settings, grid.rank, grid.world_size, &resume_state);
+    std::vector<float> resume_params;
+    int start_step = run_find_resume(&tc, &lc, settings, &ranks, &train_loader, accum_steps, &resume_state, &resume_params);
 
     // the model
     int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
@@ -685,29 +696,23 @@ int main(int argc, char** argv) {
     LlamaModel model;
     llama_model_alloc(&model, &lc, tc.B, tc.T);
     if (start_step > 0) {
-        llama_load_model(&model, checkpoint_model_path(tc.output_dir, start_step).c_str(), "-y");
+        llama_set_params(&model, resume_params.data());
+        std::vector<float>().swap(resume_params);
         llama_set_optimizer_state(&model, &resume_state);
         dataloader_set_state(&train_loader, resume_state.data_state);
         consecutive_skips = (int)resume_state.skipped_steps;
         gradcomm_gpu_load(&gc, &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str());
     } else if (from_file) {
-        llama_load_model(&model, tc.model.c_str(), "-e");
+        llama_set_params(&model, file_params.data());
     } else {
         std::vector<float> init(model.num_params);
         llama_init_params(&lc, init.data(), tc.seed);
         llama_set_params(&model, init.data());
     }
 
-    // logs: everything above was validated; from here on files are written
-    Logger logger = {NULL, NULL};
-    if (!tc.output_dir.empty() && grid.rank == 0) {
-        checkpoint_make_dir(tc.output_dir);
-        logger_init(&logger, tc.output_dir, start_step > 0);
-    }
-    Tokenizer tokenizer;
-    tokenizer.ok = 0;
-    if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
-
+    // logs (the directory exists and this run holds its lock)
+    Logger logger = {NULL, NULL, "", ""};
+    if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step > 0);
     double flops_per_token = llama_flops_per_token(&lc, tc.T);
     if (grid.rank == 0) {
         char b[256];

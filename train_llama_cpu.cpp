@@ -424,6 +424,14 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
 // ----------------------------------------------------------------------------
 // main
 
+// The start-up checks' collectives (llmc/run.h) over MPI.
+static int cpu_ranks_max_int(void* g, int x) { return comm_max_int((CommGrid*)g, x); }
+static std::string cpu_ranks_broadcast(void* g, const std::string& s) { return comm_broadcast_string((CommGrid*)g, s); }
+static void cpu_ranks_finalize(void* g) { comm_finalize((CommGrid*)g); }
+static RunRanks cpu_run_ranks(CommGrid* g) {
+    return RunRanks{g->rank, g->world_size, g, cpu_ranks_max_int, cpu_ranks_broadcast, cpu_ranks_finalize};
+}
+
 #ifndef TRAIN_LLAMA_NO_MAIN
 
 int main(int argc, char** argv) {
@@ -449,42 +457,48 @@ int main(int argc, char** argv) {
     if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
     run_resolve_steps(&tc, &train_loader);
 
-    // resume point (validated before anything is written)
+    // every rank checks the same things in the same order: flags and data against rank 0's,
+    // then the output directory (lock, leftovers), then the resume point
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
-    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL);
-    comm_check_same_settings(&grid, settings);
+    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, false);
+    RunRanks ranks = cpu_run_ranks(&grid);
+    run_check_same_settings(&ranks, run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, true));
     GradComm gc;
     gradcomm_init(&gc, &tc, &lc, &grid);
+    std::vector<float> file_params;  // -e FILE: read (and its CRC checked) before anything is written
+    if (from_file) {
+        file_params.resize(llama_num_params(&lc));
+        checkpoint_read_model(tc.model.c_str(), "-e", &lc, file_params.data());
+    }
+    Tokenizer tokenizer;
+    tokenizer.ok = 0;
+    if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
+    run_open_output(&tc, &ranks);
     CheckpointState resume_state;
-    int start_step = run_find_resume(&tc, &lc, settings, grid.rank, grid.world_size, &resume_state);
+    std::vector<float> resume_params;
+    int start_step = run_find_resume(&tc, &lc, settings, &ranks, &train_loader, accum_steps, &resume_state, &resume_params);
 
     // the model
     int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
     LlamaModel model;
     llama_model_alloc(&model, &lc, tc.B, tc.T);
     if (start_step > 0) {
-        checkpoint_read_model(checkpoint_model_path(tc.output_dir, start_step).c_str(), "-y", &lc, model.params);
+        memcpy(model.params, resume_params.data(), model.num_params * sizeof(float));
+        std::vector<float>().swap(resume_params);
         memcpy(model.opt_m, resume_state.m.data(), model.num_params * sizeof(float));
         memcpy(model.opt_v, resume_state.v.data(), model.num_params * sizeof(float));
         dataloader_set_state(&train_loader, resume_state.data_state);
         consecutive_skips = (int)resume_state.skipped_steps;
         gradcomm_load(&gc, &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str());
     } else if (from_file) {
-        checkpoint_read_model(tc.model.c_str(), "-e", &lc, model.params);
+        memcpy(model.params, file_params.data(), model.num_params * sizeof(float));
     } else {
         llama_init_params(&lc, model.params, tc.seed);
     }
 
-    // logs: everything above was validated; from here on files are written
-    Logger logger = {NULL, NULL};
-    if (!tc.output_dir.empty() && grid.rank == 0) {
-        checkpoint_make_dir(tc.output_dir);
-        logger_init(&logger, tc.output_dir, start_step > 0);
-    }
-    Tokenizer tokenizer;
-    tokenizer.ok = 0;
-    if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
-
+    // logs (the directory exists and this run holds its lock)
+    Logger logger = {NULL, NULL, "", ""};
+    if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step > 0);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

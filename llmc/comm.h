@@ -77,24 +77,6 @@ static inline std::string comm_broadcast_string(CommGrid* g, const std::string& 
     return out;
 }
 
-// Every rank must run with the same settings (train_config_settings + data fingerprints):
-// each rank compares its text with rank 0's; on any difference the differing ranks name the
-// setting and every rank exits 1.
-static inline void comm_check_same_settings(CommGrid* g, const std::string& settings) {
-    if (g->world_size == 1) return;
-    std::string ref = comm_broadcast_string(g, settings);
-    std::string diff = train_config_first_difference(ref, settings);
-    int any = comm_max_int(g, diff.empty() ? 0 : 1);
-    if (!diff.empty())
-        fprintf(stderr, "error: rank %d disagrees with rank 0 on %s (rank 0 vs rank %d); every rank must get the same flags and data\n",
-                g->rank, diff.c_str(), g->rank);
-    if (any) {
-        fflush(stderr);
-        MPI_Finalize();
-        exit(1);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // collectives used by the FP8 modes (llmc/gradcomm.h); each is a no-op with one rank
 

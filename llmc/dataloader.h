@@ -11,9 +11,12 @@
 // number of steps per epoch); wrapping back to shard 0 increments the epoch. The tail of a shard
 // shorter than a round is skipped.
 // Checks: at init every shard's magic, version, file size (1024 + 2*count bytes) and that it
-// holds at least one round (B*T*num_processes + 1 tokens); when a shard is loaded (the whole
-// shard, into memory), that every token is < vocab_size. Each failure is one user_error line
-// naming the flag, the file, what was expected and what was found.
+// holds at least one round (B*T*num_processes + 1 tokens), and the tokens of its content sample
+// (the whole shard up to DATA_SAMPLE_WHOLE_BYTES, else DATA_SAMPLE_BLOCKS evenly spaced blocks)
+// are < vocab_size; when a shard is loaded (the whole shard, into memory), every token again.
+// Each failure is one user_error line naming the flag, the file, what was expected and what was
+// found. The same sample's CRC-32 goes into the fingerprint ranks and checkpoints compare, so
+// other content under the same name and size is noticed.
 #pragma once
 #include <glob.h>
 #include <sys/stat.h>
@@ -31,6 +34,12 @@
 #define DATA_SHARD_HEADER_INTS 256
 #define DATA_SHARD_HEADER_BYTES (DATA_SHARD_HEADER_INTS * 4)
 #define DATA_SHARD_HINT "hint: make shards with data/prepare_text.py"
+// The content sample: shards up to 8 MiB are read whole at init (the tests' and the demo's),
+// larger ones as 256 blocks of 4 KiB spread evenly from the first token to the last (1 MiB
+// of a 200 MB shard of 100M tokens).
+#define DATA_SAMPLE_WHOLE_BYTES (8LL << 20)
+#define DATA_SAMPLE_BLOCKS 256
+#define DATA_SAMPLE_BLOCK_TOKENS 2048
 
 // Holds std::vector/std::string members: declare it (DataLoader l;) and call dataloader_init;
 // never memset it.
@@ -45,6 +54,7 @@ typedef struct DataLoader {
     // shards
     std::vector<std::string> shard_paths;  // (num_shards) sorted glob matches
     std::vector<size_t> shard_tokens;      // (num_shards) token count of each shard
+    std::vector<uint32_t> shard_crc;       // (num_shards) CRC-32 of the header and the content sample
     int num_shards;
     size_t total_tokens;          // tokens in all shards, for "one epoch" step counts
     size_t num_batches;           // batches per epoch, the same on every rank
@@ -107,6 +117,39 @@ static inline FILE* dataloader_open_shard(const DataLoader* l, const char* path,
     return f;
 }
 
+// Every token of tokens[0:n] (starting at token `first` of the shard) must be < vocab_size.
+static inline void dataloader_check_tokens(const DataLoader* l, const char* path, const uint16_t* tokens, size_t n, size_t first) {
+    for (size_t i = 0; i < n; i++) {
+        if ((int)tokens[i] >= l->vocab_size) {
+            user_error("%s: shard '%s': token %zu has id %d, expected < vocab size %d "
+                       "(hint: the shard was made with a different tokenizer)",
+                       l->flag.c_str(), path, first + i, (int)tokens[i], l->vocab_size);
+        }
+    }
+}
+
+// CRC-32 of the header and the content sample of an open shard of `count` tokens (f positioned
+// anywhere); the sampled tokens are checked against the vocabulary.
+static inline uint32_t dataloader_sample_shard(const DataLoader* l, const char* path, FILE* f, size_t count) {
+    int32_t header[DATA_SHARD_HEADER_INTS];
+    fseek(f, 0, SEEK_SET);
+    fread_check(header, sizeof(int32_t), DATA_SHARD_HEADER_INTS, f);
+    uint32_t crc = crc32_update(0, header, sizeof(header));
+    bool whole = 2LL * (long long)count <= DATA_SAMPLE_WHOLE_BYTES;
+    size_t block = whole ? count : std::min((size_t)DATA_SAMPLE_BLOCK_TOKENS, count);
+    int blocks = whole ? 1 : DATA_SAMPLE_BLOCKS;
+    std::vector<uint16_t> buf(block);
+    for (int k = 0; k < blocks; k++) {
+        // block k starts at k/(blocks-1) of the way to the last full block
+        size_t first = blocks == 1 ? 0 : (size_t)((double)(count - block) * k / (blocks - 1));
+        fseek(f, (long)(DATA_SHARD_HEADER_BYTES + 2 * first), SEEK_SET);
+        fread_check(buf.data(), sizeof(uint16_t), block, f);
+        dataloader_check_tokens(l, path, buf.data(), block, first);
+        crc = crc32_update(crc, buf.data(), block * sizeof(uint16_t));
+    }
+    return crc;
+}
+
 // Loads shard `s` whole into l->tokens and checks every token against the vocabulary.
 static inline void dataloader_load_shard(DataLoader* l, int s) {
     if (l->loaded_shard == s) return;
@@ -124,13 +167,7 @@ static inline void dataloader_load_shard(DataLoader* l, int s) {
     }
     fread_check(l->tokens, sizeof(uint16_t), count, f);
     fclose(f);
-    for (size_t i = 0; i < count; i++) {
-        if ((int)l->tokens[i] >= l->vocab_size) {
-            user_error("%s: shard '%s': token %zu has id %d, expected < vocab size %d "
-                       "(hint: the shard was made with a different tokenizer)",
-                       l->flag.c_str(), path, i, (int)l->tokens[i], l->vocab_size);
-        }
-    }
+    dataloader_check_tokens(l, path, l->tokens, count, 0);
     l->loaded_shard = s;
 }
 
@@ -175,12 +212,15 @@ static inline void dataloader_init(DataLoader* l, const char* pattern, const cha
 
     size_t round = B * T * (size_t)num_processes;
     l->shard_tokens.assign(l->num_shards, 0);
+    l->shard_crc.assign(l->num_shards, 0);
     l->total_tokens = 0;
     l->num_batches = 0;
     for (int s = 0; s < l->num_shards; s++) {
         const char* path = l->shard_paths[s].c_str();
         size_t count = 0;
-        fclose(dataloader_open_shard(l, path, &count));
+        FILE* f = dataloader_open_shard(l, path, &count);
+        l->shard_crc[s] = dataloader_sample_shard(l, path, f, count);
+        fclose(f);
         if (count < round + 1) {
             user_error("%s: shard '%s' has %zu tokens, fewer than one batch needs: B*T*ranks+1 = "
                        "%zu*%zu*%d+1 = %zu (B=%zu, T=%zu, ranks=%d; hint: lower -b or -t, or use more data)",
@@ -226,6 +266,18 @@ static inline void dataloader_get_state(const DataLoader* l, int64_t state[3]) {
     state[2] = l->epoch;
 }
 
+// The state after `batches` calls of dataloader_next_batch from the start: a checkpoint's data
+// position must equal the one its step implies.
+static inline void dataloader_state_after(const DataLoader* l, long long batches, int64_t state[3]) {
+    size_t round = l->B * l->T * (size_t)l->num_processes;
+    state[2] = (int64_t)(batches / (long long)l->num_batches);
+    long long left = batches % (long long)l->num_batches;
+    int s = 0;
+    while (left >= (long long)((l->shard_tokens[s] - 1) / round)) { left -= (long long)((l->shard_tokens[s] - 1) / round); s++; }
+    state[0] = s;
+    state[1] = (int64_t)((size_t)left * round);
+}
+
 static inline void dataloader_set_state(DataLoader* l, const int64_t state[3]) {
     int64_t shard = state[0], pos = state[1], epoch = state[2];
     size_t round = l->B * l->T * (size_t)l->num_processes;
@@ -259,11 +311,12 @@ static inline void dataloader_free(DataLoader* l) {
     l->loaded_shard = -1;
     std::vector<std::string>().swap(l->shard_paths);
     std::vector<size_t>().swap(l->shard_tokens);
+    std::vector<uint32_t>().swap(l->shard_crc);
     l->num_shards = 0;
 }
 
-// "N shards, M tokens, crc XXXXXXXX" over the shard names and sizes: ranks (and a resumed run)
-// compare it to make sure they read the same data.
+// "N shards, M tokens, crc XXXXXXXX" over the shard names, sizes and content samples: ranks (and
+// a resumed run) compare it to make sure they read the same data.
 static inline std::string dataloader_fingerprint(const DataLoader* l) {
     uint32_t crc = 0;
     for (int s = 0; s < l->num_shards; s++) {
@@ -273,6 +326,7 @@ static inline std::string dataloader_fingerprint(const DataLoader* l) {
         crc = crc32_update(crc, base.data(), base.size());
         uint64_t n = l->shard_tokens[s];
         crc = crc32_update(crc, &n, sizeof(n));
+        crc = crc32_update(crc, &l->shard_crc[s], sizeof(uint32_t));
     }
     char buf[96];
     snprintf(buf, sizeof(buf), "%d shards, %zu tokens, crc %08x", l->num_shards, l->total_tokens, crc);

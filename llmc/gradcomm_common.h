@@ -224,11 +224,13 @@ static inline std::vector<int> gradcomm_profile_select(const std::vector<double>
     }
     printf("geofp8: %zu layers switch to the geometry path from step %d\n", pick.size(), first_step + 1);
     if (!output_dir.empty()) {
-        std::string path = output_dir + "/geofp8_layers.txt", tmp = path + ".tmp";
-        FILE* f = fopen_check(tmp.c_str(), "w");
-        for (int i : pick) fprintf(f, "%s %.9e\n", units[cand[i]].name.c_str(), scores[i]);
-        fclose_check(f);
-        checkpoint_commit(tmp, path);
+        std::string text;
+        char line[256];
+        for (int i : pick) { snprintf(line, sizeof(line), "%s %.9e\n", units[cand[i]].name.c_str(), scores[i]); text += line; }
+        CheckpointFile w;
+        checkpoint_file_open(&w, output_dir + "/geofp8_layers.txt");
+        checkpoint_file_write(&w, text.data(), 1, text.size());
+        checkpoint_file_commit(&w, NULL, 0);
     }
     return chosen;
 }

@@ -2,9 +2,12 @@
 //   DIR/main.log       llm.c-compatible lines: "s:%d trl:%f" (train loss), "s:%d tel:%f" (val loss)
 //   DIR/metrics.jsonl  one JSON object per line: every figure of the step line, plus extras
 // A fresh run truncates both files; a resumed run appends (earlier lines stay, llm.c style).
-// With no output directory the logger is inert.
+// With no output directory the logger is inert. Every line is written and flushed with its
+// result checked: a full disk stops the run with one line naming the file.
 #pragma once
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include "utils.h"
@@ -12,15 +15,31 @@
 typedef struct {
     FILE* main_log;
     FILE* metrics;
+    std::string main_log_path, metrics_path;
 } Logger;
+
+static inline FILE* logger_open(const std::string& path, const char* mode) {
+    FILE* f = fopen(path.c_str(), mode);
+    if (!f) user_error("cannot open log file '%s' for writing (%s)", path.c_str(), strerror(errno));
+    return f;
+}
 
 static inline void logger_init(Logger* lg, const std::string& dir, bool append) {
     lg->main_log = NULL;
     lg->metrics = NULL;
     if (dir.empty()) return;
     const char* mode = append ? "a" : "w";
-    lg->main_log = fopen_check((dir + "/main.log").c_str(), mode);
-    lg->metrics = fopen_check((dir + "/metrics.jsonl").c_str(), mode);
+    lg->main_log_path = dir + "/main.log";
+    lg->metrics_path = dir + "/metrics.jsonl";
+    lg->main_log = logger_open(lg->main_log_path, mode);
+    lg->metrics = logger_open(lg->metrics_path, mode);
+}
+
+// Writes one whole line and flushes it; any failure is an error naming the file.
+static inline void logger_write(FILE* f, const std::string& path, const std::string& line) {
+    errno = 0;
+    if (fwrite(line.data(), 1, line.size(), f) != line.size() || fflush(f) != 0)
+        user_error("cannot write log file '%s' (%s)", path.c_str(), strerror(errno ? errno : EIO));
 }
 
 // JSON has no NaN/Inf literals: write them as null.
@@ -52,24 +71,25 @@ static inline void logger_field_json(std::string* line, const char* key, const s
 
 static inline void logger_metrics(Logger* lg, const std::string& line) {
     if (!lg->metrics) return;
-    fprintf(lg->metrics, "%s}\n", line.c_str());
-    fflush(lg->metrics);
+    logger_write(lg->metrics, lg->metrics_path, line + "}\n");
 }
 
 static inline void logger_train(Logger* lg, int step, float loss) {
     if (!lg->main_log) return;
-    fprintf(lg->main_log, "s:%d trl:%f\n", step, loss);
-    fflush(lg->main_log);
+    char b[96];
+    snprintf(b, sizeof(b), "s:%d trl:%f\n", step, loss);
+    logger_write(lg->main_log, lg->main_log_path, b);
 }
 
 static inline void logger_val(Logger* lg, int step, float loss) {
     if (!lg->main_log) return;
-    fprintf(lg->main_log, "s:%d tel:%f\n", step, loss);
-    fflush(lg->main_log);
+    char b[96];
+    snprintf(b, sizeof(b), "s:%d tel:%f\n", step, loss);
+    logger_write(lg->main_log, lg->main_log_path, b);
 }
 
 static inline void logger_free(Logger* lg) {
-    if (lg->main_log) fclose(lg->main_log);
-    if (lg->metrics) fclose(lg->metrics);
+    if (lg->main_log && fclose(lg->main_log) != 0) user_error("cannot write log file '%s' (%s)", lg->main_log_path.c_str(), strerror(errno));
+    if (lg->metrics && fclose(lg->metrics) != 0) user_error("cannot write log file '%s' (%s)", lg->metrics_path.c_str(), strerror(errno));
     lg->main_log = lg->metrics = NULL;
 }

@@ -42,47 +42,218 @@ static inline void run_resolve_steps(TrainConfig* tc, const DataLoader* train) {
     if (tc->warmup == -1) tc->warmup = tc->steps / 100;
 }
 
-// The settings ranks compare at start and a resumed run compares with its checkpoint: the
-// flags that shape the run, plus fingerprints of the data files. Both engines write the same
+// The settings a resumed run compares with its checkpoint (ranks = false: the OPT_RUN flags)
+// or the ranks of one job compare with each other (ranks = true: every flag), plus
+// fingerprints of the data files (names, sizes, content samples). Both engines write the same
 // text, so either can resume the other's checkpoint.
 static inline std::string run_settings(const TrainConfig* tc, const LlamaConfig* lc, int world_size,
-                                       const DataLoader* train, const DataLoader* val_or_null) {
-    return train_config_settings(tc, llama_config_string(lc), world_size) +
+                                       const DataLoader* train, const DataLoader* val_or_null, bool ranks) {
+    return train_config_settings(tc, llama_config_string(lc), world_size, ranks) +
            "train_files=" + dataloader_fingerprint(train) + "\n" +
            "val_files=" + (val_or_null ? dataloader_fingerprint(val_or_null) : std::string("off")) + "\n";
 }
 
-// With -y 1: the newest complete checkpoint in -o, validated against this run (model, rank
-// count, settings, sizes); its state file goes to *state. Returns its step, or 0 to start fresh.
-static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, const std::string& settings,
-                                  int rank, int world_size, CheckpointState* state) {
-    if (!tc->resume) return 0;
-    std::vector<int> done = checkpoint_complete_steps(tc->output_dir);
-    if (done.empty()) {
-        if (checkpoint_any_files(tc->output_dir))
-            user_error("-y: '%s' holds checkpoint files but no DONE_* marker: every checkpoint there is incomplete "
-                       "(hint: remove the directory or pass a new -o to start fresh)", tc->output_dir.c_str());
-        if (rank == 0) printf("-y 1: no checkpoint in %s yet, starting from step 0\n", tc->output_dir.c_str());
-        return 0;
+// ----------------------------------------------------------------------------
+// start-up checks every rank takes together
+
+// The few collectives the start-up checks need, from either engine (MPI or NCCL), so both
+// share one path and every rank of a job calls the same collectives in the same order.
+typedef struct {
+    int rank, world_size;
+    void* ctx;
+    int (*max_int)(void* ctx, int x);                          // max over ranks; also a barrier
+    std::string (*broadcast)(void* ctx, const std::string& s);  // rank 0's string on every rank
+    void (*finalize)(void* ctx);                               // before exiting on an error
+} RunRanks;
+
+// Every rank's verdict on one check: each rank with a problem prints its line, and if any rank
+// has one, every rank exits 1 (so no rank goes on into a collective the others never reach).
+static inline void run_agree(RunRanks* r, const std::string& problem) {
+    int any = r->max_int(r->ctx, problem.empty() ? 0 : 1);
+    if (!problem.empty()) {
+        fflush(stdout);
+        std::string line = "error: " + problem + "\n";
+        fwrite(line.data(), 1, line.size(), stderr);
     }
-    int step = done.back();
-    std::string mpath = checkpoint_model_path(tc->output_dir, step);
-    LlamaConfig ck;
-    checkpoint_read_model_header(mpath.c_str(), "-y", &ck, NULL);
-    if (!llama_config_equal(&ck, lc))
-        user_error("-y: checkpoint '%s' has model %s, but this run asks for %s (hint: pass the same -e, or a new -o)",
-                   mpath.c_str(), llama_config_string(&ck).c_str(), llama_config_string(lc).c_str());
-    checkpoint_read_state(checkpoint_state_path(tc->output_dir, step, rank), state);
-    if (state->world_size != world_size)
-        user_error("-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
-                   step, (long long)state->world_size, world_size);
-    std::string diff = train_config_first_difference(state->settings, settings);
+    if (any) {
+        fflush(stderr);
+        r->finalize(r->ctx);
+        exit(1);
+    }
+}
+
+// Every rank must run with rank 0's settings (run_settings(..., true)): rank 0's text is
+// broadcast and compared; the differing ranks name the first differing setting.
+static inline void run_check_same_settings(RunRanks* r, const std::string& settings) {
+    if (r->world_size == 1) return;
+    std::string ref = r->broadcast(r->ctx, settings);
+    std::string diff = train_config_first_difference(ref, settings), problem;
     if (!diff.empty())
-        user_error("-y: checkpoint step %d was written with different settings: %s (checkpoint vs this run)", step, diff.c_str());
-    if (state->m.size() != llama_num_params(lc) || state->v.size() != llama_num_params(lc))
-        user_error("-y: state file of step %d holds %zu optimizer values, expected %zu", step, state->m.size(), llama_num_params(lc));
-    if (step > tc->steps) user_error("-y: checkpoint step %d is past the run's %d steps", step, tc->steps);
-    return step;
+        problem = "rank " + std::to_string(r->rank) + " disagrees with rank 0 on " + diff + " (rank 0 vs rank " +
+                  std::to_string(r->rank) + "); every rank must get the same flags and data";
+    run_agree(r, problem);
+}
+
+// "3, 6 and 9" style list of steps.
+static inline std::string run_step_list(const std::vector<int>& steps) {
+    std::string out;
+    for (size_t i = 0; i < steps.size(); i++) out += (i ? (i + 1 == steps.size() ? " and " : ", ") : "") + std::to_string(steps[i]);
+    return out;
+}
+
+// Steps of the checkpoint files in dir (complete or not), ascending, without duplicates.
+static inline std::vector<int> run_checkpoint_steps(const std::vector<std::string>& names) {
+    std::vector<int> steps;
+    for (const std::string& n : names) {
+        bool tmp = false;
+        int step = checkpoint_name_step(n, &tmp);
+        if (step >= 0 && !tmp && std::find(steps.begin(), steps.end(), step) == steps.end()) steps.push_back(step);
+    }
+    std::sort(steps.begin(), steps.end());
+    return steps;
+}
+
+// With -o: rank 0 creates the directory and takes its lock for the run's life (a second run
+// on the same directory stops here, naming the holder), removes temporary files an interrupted
+// writer left, and refuses a fresh run (no -y 1) into a directory that holds checkpoints unless
+// --overwrite 1, which deletes them. Before any rank writes there.
+static inline void run_open_output(const TrainConfig* tc, RunRanks* r) {
+    if (tc->output_dir.empty()) return;
+    std::string problem;
+    const std::string& dir = tc->output_dir;
+    if (r->rank == 0) {
+        problem = checkpoint_make_dir_error(dir);
+        if (problem.empty()) problem = checkpoint_lock_dir(dir);
+        std::vector<std::string> names;
+        if (problem.empty()) names = checkpoint_list_dir(dir, &problem);
+        if (problem.empty()) {
+            int stale = checkpoint_remove_files(dir, false, {});
+            if (stale > 0) printf("-o: removed %d temporary file%s an interrupted checkpoint left in %s\n", stale, stale > 1 ? "s" : "", dir.c_str());
+            std::vector<int> steps = run_checkpoint_steps(names);
+            if (!tc->resume && !steps.empty()) {
+                if (!tc->overwrite) {
+                    problem = "-o: '" + dir + "' holds the checkpoints of an earlier run (step" + (steps.size() > 1 ? "s " : " ") +
+                              run_step_list(steps) + "); pass -y 1 to resume it, --overwrite 1 to delete them, or another -o";
+                } else {
+                    checkpoint_remove_files(dir, true, {});
+                    printf("--overwrite 1: deleted the checkpoints of step%s %s in %s\n", steps.size() > 1 ? "s" : "",
+                           run_step_list(steps).c_str(), dir.c_str());
+                }
+            }
+        }
+    }
+    run_agree(r, problem);
+}
+
+// One candidate checkpoint, checked on this rank: its state file (this rank's), the model file,
+// and every header field against the others, the file names, this run and the data. Returns
+// 0 when sound, 1 when damaged (*why says how; an older checkpoint may do), 2 when sound but
+// written by another run configuration (*why is the user's error).
+static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig* lc, const std::string& settings, int rank, int world_size,
+                                       const DataLoader* train, int accum_steps, int step, CheckpointState* state,
+                                       std::vector<float>* params, std::string* why) {
+    std::string spath = checkpoint_state_path(tc->output_dir, step, rank), mpath = checkpoint_model_path(tc->output_dir, step), w;
+    char b[512];
+    if (!checkpoint_try_read_state(spath, state, &w)) { *why = "state file '" + spath + "' " + w; return 1; }
+    if (state->world_size != world_size) {
+        snprintf(b, sizeof(b), "-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
+                 step, (long long)state->world_size, world_size);
+        *why = b;
+        return 2;
+    }
+    std::string diff = train_config_first_difference(state->settings, settings);
+    if (!diff.empty()) {
+        *why = "-y: checkpoint step " + std::to_string(step) + " was written with different settings: " + diff + " (checkpoint vs this run)";
+        return 2;
+    }
+    int64_t want_data[3];
+    dataloader_state_after(train, (long long)step * accum_steps, want_data);
+    if (state->step != step) snprintf(b, sizeof(b), "holds step %lld, expected %d (its name's)", (long long)state->step, step);
+    else if (state->rank != rank) snprintf(b, sizeof(b), "holds rank %lld's state, expected rank %d's (its name's)", (long long)state->rank, rank);
+    else if (state->m.size() != llama_num_params(lc) || state->v.size() != llama_num_params(lc))
+        snprintf(b, sizeof(b), "holds %zu and %zu optimizer values, expected %zu", state->m.size(), state->v.size(), llama_num_params(lc));
+    else if (state->data_state[0] != want_data[0] || state->data_state[1] != want_data[1] || state->data_state[2] != want_data[2])
+        snprintf(b, sizeof(b), "holds data position (shard %lld, token %lld, epoch %lld), but step %d of this data is at (shard %lld, token %lld, epoch %lld)",
+                 (long long)state->data_state[0], (long long)state->data_state[1], (long long)state->data_state[2], step,
+                 (long long)want_data[0], (long long)want_data[1], (long long)want_data[2]);
+    else if (state->skipped_steps < 0 || state->skipped_steps > step)
+        snprintf(b, sizeof(b), "holds %lld skipped steps at step %d", (long long)state->skipped_steps, step);
+    else b[0] = '\0';
+    if (b[0]) { *why = "state file '" + spath + "' " + b; return 1; }
+    bool config_differs = false;
+    if (!checkpoint_try_read_model(mpath, lc, step, params, &w, &config_differs)) {
+        if (config_differs) {
+            *why = "-y: checkpoint '" + mpath + "' " + w + " (hint: pass the same -e, or a new -o)";
+            return 2;
+        }
+        *why = "model file '" + mpath + "' " + w;
+        return 1;
+    }
+    return 0;
+}
+
+// With -y 1: the newest complete checkpoint in -o that every rank finds sound (each rank checks
+// its own state file and the model file), falling back to older complete ones past damaged
+// ones, saying why. With none complete it starts from step 0. The files of steps after the
+// chosen one (incomplete or damaged) are deleted by rank 0, since the run writes those steps
+// again. Fills *state and *params; returns the step (0 = start fresh). Call after
+// run_open_output, so this run holds the directory's lock.
+static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, const std::string& settings, RunRanks* r,
+                                  const DataLoader* train, int accum_steps, CheckpointState* state, std::vector<float>* params) {
+    if (!tc->resume) return 0;
+    const std::string& dir = tc->output_dir;
+    // rank 0 lists the directory and every rank takes its list, so all try the same steps
+    std::string listing, problem;
+    if (r->rank == 0) {
+        std::vector<std::string> names = checkpoint_list_dir(dir, &problem);
+        for (int s : run_checkpoint_steps(names)) listing += std::to_string(s) + "\n";
+        for (int s : checkpoint_complete_steps(dir)) listing += "done " + std::to_string(s) + "\n";
+    }
+    run_agree(r, problem);
+    listing = r->broadcast(r->ctx, listing);
+    std::vector<int> all, done;
+    size_t pos = 0;
+    while (pos < listing.size()) {
+        size_t end = listing.find('\n', pos);
+        std::string line = listing.substr(pos, end - pos);
+        if (line.compare(0, 5, "done ") == 0) done.push_back(atoi(line.c_str() + 5)); else all.push_back(atoi(line.c_str()));
+        pos = end + 1;
+    }
+    int chosen = 0;
+    for (int i = (int)done.size() - 1; i >= 0; i--) {
+        std::string why;
+        int verdict = run_check_checkpoint(tc, lc, settings, r->rank, r->world_size, train, accum_steps, done[i], state, params, &why);
+        int worst = r->max_int(r->ctx, verdict);
+        if (worst == 2) run_agree(r, verdict == 2 ? why : "");
+        if (worst == 0) { chosen = done[i]; break; }
+        if (verdict == 1) {
+            std::string line = "warning: -y: checkpoint step " + std::to_string(done[i]) + " is damaged: " + why +
+                               (i > 0 ? "; trying the next older complete checkpoint\n" : "\n");
+            fwrite(line.data(), 1, line.size(), stderr);
+            fflush(stderr);
+        }
+    }
+    if (chosen == 0 && !done.empty()) {
+        run_agree(r, r->rank != 0 ? "" : "-y: every complete checkpoint in '" + dir + "' is damaged (the warnings above say how); "
+                                         "restore one, or start a fresh run with --overwrite 1 or another -o");
+    }
+    if (chosen > tc->steps) run_agree(r, "-y: checkpoint step " + std::to_string(chosen) + " is past the run's " + std::to_string(tc->steps) + " steps");
+    std::vector<int> later;
+    for (int s : all) if (s > chosen) later.push_back(s);
+    if (r->rank == 0) {
+        if (!later.empty()) {
+            std::vector<int> keep;
+            for (int s : all) if (s <= chosen) keep.push_back(s);
+            checkpoint_remove_files(dir, true, keep);
+            printf("-y 1: deleted the incomplete or damaged checkpoint files of step%s %s in %s (this run writes them again)\n",
+                   later.size() > 1 ? "s" : "", run_step_list(later).c_str(), dir.c_str());
+        }
+        if (chosen == 0) printf("-y 1: no complete checkpoint in %s, starting from step 0\n", dir.c_str());
+        else printf("-y 1: resuming from step %d in %s\n", chosen, dir.c_str());
+        fflush(stdout);
+    }
+    r->max_int(r->ctx, 0);  // a barrier: no rank writes before rank 0 has cleaned the directory
+    return chosen;
 }
 
 // A NextBatchFn over a DataLoader.

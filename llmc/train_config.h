@@ -56,6 +56,7 @@ typedef struct {
     unsigned long long seed;   // --seed
     std::string tokenizer;     // --tokenizer decode table for samples
     int max_skips;             // --max-skips consecutive non-finite steps before stopping
+    int overwrite;             // --overwrite 1 = a fresh run may replace the checkpoints in -o
 } TrainConfig;
 
 static inline void train_config_defaults(TrainConfig* c) {
@@ -93,10 +94,17 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->seed = 1337;
     c->tokenizer = TRAIN_DEFAULT_TOKENIZER;
     c->max_skips = 10;
+    c->overwrite = 0;
 }
 
-// One row of the flag table: short and long spelling, the field, its kind and range.
+// One row of the flag table: short and long spelling, the field, its kind and range, and whom
+// its value must agree with. Every flag must agree between the ranks of a job (a rank with
+// another -n, -m or --max-skips would call other collectives); OPT_RUN flags must also agree
+// between a checkpoint and the run resuming it, while OPT_RANKS flags (output, cadence, logging)
+// may change on resume. train_config_settings() renders both from this table, so a new flag
+// cannot be left out of the checks.
 typedef enum { OPT_STR, OPT_INT, OPT_LL, OPT_FLOAT, OPT_ULL } TrainOptKind;
+typedef enum { OPT_RUN, OPT_RANKS } TrainOptScope;
 typedef struct {
     const char* short_name;  // "-b" (or NULL)
     const char* long_name;   // "--batch-size"
@@ -104,6 +112,7 @@ typedef struct {
     size_t offset;           // offsetof(TrainConfig, field)
     double min, max;         // numeric range (inclusive)
     const char* choices;     // for strings: comma list of allowed values, or NULL
+    TrainOptScope scope;
     const char* help;
 } TrainOpt;
 
@@ -111,42 +120,43 @@ typedef struct {
 // host compiler support it, and the table keeps the flag list in one place.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
-#define TOPT(s, l, kind, field, mn, mx, ch, help) {s, l, kind, offsetof(TrainConfig, field), mn, mx, ch, help}
+#define TOPT(s, l, kind, field, mn, mx, ch, scope, help) {s, l, kind, offsetof(TrainConfig, field), mn, mx, ch, scope, help}
 static const TrainOpt TRAIN_OPTS[] = {
-    TOPT("-i", "--train-data", OPT_STR, train_data, 0, 0, NULL, "glob of train shards"),
-    TOPT("-j", "--val-data", OPT_STR, val_data, 0, 0, NULL, "glob of val shards"),
-    TOPT("-e", "--model", OPT_STR, model, 0, 0, NULL, "preset (tiny, d12, llama300m, llama600m) or model checkpoint file"),
-    TOPT("-o", "--output-dir", OPT_STR, output_dir, 0, 0, NULL, "directory for logs and checkpoints"),
-    TOPT("-b", "--batch-size", OPT_INT, B, 1, 1 << 20, NULL, "micro-batch size in sequences"),
-    TOPT("-t", "--seq-len", OPT_INT, T, 1, 1 << 20, NULL, "sequence length (default: the model's T)"),
-    TOPT("-d", "--total-batch", OPT_LL, total_batch, 1, 1e15, NULL, "tokens per optimizer step (multiple of B*T*ranks)"),
-    TOPT("-x", "--steps", OPT_INT, steps, -1, INT_MAX, NULL, "optimizer steps (-1 = one epoch)"),
-    TOPT("-l", "--lr", OPT_FLOAT, lr, 0, 10, NULL, "peak learning rate"),
-    TOPT("-q", "--final-lr-frac", OPT_FLOAT, final_lr_frac, 0, 1, NULL, "final lr as a fraction of the peak"),
-    TOPT("-u", "--warmup", OPT_INT, warmup, -1, INT_MAX, NULL, "warmup steps (-1 = 1% of steps)"),
-    TOPT("-k", "--schedule", OPT_STR, schedule, 0, 0, "cosine,linear,constant", "learning-rate schedule"),
-    TOPT(NULL, "--wd", OPT_FLOAT, weight_decay, 0, 10, NULL, "weight decay (not on norms)"),
-    TOPT(NULL, "--clip", OPT_FLOAT, grad_clip, 0, 1e30, NULL, "global gradient-norm clip (0 = off)"),
-    TOPT("-n", "--checkpoint-every", OPT_INT, checkpoint_every, -1, INT_MAX, NULL, "checkpoint every N steps (0 = only at the end, -1 = never)"),
-    TOPT("-y", "--resume", OPT_INT, resume, 0, 1, NULL, "1 = resume from the newest complete checkpoint in -o"),
-    TOPT("-nk", "--keep-checkpoints", OPT_INT, keep_checkpoints, 0, INT_MAX, NULL, "keep the newest K checkpoints (0 = all)"),
-    TOPT("-v", "--val-every", OPT_INT, val_every, 0, INT_MAX, NULL, "val loss every N steps (0 = off)"),
-    TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, "val batches per evaluation"),
-    TOPT("-s", "--sample-every", OPT_INT, sample_every, 0, INT_MAX, NULL, "sample text every N steps (0 = off)"),
-    TOPT("-g", "--gen-tokens", OPT_INT, gen_tokens, 1, 1 << 20, NULL, "tokens to generate per sample"),
-    TOPT("-c", "--comm", OPT_STR, comm, 0, 0, "fp32,bf16,fp8,fp8block,geofp8,kfac", "gradient communication mode"),
-    TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", "FP8 reduction"),
-    TOPT(NULL, "--geofp8-layers", OPT_STR, geofp8_layers, 0, 0, NULL, "auto, a file, or a comma list of layer names"),
-    TOPT(NULL, "--geofp8-rank", OPT_INT, geofp8_rank, 1, 4096, NULL, "low-rank r of the input-side factor"),
-    TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, "refresh the factor every K steps"),
-    TOPT(NULL, "--geofp8-top", OPT_INT, geofp8_top, 0, 100000, NULL, "select the top k layers (0 = at the largest score drop)"),
-    TOPT(NULL, "--geofp8-profile-steps", OPT_INT, geofp8_profile_steps, 1, INT_MAX, NULL, "steps of fp8 profiling before auto selection"),
-    TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", "Muon preset"),
-    TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", "muon (hidden matrices) + AdamW, or AdamW everywhere"),
-    TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, "also all-reduce in fp32 every N steps and log the error"),
-    TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, "random seed"),
-    TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, "GPT-2 decode table for samples"),
-    TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, "stop after this many consecutive non-finite steps"),
+    TOPT("-i", "--train-data", OPT_STR, train_data, 0, 0, NULL, OPT_RUN, "glob of train shards"),
+    TOPT("-j", "--val-data", OPT_STR, val_data, 0, 0, NULL, OPT_RUN, "glob of val shards"),
+    TOPT("-e", "--model", OPT_STR, model, 0, 0, NULL, OPT_RANKS, "preset (tiny, d12, llama300m, llama600m) or model checkpoint file"),
+    TOPT("-o", "--output-dir", OPT_STR, output_dir, 0, 0, NULL, OPT_RANKS, "directory for logs and checkpoints"),
+    TOPT("-b", "--batch-size", OPT_INT, B, 1, 1 << 20, NULL, OPT_RUN, "micro-batch size in sequences"),
+    TOPT("-t", "--seq-len", OPT_INT, T, 1, 1 << 20, NULL, OPT_RUN, "sequence length (default: the model's T)"),
+    TOPT("-d", "--total-batch", OPT_LL, total_batch, 1, 1e15, NULL, OPT_RUN, "tokens per optimizer step (multiple of B*T*ranks)"),
+    TOPT("-x", "--steps", OPT_INT, steps, -1, INT_MAX, NULL, OPT_RUN, "optimizer steps (-1 = one epoch)"),
+    TOPT("-l", "--lr", OPT_FLOAT, lr, 0, 10, NULL, OPT_RUN, "peak learning rate"),
+    TOPT("-q", "--final-lr-frac", OPT_FLOAT, final_lr_frac, 0, 1, NULL, OPT_RUN, "final lr as a fraction of the peak"),
+    TOPT("-u", "--warmup", OPT_INT, warmup, -1, INT_MAX, NULL, OPT_RUN, "warmup steps (-1 = 1% of steps)"),
+    TOPT("-k", "--schedule", OPT_STR, schedule, 0, 0, "cosine,linear,constant", OPT_RUN, "learning-rate schedule"),
+    TOPT(NULL, "--wd", OPT_FLOAT, weight_decay, 0, 10, NULL, OPT_RUN, "weight decay (not on norms)"),
+    TOPT(NULL, "--clip", OPT_FLOAT, grad_clip, 0, 1e30, NULL, OPT_RUN, "global gradient-norm clip (0 = off)"),
+    TOPT("-n", "--checkpoint-every", OPT_INT, checkpoint_every, -1, INT_MAX, NULL, OPT_RANKS, "checkpoint every N steps (0 = only at the end, -1 = never)"),
+    TOPT("-y", "--resume", OPT_INT, resume, 0, 1, NULL, OPT_RANKS, "1 = resume from the newest complete checkpoint in -o"),
+    TOPT("-nk", "--keep-checkpoints", OPT_INT, keep_checkpoints, 0, INT_MAX, NULL, OPT_RANKS, "keep the newest K checkpoints (0 = all)"),
+    TOPT("-v", "--val-every", OPT_INT, val_every, 0, INT_MAX, NULL, OPT_RANKS, "val loss every N steps (0 = off)"),
+    TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, OPT_RANKS, "val batches per evaluation"),
+    TOPT("-s", "--sample-every", OPT_INT, sample_every, 0, INT_MAX, NULL, OPT_RANKS, "sample text every N steps (0 = off)"),
+    TOPT("-g", "--gen-tokens", OPT_INT, gen_tokens, 1, 1 << 20, NULL, OPT_RANKS, "tokens to generate per sample"),
+    TOPT("-c", "--comm", OPT_STR, comm, 0, 0, "fp32,bf16,fp8,fp8block,geofp8,kfac", OPT_RUN, "gradient communication mode"),
+    TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", OPT_RUN, "FP8 reduction"),
+    TOPT(NULL, "--geofp8-layers", OPT_STR, geofp8_layers, 0, 0, NULL, OPT_RUN, "auto, a file, or a comma list of layer names"),
+    TOPT(NULL, "--geofp8-rank", OPT_INT, geofp8_rank, 1, 4096, NULL, OPT_RUN, "low-rank r of the input-side factor"),
+    TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, OPT_RUN, "refresh the factor every K steps"),
+    TOPT(NULL, "--geofp8-top", OPT_INT, geofp8_top, 0, 100000, NULL, OPT_RUN, "select the top k layers (0 = at the largest score drop)"),
+    TOPT(NULL, "--geofp8-profile-steps", OPT_INT, geofp8_profile_steps, 1, INT_MAX, NULL, OPT_RUN, "steps of fp8 profiling before auto selection"),
+    TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", OPT_RUN, "Muon preset"),
+    TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
+    TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error"),
+    TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
+    TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),
+    TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
+    TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints already in -o"),
 };
 #undef TOPT
 #pragma GCC diagnostic pop
@@ -250,19 +260,32 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
         user_error("-y 1: resuming needs the checkpoint directory, but -o is not set (hint: add -o DIR)");
 }
 
-// The settings a resumed run (or another rank) must share with this one, as "key=value" lines.
-// Output, logging and checkpoint cadence flags are deliberately left out: they may change on resume.
-static inline std::string train_config_settings(const TrainConfig* c, const std::string& model_desc, int world_size) {
-    char buf[2048];
-    snprintf(buf, sizeof(buf),
-             "model=%s\nB=%d\nT=%d\ntotal_batch=%lld\nsteps=%d\nlr=%.9g\nfinal_lr_frac=%.9g\nwarmup=%d\n"
-             "schedule=%s\nwd=%.9g\nclip=%.9g\ncomm=%s\nfp8_reduce=%s\ngeofp8_layers=%s\ngeofp8_rank=%d\n"
-             "geofp8_refresh=%d\ngeofp8_top=%d\ngeofp8_profile_steps=%d\nmuon=%s\noptimizer=%s\nseed=%llu\ntrain_data=%s\nval_data=%s\nworld_size=%d\n",
-             model_desc.c_str(), c->B, c->T, c->total_batch, c->steps, c->lr, c->final_lr_frac, c->warmup,
-             c->schedule.c_str(), c->weight_decay, c->grad_clip, c->comm.c_str(), c->fp8_reduce.c_str(),
-             c->geofp8_layers.c_str(), c->geofp8_rank, c->geofp8_refresh, c->geofp8_top, c->geofp8_profile_steps, c->muon.c_str(),
-             c->optimizer.c_str(), c->seed, c->train_data.c_str(), c->val_data.c_str(), world_size);
-    return buf;
+// One flag's value as the settings text writes it (floats with 9 significant digits: exact).
+static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o) {
+    const char* base = (const char*)cfg + o->offset;
+    char b[64];
+    switch (o->kind) {
+    case OPT_STR: return *(const std::string*)base;
+    case OPT_INT: snprintf(b, sizeof(b), "%d", *(const int*)base); break;
+    case OPT_LL: snprintf(b, sizeof(b), "%lld", *(const long long*)base); break;
+    case OPT_FLOAT: snprintf(b, sizeof(b), "%.9g", *(const float*)base); break;
+    case OPT_ULL: snprintf(b, sizeof(b), "%llu", *(const unsigned long long*)base); break;
+    }
+    return b;
+}
+
+// The settings as "key=value" lines (key: the long flag without "--"), from the flag table:
+// with ranks = false the OPT_RUN flags a resumed run must share with its checkpoint, with
+// ranks = true every flag, which the ranks of one job must share. model_desc (the resolved
+// model) and world_size are part of both.
+static inline std::string train_config_settings(const TrainConfig* c, const std::string& model_desc, int world_size, bool ranks) {
+    std::string out = "model_config=" + model_desc + "\n";
+    for (size_t i = 0; i < TRAIN_NUM_OPTS; i++) {
+        const TrainOpt* o = &TRAIN_OPTS[i];
+        if (o->scope == OPT_RANKS && !ranks) continue;
+        out += std::string(o->long_name + 2) + "=" + train_config_value(c, o) + "\n";
+    }
+    return out + "world_size=" + std::to_string(world_size) + "\n";
 }
 
 // First differing "key=value" line between two settings texts, as "key: A vs B"; "" if equal.

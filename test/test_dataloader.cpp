@@ -171,14 +171,23 @@ static void test_batches(void) {
     std::vector<Pos> want = expected_positions(counts, B, T, 0, 1, 2);
     bool all = want.size() == 24;
     int bad = -1;
+    bool after_ok = true;  // dataloader_state_after(k): where k batches from the start lead
     for (size_t k = 0; k < want.size() && all; k++) {
-        int64_t st[3];
+        int64_t st[3], at[3];
         dataloader_get_state(&l, st);
+        dataloader_state_after(&l, (long long)k, at);
+        after_ok = after_ok && at[0] == want[k].shard && (size_t)at[1] == want[k].pos && at[2] == want[k].epoch;
         if (st[0] != want[k].shard || (size_t)st[1] != want[k].pos || st[2] != want[k].epoch) { all = false; bad = (int)k; break; }
         dataloader_next_batch(&l);
         if (!batch_matches(l, shards, want[k])) { all = false; bad = (int)k; }
     }
     test_check("dataloader_order_two_epochs", all, "%zu expected batches, first mismatch at batch %d", want.size(), bad);
+    {
+        int64_t at[3];
+        dataloader_state_after(&l, (long long)want.size(), at);  // two whole epochs: shard 0, position 0, epoch 2
+        test_check("dataloader_state_after_batches", after_ok && at[0] == 0 && at[1] == 0 && at[2] == 2,
+                   "state after %zu batches {%lld,%lld,%lld}", want.size(), (long long)at[0], (long long)at[1], (long long)at[2]);
+    }
     test_check("dataloader_epoch_wrap", l.epoch == 2 && l.current_shard == 0 && l.current_position == 0,
                "epoch %d shard %d position %zu", l.epoch, l.current_shard, l.current_position);
     // batch 7 (index 6) is the first of shard 1: a shard switch, not a read past shard 0's end
@@ -249,6 +258,46 @@ static void test_batches(void) {
     dataloader_free(&r0);
     dataloader_free(&r1);
     dataloader_free(&one);
+}
+
+// The fingerprint covers content: a shard with the same name and size but other tokens (two
+// tokens swapped) reads differently, both when read whole (small shards) and when sampled (a
+// shard over DATA_SAMPLE_WHOLE_BYTES, changed inside a sampled block); a bad token inside the
+// sample of a shard that is not loaded yet is refused at init.
+static void test_fingerprint(void) {
+    const size_t B = 2, T = 8;
+    auto fingerprint = [&](const std::string& pattern) {
+        DataLoader l;
+        dataloader_init(&l, pattern.c_str(), "-i", B, T, 0, 1, VOCAB);
+        std::string f = dataloader_fingerprint(&l);
+        dataloader_free(&l);
+        return f;
+    };
+    std::vector<uint16_t> small = shard_tokens_for(0, 1000);
+    write_shard(tmp_path("fp_small_000.bin"), small);
+    std::string a = fingerprint(tmp_path("fp_small_*.bin"));
+    std::swap(small[500], small[501]);
+    write_shard(tmp_path("fp_small_000.bin"), small);
+    std::string b = fingerprint(tmp_path("fp_small_*.bin"));
+    test_check("dataloader_fingerprint_small_content", a != b && a.substr(0, a.find("crc")) == b.substr(0, b.find("crc")), "%s vs %s", a.c_str(), b.c_str());
+
+    // 4.5M tokens (9 MB): sampled; block k of 256 starts at k/255 of (count - 2048)
+    size_t n = 4500000;
+    std::vector<uint16_t> big(n);
+    for (size_t i = 0; i < n; i++) big[i] = (uint16_t)(i % 50000);
+    write_shard(tmp_path("fp_big_000.bin"), big);
+    std::string c = fingerprint(tmp_path("fp_big_*.bin"));
+    size_t in_block = (size_t)((double)(n - DATA_SAMPLE_BLOCK_TOKENS) * 100 / (DATA_SAMPLE_BLOCKS - 1)) + 7;
+    std::swap(big[in_block], big[in_block + 1]);
+    write_shard(tmp_path("fp_big_000.bin"), big);
+    std::string d = fingerprint(tmp_path("fp_big_*.bin"));
+    test_check("dataloader_fingerprint_sampled_content", c != d, "%s vs %s", c.c_str(), d.c_str());
+    big[in_block] = 60000;  // >= VOCAB, in the second shard, which init never loads
+    write_shard(tmp_path("fp_big_001.bin"), big);
+    check_user_error("dataloader_bad_token_in_sample_at_init", [&] { fingerprint(tmp_path("fp_big_*.bin")); },
+                     {"-i", "fp_big_001.bin", "token " + std::to_string(in_block) + " has id 60000"});
+    remove(tmp_path("fp_big_000.bin").c_str());
+    remove(tmp_path("fp_big_001.bin").c_str());
 }
 
 static void test_bad_inputs(void) {
@@ -421,6 +470,7 @@ int main(void) {
     if (mkdtemp(dir_template) == NULL) { perror("mkdtemp"); return 1; }
     tmp_dir = dir_template;
     test_batches();
+    test_fingerprint();
     test_bad_inputs();
     test_tokenizer();
     remove_tmp_dir();

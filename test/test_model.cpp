@@ -203,8 +203,63 @@ int main(void) {
         test_check("checkpoint_round_trip_bitwise", ok);
         std::vector<int> steps = checkpoint_complete_steps(d);
         test_check("checkpoint_done_marker", steps.size() == 1 && steps[0] == 7);
+        // the resume path's checks: a sound file, then another step's, then one flipped payload bit
+        std::vector<float> params;
+        std::string why;
+        bool differs = false;
+        bool sound = checkpoint_try_read_model(checkpoint_model_path(d, 7), &lc, 7, &params, &why, &differs) &&
+                     memcmp(params.data(), m.params, P * 4) == 0;
+        bool other_step = !checkpoint_try_read_model(checkpoint_model_path(d, 7), &lc, 8, &params, &why, &differs) && !differs &&
+                          why == "has step 7 in its header, expected 8";
+        FILE* f = fopen(checkpoint_model_path(d, 7).c_str(), "r+b");
+        fseek(f, CHECKPOINT_HEADER_INTS * 4 + 40, SEEK_SET);
+        unsigned char byte = (unsigned char)fgetc(f);
+        fseek(f, CHECKPOINT_HEADER_INTS * 4 + 40, SEEK_SET);
+        fputc(byte ^ 0x10, f);
+        fclose(f);
+        bool flipped = !checkpoint_try_read_model(checkpoint_model_path(d, 7), &lc, 7, &params, &why, &differs) && !differs &&
+                       why.find("is corrupted: payload CRC-32") == 0;
+        test_check("checkpoint_try_read_model_checks", sound && other_step && flipped, "sound %d other_step %d flipped %d (%s)",
+                   sound, other_step, flipped, why.c_str());
         checkpoint_delete(d, 7, 1);
         rmdir(dir);
+    }
+
+    // the settings texts come from the flag table: changing any flag changes the text the ranks
+    // compare, and changes the resume text exactly for the OPT_RUN flags
+    {
+        TrainConfig base;
+        train_config_defaults(&base);
+        std::string ranks0 = train_config_settings(&base, "desc", 2, true), run0 = train_config_settings(&base, "desc", 2, false);
+        int wrong = 0;
+        std::string first_wrong;
+        for (size_t i = 0; i < TRAIN_NUM_OPTS; i++) {
+            const TrainOpt* o = &TRAIN_OPTS[i];
+            TrainConfig c = base;
+            std::string before = train_config_value(&c, o), v;
+            if (o->choices) {  // another allowed value
+                std::string list = o->choices;
+                v = list.substr(0, list.find(','));
+                if (v == before) v = list.substr(list.find(',') + 1, list.find(',', list.find(',') + 1) - list.find(',') - 1);
+            } else if (o->kind == OPT_STR) {
+                v = before + "_other";
+            } else {
+                char b[64];
+                if (o->kind == OPT_FLOAT) snprintf(b, sizeof(b), "%g", o->max == 1e30 ? 0.5 : o->max);
+                else snprintf(b, sizeof(b), "%lld", o->kind == OPT_ULL ? 7LL : (long long)o->max);
+                v = b;
+                if (v == before) { snprintf(b, sizeof(b), "%lld", (long long)o->min); v = b; }
+            }
+            train_config_set(&c, o, o->long_name, v.c_str());
+            bool ranks_changed = train_config_settings(&c, "desc", 2, true) != ranks0;
+            bool run_changed = train_config_settings(&c, "desc", 2, false) != run0;
+            if (!ranks_changed || run_changed != (o->scope == OPT_RUN)) {
+                wrong++;
+                if (first_wrong.empty()) first_wrong = std::string(o->long_name) + "=" + v;
+            }
+        }
+        test_check("settings_cover_every_flag", wrong == 0 && TRAIN_NUM_OPTS >= 35, "%d of %zu flags wrong, first %s", wrong,
+                   (size_t)TRAIN_NUM_OPTS, first_wrong.c_str());
     }
 
     llama_model_free(&m);

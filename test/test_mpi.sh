@@ -106,13 +106,16 @@ rc=$?
 if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/o.err")" -eq 1 ] && grep -q "2 ranks" "$TMP/o.err"; then pass resume_state_from_2_ranks_one_line
 else fail resume_state_from_2_ranks_one_line "rc=$rc: $(head -3 "$TMP/o.err")"; fi
 
-# --- a checkpoint directory with files but no DONE marker
+# --- a checkpoint directory with files but no DONE marker (a kill inside the first checkpoint):
+#     -y 1 starts from step 0 and deletes the incomplete files
 mkdir -p "$TMP/nodone"
 cp "$TMP/straight/model_00000004.bin" "$TMP/straight/state_00000004_0000"* "$TMP/nodone/"
 "${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/nodone" >"$TMP/n.out" 2>"$TMP/n.err"
 rc=$?
-if [ $rc -ne 0 ] && grep -q "DONE" "$TMP/n.err"; then pass mpi_resume_missing_done_refused
-else fail mpi_resume_missing_done_refused "rc=$rc: $(head -3 "$TMP/n.err")"; fi
+if [ $rc -eq 0 ] && grep -q "deleted the incomplete or damaged checkpoint files of step 4" "$TMP/n.out" &&
+   grep -q "no complete checkpoint in $TMP/nodone, starting from step 0" "$TMP/n.out" &&
+   cmp -s "$TMP/straight/model_00000008.bin" "$TMP/nodone/model_00000008.bin"; then pass mpi_resume_missing_done_starts_from_zero
+else fail mpi_resume_missing_done_starts_from_zero "rc=$rc: $(head -3 "$TMP/n.err") $(grep -- '-y 1' "$TMP/n.out")"; fi
 
 # --- a rank killed with SIGKILL mid-run: the job ends, the last complete checkpoint resumes,
 #     and the losses equal the uninterrupted run's
