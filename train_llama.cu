@@ -596,13 +596,6 @@ static void llama_save_model(LlamaModel* m, const std::string& path, int step) {
     checkpoint_write_model(path, &m->config, host.data(), step);
 }
 
-// Loads a model file that checkpoint_read_model_header has already validated against the config.
-static void llama_load_model(LlamaModel* m, const char* path, const char* flag) {
-    std::vector<float> host(m->num_params);
-    checkpoint_read_model(path, flag, &m->config, host.data());
-    llama_set_params(m, host.data());
-}
-
 static void llama_get_optimizer_state(LlamaModel* m, CheckpointState* st) {
     st->m = cuda_download(m->opt_m, m->num_params);
     st->v = cuda_download(m->opt_v, m->num_params);

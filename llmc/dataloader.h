@@ -178,6 +178,19 @@ static inline void dataloader_reset(DataLoader* l) {
     dataloader_load_shard(l, 0);
 }
 
+// glob's error callback: a directory that is missing is no match; one that exists but cannot be
+// listed (permissions, I/O) stops the expansion, so the user hears which directory, not "no file
+// matches". The failing path and errno are kept for the message (init is single-threaded).
+static inline std::string& dataloader_glob_failed_dir() { static std::string d; return d; }
+static inline int& dataloader_glob_failed_errno_ref() { static int e = 0; return e; }
+static inline int dataloader_glob_failed_errno() { return dataloader_glob_failed_errno_ref(); }
+static inline int dataloader_glob_error(const char* path, int err) {
+    if (err == ENOENT || err == ENOTDIR) return 0;
+    dataloader_glob_failed_dir() = path;
+    dataloader_glob_failed_errno_ref() = err;
+    return 1;
+}
+
 // flag: the command-line flag that supplied the pattern ("-i", "-j"), named in every error.
 static inline void dataloader_init(DataLoader* l, const char* pattern, const char* flag, size_t B, size_t T,
                                    int process_rank, int num_processes, int vocab_size) {
@@ -197,13 +210,16 @@ static inline void dataloader_init(DataLoader* l, const char* pattern, const cha
     l->vocab_size = vocab_size;
 
     glob_t g;
-    int rc = glob(pattern, GLOB_NOSORT, NULL, &g);
+    int rc = glob(pattern, GLOB_NOSORT, dataloader_glob_error, &g);
+    if (rc == GLOB_ABORTED)  // a directory on the way that exists but cannot be read
+        user_error("%s: cannot read directory '%s' (%s) while expanding '%s'", fl, dataloader_glob_failed_dir().c_str(),
+                   strerror(dataloader_glob_failed_errno()), pattern);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         if (rc == 0) globfree(&g);
         user_error("%s: no file matches '%s' (expected llm.c .bin shards; hint: run data/prepare_text.py)",
                    fl, pattern);
     }
-    if (rc != 0) user_error("%s: cannot expand '%s' (glob error %d: unreadable directory?)", fl, pattern, rc);
+    if (rc != 0) user_error("%s: cannot expand '%s' (glob error %d)", fl, pattern, rc);
     l->shard_paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
     globfree(&g);
     // bytewise order, independent of the locale, so every rank and every run agree

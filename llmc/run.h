@@ -24,6 +24,10 @@ static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world
     if (*from_file) checkpoint_read_model_header(tc->model.c_str(), "-e", lc, NULL);
     if (tc->T == 0) tc->T = lc->T;
     if (tc->T > lc->T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc->T, tc->T);
+    // the layers index a micro-batch's tokens with int: B*T must fit (64-bit products below)
+    if ((long long)tc->B * tc->T > INT_MAX)
+        user_error("-b, -t: B*T = %d*%d = %lld tokens per micro-batch, expected at most %d (hint: lower -b and raise -d)",
+                   tc->B, tc->T, (long long)tc->B * tc->T, INT_MAX);
     long long tokens_per_micro = (long long)tc->B * tc->T * world_size;
     if (tc->total_batch == 0) tc->total_batch = tokens_per_micro;
     if (tc->total_batch % tokens_per_micro != 0)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, if it is missing: a C++ compiler,
-# OpenBLAS (OpenMP build), LAPACKE, Open MPI and python3 from Debian/Ubuntu packages; numpy and
-# tiktoken from PyPI (tiktoken has no Debian package; pip keeps numpy matched to python3 on PATH).
+# OpenBLAS (OpenMP build), LAPACKE, Open MPI, python3 and strace (test_faults checks the fsyncs)
+# from Debian/Ubuntu packages; numpy and tiktoken from PyPI (tiktoken has no Debian package; pip
+# keeps numpy matched to python3 on PATH).
 # Quiet and quick when everything is there. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-apt_pkgs=(g++ make libopenblas-openmp-dev liblapacke-dev openmpi-bin libopenmpi-dev python3 python3-pip)
+apt_pkgs=(g++ make libopenblas-openmp-dev liblapacke-dev openmpi-bin libopenmpi-dev python3 python3-pip strace)
 have_python=0
 command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1 && have_python=1
 pkgs=()

@@ -54,6 +54,7 @@ expect_error cli_float_leading_blank "-l" "${FAST[@]}" -x 1 -l ' 1e-3'
 # -d / (B*T*ranks) micro-steps beyond int: refused, not wrapped to 0 or negative
 expect_error cli_total_batch_overflow "-d" "${FAST[@]}" -x 1 -d 549755813888
 expect_error cli_total_batch_overflow_negative "-d" "${FAST[@]}" -x 1 -d 274877906944
+expect_error cli_micro_batch_tokens_overflow "B\*T = 1048576\*4096 = 4294967296 tokens per micro-batch" -e llama300m -b 1048576 -t 4096 -v 0 -x 1
 # a layer list that names nothing is refused (it would run plain fp8); a garbage layer file is
 # named with its line, its bytes escaped, on one line
 expect_error cli_geofp8_layers_empty_list "--geofp8-layers" "${FAST[@]}" -x 1 -c geofp8 --geofp8-layers ,

@@ -9,8 +9,9 @@
 #   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
 #     (bf16 compute against fp32), the same bytes on every step, the logged RelL2 near the CPU
 #     engine's (bounds and their measured worst cases where they are checked);
-#   - auto layer selection, bitwise resume of geofp8 with 2 ranks, an injected NaN skipped by every
-#     rank, a lost peer ending the job with one line, ranks with different flags refused over NCCL,
+#   - auto layer selection, bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint
+#     (fallback to the intact one), the lock on -o, an injected NaN skipped by every rank, a lost
+#     peer ending the job with one line, ranks with different flags (-l, --max-skips) refused over NCCL,
 #     the Slurm id-file launch (no MPI in the trainer) and its settings check, a one-rank NCCL
 #     communicator.
 # What it cannot show (races between blocks, cuBLASLt algorithm choice, NCCL itself, speed) is what
@@ -105,16 +106,31 @@ if [ $rc -eq 0 ] && [ -s "$TMP/auto/geofp8_layers.txt" ] && ! grep -vqE '^layers
     pass "emu.geofp8_auto_selection_np2: $(cut -d' ' -f1 "$TMP/auto/geofp8_layers.txt" | tr '\n' ' ')"
 else fail emu.geofp8_auto_selection_np2 "rc=$rc $(tail -2 "$TMP/auto.out")"; fi
 
-# --- bitwise resume of geofp8 with 2 ranks: 6 steps straight == 3 + resume + 3
+# --- bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint: rank 1's step-6
+#     state file is truncated, so rank 1 alone finds it damaged; both ranks fall back to step 3
+#     (llmc/run.h, the same path as the CPU engine's) and 3 + resume + 3 == 6 steps straight
 RES=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}")
 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -o "$TMP/straight" >"$TMP/s.out" 2>&1
 cp -r "$TMP/straight" "$TMP/resumed"
-rm -f "$TMP/resumed/DONE_00000006" "$TMP/resumed/model_00000006.bin" "$TMP/resumed/state_00000006_"*
-"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -y 1 -o "$TMP/resumed" >"$TMP/r.out" 2>&1
-if cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
+truncate -s 4096 "$TMP/resumed/state_00000006_00001.bin"
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -y 1 -o "$TMP/resumed" >"$TMP/r.out" 2>"$TMP/r.err"
+if grep -q "warning: -y: checkpoint step 6 is damaged: state file '.*state_00000006_00001.bin' is" "$TMP/r.err" &&
+   grep -q "resuming from step 3" "$TMP/r.out" &&
+   cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
    cmp -s "$TMP/straight/state_00000006_00001.bin" "$TMP/resumed/state_00000006_00001.bin"; then
-    pass emu.geofp8_resume_bitwise_np2
-else fail emu.geofp8_resume_bitwise_np2 "step-6 files differ or missing: $(tail -2 "$TMP/r.out")"; fi
+    pass emu.geofp8_resume_fallback_bitwise_np2
+else fail emu.geofp8_resume_fallback_bitwise_np2 "step-6 files differ or missing: $(head -c 300 "$TMP/r.err") $(tail -2 "$TMP/r.out")"; fi
+
+# --- the lock on -o: a second run on a directory a running one holds stops at once, naming it
+TRAIN_LLAMA_TEST_SLOW=1 "$EMU/train_llama" "${RUN[@]}" -x 3 -o "$TMP/locked" >"$TMP/l1.out" 2>&1 &
+holder=$!
+for _ in $(seq 1 600); do [ -s "$TMP/locked/metrics.jsonl" ] && break; sleep 0.1; done
+timeout 300 "$EMU/train_llama" "${RUN[@]}" -x 3 -o "$TMP/locked" >"$TMP/l2.out" 2>"$TMP/l2.err"
+rc=$?
+wait $holder
+rc1=$?
+if [ $rc -eq 1 ] && grep -q "is in use by another run (pid $holder on host" "$TMP/l2.err" && [ $rc1 -eq 0 ]; then pass emu.second_run_on_locked_dir_refused
+else fail emu.second_run_on_locked_dir_refused "rc=$rc rc1=$rc1 $(head -c 300 "$TMP/l2.err")"; fi
 
 # --- an injected NaN on rank 1 at step 3: both ranks skip it, as the CPU engine does
 "${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_NAN=3:1 "$EMU/train_llama" "${RUN[@]}" -x 5 -c fp8 -o "$TMP/nan" >"$TMP/nan.out" 2>&1
@@ -141,6 +157,13 @@ timeout 300 mpirun --oversubscribe -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 -l 
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on lr" "$TMP/dis.err"; then pass emu.rank_settings_mismatch
 else fail emu.rank_settings_mismatch "rc=$rc $(head -3 "$TMP/dis.err")"; fi
+# a flag a resumed run may change but the ranks of one job must share (another --max-skips would
+# make one rank stop where the other goes on)
+timeout 300 mpirun --oversubscribe -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 --max-skips 1 : -np 1 "$EMU/train_llama" "${RUN[@]}" -x 2 --max-skips 2 \
+    >"$TMP/dis2.out" 2>"$TMP/dis2.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on max-skips: 1 vs 2" "$TMP/dis2.err"; then pass emu.rank_flag_mismatch_max_skips
+else fail emu.rank_flag_mismatch_max_skips "rc=$rc $(head -3 "$TMP/dis2.err")"; fi
 
 # --- the Slurm id-file launch (what plain srun does: no MPI in the trainer): each task gets its
 # SLURM_* variables, rank 0 writes the NCCL id to $TRAIN_LLAMA_NCCL_ID_FILE.<job>.<step>, the other

@@ -3,7 +3,7 @@
 # that disagree on a flag or read different data under one path, two runs on one directory, a
 # fresh run into another run's checkpoints, a full disk under the logs and the checkpoints,
 # tampered and damaged checkpoints (with fallback to the newest intact one), a kill inside the
-# very first checkpoint, a late bad token, and a kill loop: 20 SIGKILLs of one rank of a 2-rank
+# very first checkpoint, a late bad token, directories that cannot be listed, and a kill loop: 20 SIGKILLs of one rank of a 2-rank
 # run while it checkpoints, each followed by -y 1, ending bitwise equal to the straight run.
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
@@ -140,7 +140,7 @@ else echo "SKIP faults_fsync_around_renames: strace not installed"; fi
 
 # --- killed inside the very first checkpoint (before the model file's rename): -y 1 starts from
 #     step 0, deletes the partial step and its temporary file, and ends bitwise equal
-TRAIN_LLAMA_TEST_CRASH=model:2 "$BIN" "${S[@]}" -x 6 -n 2 -o "$TMP/first" >"$TMP/f1.out" 2>&1
+(TRAIN_LLAMA_TEST_CRASH=model:2 "$BIN" "${S[@]}" -x 6 -n 2 -o "$TMP/first" >"$TMP/f1.out" 2>&1) 2>/dev/null  # (the shell's "Killed")
 tmpname=$(ls "$TMP/first" | grep '^model_00000002.bin.tmp-' || true)
 "$BIN" "${S[@]}" -x 6 -n 2 -y 1 -o "$TMP/first" >"$TMP/f2.out" 2>&1
 rc=$?
@@ -226,6 +226,25 @@ rc=$?
 if [ $rc -eq 1 ] && grep -q "shard '$TMP/badtok/b_001.bin': token 123456 has id 60000, expected < vocab size 50257" "$TMP/bt.err" &&
    ! grep -q "^step" "$TMP/bt.out"; then pass faults_bad_token_in_second_shard_at_start
 else fail faults_bad_token_in_second_shard_at_start "rc=$rc $(head -c 300 "$TMP/bt.err")"; fi
+
+# --- directories that exist but cannot be listed (run as an unprivileged user: root reads any
+#     directory): the glob of -i and the -o of -y 1 each name the directory and the reason
+if command -v setpriv >/dev/null 2>&1 && setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null &&
+   setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$BIN"; then
+    chmod 755 "$TMP"
+    mkdir -p "$TMP/noread" "$TMP/nolist"
+    cp data/kjv/kjv_val_000000.bin "$TMP/noread/"
+    chmod 000 "$TMP/noread"; chmod 333 "$TMP/nolist"
+    nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    "${nobody[@]}" "$BIN" "${S[@]}" -x 1 -i "$TMP/noread/*.bin" >"$TMP/nr.out" 2>"$TMP/nr.err"
+    expect_error faults_unreadable_data_directory $? "$TMP/nr.err" "^error: -i: cannot read directory '$TMP/noread' (Permission denied)"
+    "${nobody[@]}" "$BIN" "${S[@]}" -x 1 -y 1 -o "$TMP/nolist" >"$TMP/nl.out" 2>"$TMP/nl.err"
+    expect_error faults_unlistable_output_directory $? "$TMP/nl.err" "^error: -o: cannot list directory '$TMP/nolist' (Permission denied)"
+    chmod 755 "$TMP/noread" "$TMP/nolist"
+else
+    echo "SKIP faults_unreadable_data_directory: cannot run as an unprivileged user here (setpriv to uid 65534 failed)"
+    echo "SKIP faults_unlistable_output_directory: cannot run as an unprivileged user here (setpriv to uid 65534 failed)"
+fi
 
 # --- the kill loop: a 2-rank run checkpointing every step, one rank SIGKILLed at a random moment
 #     20 times (each restart is -y 1), then -y 1 to the end: bitwise the straight run's weights

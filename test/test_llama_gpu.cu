@@ -41,6 +41,13 @@
 #include "test_util.h"
 #include "fixture.h"
 
+// Loads a model file (validated against m's config) into the device weights.
+static void llama_load_model(LlamaModel* m, const char* path, const char* flag) {
+    std::vector<float> host(m->num_params);
+    checkpoint_read_model(path, flag, &m->config, host.data());
+    llama_set_params(m, host.data());
+}
+
 static const char* FIX_PATH = "test/fixtures/model.fix";
 static const char* MODEL_PATH = "test/fixtures/model_small.bin";
 
