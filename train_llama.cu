@@ -670,11 +670,7 @@ int main(int argc, char** argv) {
     run_check_same_settings(&ranks, run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, true));
     GradCommGPU gc;
     gradcomm_gpu_init(&gc, &tc, &lc, grid.rank, grid.world_size, tc.B * tc.T);
-    std::vector<float> file_params;  // -e FILE: read (and its CRC checked) before anything is written
-    if (from_file) {
-        file_params.resize(llama_num_params(&lc));
-        checkpoint_read_model(tc.model.c_str(), "-e", &lc, file_params.data());
-    }
+    std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file);
     Tokenizer tokenizer;
     tokenizer.ok = 0;
     if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());

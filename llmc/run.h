@@ -40,6 +40,15 @@ static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world
     return (int)accum;
 }
 
+// -e FILE: its weights, read and CRC-checked before anything is written (none for a preset).
+static inline std::vector<float> run_read_model_file(const TrainConfig* tc, const LlamaConfig* lc, bool from_file) {
+    std::vector<float> params;
+    if (!from_file) return params;
+    params.resize(llama_num_params(lc));
+    checkpoint_read_model(tc->model.c_str(), "-e", lc, params.data());
+    return params;
+}
+
 // -x -1 (one epoch) and -u -1 (1% of the steps), once the data is known.
 static inline void run_resolve_steps(TrainConfig* tc, const DataLoader* train) {
     if (tc->steps == -1) tc->steps = (int)std::max(1LL, (long long)(train->total_tokens / tc->total_batch));
