@@ -42,7 +42,7 @@ CPU_TESTS = $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 
 test: deps
-	@$(MAKE) --no-print-directory train_llama_cpu $(CPU_TESTS)
+	@$(MAKE) --no-print-directory train_llama_cpu $(CPU_TESTS) $(BUILD)/dump_logits
 	@if [ "$(HAVE_NVCC)" = 1 ] && [ -f cuda.mk ]; then $(MAKE) --no-print-directory cuda-all; else echo "nvcc not found: CUDA sources not compiled"; fi
 	@bash test/run_tests.sh
 
@@ -69,6 +69,10 @@ $(BUILD)/fuzz_parsers: dev/fuzz/fuzz_parsers.cpp $(LLMC_H) | $(BUILD)
 fuzz: $(BUILD)/fuzz_parsers
 	@python3 dev/fuzz/make_seeds.py $(BUILD)/fuzz_corpus
 	$(BUILD)/fuzz_parsers $(BUILD)/fuzz_corpus -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1
+
+# the engine's logits and greedy tokens on real text, for comparing an export (scripts/export_hf.py)
+$(BUILD)/dump_logits: dev/dump_logits.cpp train_llama_cpu.cpp $(LLMC_H) | $(BUILD)
+	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # tokens/s of the CPU engine against a plain PyTorch step of the same model (needs torch)
 bench: train_llama_cpu
