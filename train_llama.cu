@@ -739,7 +739,7 @@ int main(int argc, char** argv) {
                 sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
             }
             float val_loss = (float)(llama_comm_sum(&grid, sum / tc.val_batches) / grid.world_size);
-            if (grid.rank == 0) run_report_val(&logger, step, val_loss);
+            if (grid.rank == 0) run_report_val(&logger, step, val_loss, tc.total_batch);
         }
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
             llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
@@ -817,6 +817,7 @@ int main(int argc, char** argv) {
             logger_train(&logger, step + 1, loss);
             std::string line;
             logger_field(&line, "step", step + 1);
+            logger_field(&line, "tokens", (double)(step + 1) * tc.total_batch);
             logger_field(&line, "train_loss", loss);
             logger_field(&line, "lr", lr);
             logger_field(&line, "grad_norm", norm);

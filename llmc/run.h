@@ -307,12 +307,14 @@ static inline std::string run_format_duration(double s) {
 
 static inline void run_print_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
 
-// Rank 0's report of a val loss: the console line, main.log and metrics.jsonl.
-static inline void run_report_val(Logger* logger, int step, float val_loss) {
+// Rank 0's report of a val loss: the console line, main.log and metrics.jsonl (with the tokens
+// trained on so far, the x axis of scripts/plot_runs.py).
+static inline void run_report_val(Logger* logger, int step, float val_loss, long long tokens_per_step) {
     printf("val loss %.6f (step %d)\n", val_loss, step);
     logger_val(logger, step, val_loss);
     std::string line;
     logger_field(&line, "step", step);
+    logger_field(&line, "tokens", (double)step * tokens_per_step);
     logger_field(&line, "val_loss", val_loss);
     logger_metrics(logger, line);
 }

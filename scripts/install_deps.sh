@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, if it is missing: a C++ compiler,
 # OpenBLAS (OpenMP build), LAPACKE, Open MPI, python3 and strace (test_faults checks the fsyncs)
-# from Debian/Ubuntu packages; numpy, tiktoken, safetensors and ml_dtypes from PyPI (tiktoken has
-# no Debian package; pip keeps numpy matched to python3 on PATH).
+# from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes and matplotlib from PyPI
+# (tiktoken has no Debian package; pip keeps numpy matched to python3 on PATH).
 # Quiet and quick when everything is there. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -28,6 +28,7 @@ python3 -c "import numpy" 2>/dev/null || py_missing+=(numpy)
 python3 -c "import tiktoken" 2>/dev/null || py_missing+=(tiktoken)
 python3 -c "import safetensors" 2>/dev/null || py_missing+=(safetensors)
 python3 -c "import ml_dtypes" 2>/dev/null || py_missing+=(ml_dtypes)
+python3 -c "import matplotlib" 2>/dev/null || py_missing+=(matplotlib)
 if [ ${#py_missing[@]} -gt 0 ]; then
     echo "install_deps: pip installing ${py_missing[*]}"
     python3 -m pip install -q "${py_missing[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_missing[@]}"

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Loss curves of several runs in one figure, as the paper compares its runs.
+
+Reads each RUN_DIR/metrics.jsonl (one JSON object per line, llmc/logger.h). Train lines carry
+"train_loss" (skipped steps carry "skipped" and are left out), val lines "val_loss"; both carry
+"step" and "tokens" (older logs without "tokens": step x the run's tokens per step, from
+tokens_per_s x ms). A resumed run appends, so the last line of a step wins.
+
+  python3 scripts/plot_runs.py out/fp32 out/fp8 out/geofp8 --baseline out/fp32 --out runs.png
+
+Panels: (1) train loss, smoothed by an exponential moving average (--smooth, the weight of the
+past; de-biased as in Adam so the first points are not pulled to 0), and val loss against tokens;
+(2) each run's val loss relative to the baseline's at the same step, in percent (the paper's gap
+to FP32); (3) where runs logged them, the communication figures: the fidelity RelL2 of the
+compressed gradient (--fidelity-every steps) and the bytes sent per step.
+
+Prints first a table of the numbers it plots, one row per run: steps, tokens, the last smoothed
+train loss, the last val loss and its step, the gap to the baseline at the last common val step,
+the mean RelL2 and the mean bytes per step. Needs matplotlib for the figure (not for the table).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+def fail(msg):
+    print("error: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def read_run(run_dir):
+    """{"train": {step: (tokens, loss)}, "val": {step: (tokens, loss)}, "rel_l2": {step: x},
+    "bytes": {step: x}} of one run directory."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    try:
+        lines = open(path).read().splitlines()
+    except OSError as e:
+        fail(f"cannot read '{path}' ({e.strerror}); expected a run directory written with -o")
+    run = {"train": {}, "val": {}, "rel_l2": {}, "bytes": {}}
+    per_step = None
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            step = int(r["step"])
+        except (ValueError, KeyError, TypeError):
+            fail(f"'{path}' line {k} is not a metrics line (expected a JSON object with a step): {line[:80]!r}")
+        if per_step is None and r.get("tokens_per_s") and r.get("ms"):
+            per_step = round(r["tokens_per_s"] * r["ms"] / 1e3)
+        tokens = r.get("tokens")
+        if r.get("train_loss") is not None and not r.get("skipped"):
+            run["train"][step] = (tokens, float(r["train_loss"]))
+            if r.get("comm_bytes") is not None:
+                run["bytes"][step] = float(r["comm_bytes"])
+            if r.get("fidelity_rel_l2") is not None:
+                run["rel_l2"][step] = float(r["fidelity_rel_l2"])
+        if r.get("val_loss") is not None:
+            run["val"][step] = (tokens, float(r["val_loss"]))
+    for key in ("train", "val"):
+        for step, (tokens, loss) in list(run[key].items()):
+            if tokens is None:
+                if per_step is None:
+                    fail(f"'{path}' has no tokens field and no step timing to derive tokens per step from")
+                run[key][step] = (step * per_step, loss)
+    if not run["train"] and not run["val"]:
+        fail(f"'{path}' holds no train or val loss")
+    return run
+
+
+def smooth(values, weight):
+    """Exponential moving average with Adam's bias correction (weight = the past's share)."""
+    out, avg = [], 0.0
+    for i, v in enumerate(values, 1):
+        avg = weight * avg + (1.0 - weight) * v
+        out.append(avg / (1.0 - weight ** i) if weight > 0 else v)
+    return out
+
+
+def gap_percent(run, base):
+    """{step: 100 (val - val_base) / val_base} at the val steps both runs have."""
+    return {s: 100.0 * (run["val"][s][1] - base["val"][s][1]) / base["val"][s][1]
+            for s in sorted(set(run["val"]) & set(base["val"]))}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
+    ap.add_argument("--baseline", help="the run the gaps are relative to (one of the runs; default: the first)")
+    ap.add_argument("--labels", help="comma list of names for the runs (default: the directory names)")
+    ap.add_argument("--smooth", type=float, default=0.9, help="EMA weight of the past for train loss, in [0, 1) (0.9)")
+    ap.add_argument("--out", default="runs.png", help="the figure (PNG)")
+    a = ap.parse_args()
+    if not 0.0 <= a.smooth < 1.0:
+        fail(f"--smooth: expected a number in [0, 1), found {a.smooth}")
+    labels = a.labels.split(",") if a.labels else [os.path.basename(os.path.normpath(r)) for r in a.runs]
+    if len(labels) != len(a.runs):
+        fail(f"--labels: expected {len(a.runs)} names, found {len(labels)}")
+    runs = [read_run(r) for r in a.runs]
+    norm = [os.path.normpath(r) for r in a.runs]
+    base_i = 0
+    if a.baseline:
+        if os.path.normpath(a.baseline) not in norm:
+            fail(f"--baseline: '{a.baseline}' is not one of the runs given")
+        base_i = norm.index(os.path.normpath(a.baseline))
+    base = runs[base_i]
+
+    # the table of what is plotted
+    print(f"baseline: {labels[base_i]}")
+    print("| run | steps | tokens | train loss (smoothed, last) | val loss (last) | val step | gap to baseline % | mean RelL2 | bytes/step |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, run in zip(labels, runs):
+        steps = sorted(run["train"])
+        sm = smooth([run["train"][s][1] for s in steps], a.smooth) if steps else []
+        last_val = max(run["val"]) if run["val"] else None
+        gaps = gap_percent(run, base)
+        gap = gaps[max(gaps)] if gaps else float("nan")
+        rel = [run["rel_l2"][s] for s in sorted(run["rel_l2"])]
+        byts = [run["bytes"][s] for s in sorted(run["bytes"])]
+        print("| %s | %d | %d | %s | %s | %s | %s | %s | %s |" % (
+            label, steps[-1] if steps else 0, run["train"][steps[-1]][0] if steps else 0,
+            "%.6f" % sm[-1] if sm else "-", "%.6f" % run["val"][last_val][1] if last_val is not None else "-",
+            last_val if last_val is not None else "-", "%+.3f" % gap if not math.isnan(gap) else "-",
+            "%.4e" % (sum(rel) / len(rel)) if rel else "-", "%.0f" % (sum(byts) / len(byts)) if byts else "-"))
+    sys.stdout.flush()
+
+    try:
+        import matplotlib
+    except ImportError:
+        fail(f"writing {a.out} needs matplotlib (pip install matplotlib); the table above does not")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    has_comm = any(r["rel_l2"] or any(r["bytes"].values()) for r in runs)
+    fig, axes = plt.subplots(1, 3 if has_comm else 2, figsize=(16 if has_comm else 11, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, run) in enumerate(zip(labels, runs)):
+        c = colors[i % len(colors)]
+        steps = sorted(run["train"])
+        if steps:
+            axes[0].plot([run["train"][s][0] for s in steps], smooth([run["train"][s][1] for s in steps], a.smooth),
+                         color=c, lw=1.2, label=f"{label} train (EMA {a.smooth:g})")
+        vs = sorted(run["val"])
+        if vs:
+            axes[0].plot([run["val"][s][0] for s in vs], [run["val"][s][1] for s in vs], "o--", color=c, ms=3, label=f"{label} val")
+        gaps = gap_percent(run, base)
+        if gaps and i != base_i:
+            axes[1].plot([run["val"][s][0] for s in gaps], list(gaps.values()), "o-", color=c, ms=3, label=label)
+        if has_comm and run["rel_l2"]:
+            rs = sorted(run["rel_l2"])
+            axes[2].plot(rs, [run["rel_l2"][s] for s in rs], "o-", color=c, ms=3, label=f"{label} RelL2")
+        if has_comm and any(run["bytes"].values()):
+            ax_b = axes[2].twinx() if not hasattr(axes[2], "_bytes_axis") else axes[2]._bytes_axis
+            axes[2]._bytes_axis = ax_b
+            bs = sorted(run["bytes"])
+            ax_b.plot(bs, [run["bytes"][s] / 1e6 for s in bs], ":", color=c, lw=1, label=f"{label} MB/step")
+            ax_b.set_ylabel("MB sent per step per rank (dotted)")
+    axes[0].set(xlabel="tokens", ylabel="loss", title="train (smoothed) and val loss")
+    axes[0].legend(fontsize=7)
+    axes[1].axhline(0.0, color="gray", lw=0.8)
+    axes[1].set(xlabel="tokens", ylabel=f"val loss vs {labels[base_i]} (%)", title=f"gap to {labels[base_i]}")
+    if len(runs) > 1:
+        axes[1].legend(fontsize=7)
+    if has_comm:
+        axes[2].set(xlabel="step", ylabel="fidelity RelL2 (solid)", title="communication")
+        if any(r["rel_l2"] for r in runs):
+            axes[2].set_yscale("log")
+            axes[2].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=120)
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

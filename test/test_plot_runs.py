@@ -1,0 +1,119 @@
+"""Tests for scripts/plot_runs.py on synthetic runs: the numbers of its side table (the smoothed
+train loss against an independent closed form, the val gap to the baseline, tokens from the
+"tokens" field and, in older logs, from tokens_per_s x ms, a resumed run's repeated steps,
+skipped steps left out, the mean RelL2 and bytes), the PNG it writes, and its one-line errors.
+
+Prints "PASS name" / "FAIL name: detail" / "SKIP name: reason" lines; exits 1 on any failure.
+
+    python3 test/test_plot_runs.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "scripts", "plot_runs.py")
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global failed
+    print(f"PASS {name}" if ok else f"FAIL {name}: {detail}")
+    failed += 0 if ok else 1
+    sys.stdout.flush()
+
+
+def write_run(path, lines):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for r in lines:
+            f.write(json.dumps(r) + "\n")
+
+
+def ema_closed_form(xs, w):
+    """The de-biased EMA's last value, written as a weighted mean: sum w^(n-j) x_j / sum w^(n-j)."""
+    n = len(xs)
+    weights = [w ** (n - 1 - j) for j in range(n)]
+    return sum(a * b for a, b in zip(weights, xs)) / sum(weights)
+
+
+def table_rows(out):
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("| ") and not line.startswith("| run "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="test_plot_runs_")
+    per_step = 4096
+    # base: constant train loss 3.0 (its EMA is 3.0 exactly), val 3.0 then 2.5
+    base = [{"step": s, "tokens": s * per_step, "train_loss": 3.0, "comm_bytes": 1000.0} for s in range(1, 21)]
+    base += [{"step": 10, "tokens": 10 * per_step, "val_loss": 3.0}, {"step": 20, "tokens": 20 * per_step, "val_loss": 2.5}]
+    # geo: a falling loss, a skipped step 7 (left out), a resume that repeats steps 15..16 with
+    # other values (the last wins), fidelity lines and 250 bytes a step; val 3.3 then 2.6
+    geo_losses = {s: 4.0 - 0.05 * s for s in range(1, 21) if s != 7}
+    geo = []
+    for s in range(1, 21):
+        if s == 7:
+            geo.append({"step": 7, "skipped": 1, "nonfinite_rank": 0})
+            continue
+        r = {"step": s, "tokens": s * per_step, "train_loss": 99.0 if s in (15, 16) else geo_losses[s], "comm_bytes": 250.0}
+        if s % 5 == 0:
+            r["fidelity_rel_l2"] = 0.01 * s
+        geo.append(r)
+    geo += [{"step": 15, "tokens": 15 * per_step, "train_loss": geo_losses[15], "comm_bytes": 250.0, "fidelity_rel_l2": 0.15},
+            {"step": 16, "tokens": 16 * per_step, "train_loss": geo_losses[16], "comm_bytes": 250.0}]
+    geo += [{"step": 10, "tokens": 10 * per_step, "val_loss": 3.3}, {"step": 20, "tokens": 20 * per_step, "val_loss": 2.6}]
+    # old: no "tokens" field (tokens = step x tokens_per_s x ms / 1000 = step x 2048)
+    old = [{"step": s, "train_loss": 5.0, "tokens_per_s": 20480.0, "ms": 100.0, "comm_bytes": 0} for s in range(1, 11)]
+    old += [{"step": 10, "val_loss": 4.0}]
+    write_run(os.path.join(tmp, "base"), base)
+    write_run(os.path.join(tmp, "geo"), geo)
+    write_run(os.path.join(tmp, "old"), old)
+    png = os.path.join(tmp, "runs.png")
+    r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "base"), os.path.join(tmp, "geo"), os.path.join(tmp, "old"),
+                        "--baseline", os.path.join(tmp, "base"), "--smooth", "0.8", "--out", png],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rows = table_rows(r.stdout)
+    check("plot_runs_exit_and_rows", r.returncode in (0, 1) and set(rows) == {"base", "geo", "old"}, r.stdout[-300:] + r.stderr[-300:])
+    if set(rows) != {"base", "geo", "old"}:
+        return 1
+    want_geo = ema_closed_form([geo_losses[s] for s in sorted(geo_losses)], 0.8)
+    check("plot_runs_smoothed_train_loss", abs(float(rows["base"][2]) - 3.0) < 1e-6 and abs(float(rows["geo"][2]) - want_geo) < 1e-6,
+          f"base {rows['base'][2]} (3.0), geo {rows['geo'][2]} ({want_geo:.6f})")
+    check("plot_runs_val_and_gap", rows["geo"][3] == "2.600000" and rows["geo"][4] == "20" and rows["geo"][5] == "+4.000" and
+          rows["base"][5] == "+0.000" and rows["old"][5] == "+33.333", f"geo {rows['geo'][3:6]} base {rows['base'][5]} old {rows['old'][5]}")
+    check("plot_runs_tokens", rows["geo"][1] == str(20 * per_step) and rows["old"][1] == str(10 * 2048),
+          f"geo {rows['geo'][1]}, old {rows['old'][1]} (derived from tokens_per_s x ms)")
+    want_rel = sum([0.05, 0.10, 0.15, 0.20]) / 4  # steps 5, 10, 15 (the resumed line), 20
+    check("plot_runs_comm_means", abs(float(rows["geo"][6]) - want_rel) < 1e-6 and rows["geo"][7] == "250" and rows["base"][7] == "1000",
+          f"RelL2 {rows['geo'][6]} ({want_rel}), bytes {rows['geo'][7]} / {rows['base'][7]}")
+    try:
+        import matplotlib  # noqa: F401
+        ok = r.returncode == 0 and os.path.isfile(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 20000
+        check("plot_runs_png_written", ok, f"rc {r.returncode} {r.stderr[-200:]}")
+    except ImportError:
+        print("SKIP plot_runs_png_written: matplotlib not importable (the table was checked)")
+
+    # errors: one line naming the file, exit 1
+    r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "nothing")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check("plot_runs_missing_run", r.returncode == 1 and r.stderr.count("\n") == 1 and "nothing/metrics.jsonl" in r.stderr, r.stderr)
+    with open(os.path.join(tmp, "geo", "metrics.jsonl"), "a") as f:
+        f.write("garbage\n")
+    r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "geo")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check("plot_runs_garbage_line", r.returncode == 1 and f"line {len(geo) + 1} is not a metrics line" in r.stderr, r.stderr)
+    r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "base"), "--baseline", os.path.join(tmp, "old")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    check("plot_runs_baseline_not_a_run", r.returncode == 1 and "--baseline" in r.stderr, r.stderr)
+    shutil.rmtree(tmp)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
