@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, if it is missing: a C++ compiler,
 # OpenBLAS (OpenMP build), LAPACKE, Open MPI, python3 and strace (test_faults checks the fsyncs)
-# from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes and matplotlib from PyPI
-# (tiktoken has no Debian package; pip keeps numpy matched to python3 on PATH).
+# from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes, matplotlib and (where torch
+# is installed) lm-eval from PyPI (tiktoken has no Debian package; pip keeps numpy matched to
+# python3 on PATH).
 # Quiet and quick when everything is there. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -29,6 +30,11 @@ python3 -c "import tiktoken" 2>/dev/null || py_missing+=(tiktoken)
 python3 -c "import safetensors" 2>/dev/null || py_missing+=(safetensors)
 python3 -c "import ml_dtypes" 2>/dev/null || py_missing+=(ml_dtypes)
 python3 -c "import matplotlib" 2>/dev/null || py_missing+=(matplotlib)
+# lm-eval-harness for scripts/eval_downstream.sh (and its test), where torch is already there: it
+# would otherwise pull a torch build of its own
+if python3 -c "import torch" 2>/dev/null; then
+    python3 -c "import lm_eval, accelerate" 2>/dev/null || py_missing+=("lm_eval[hf]")
+fi
 if [ ${#py_missing[@]} -gt 0 ]; then
     echo "install_deps: pip installing ${py_missing[*]}"
     python3 -m pip install -q "${py_missing[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_missing[@]}"

@@ -44,6 +44,40 @@ def read_dump(path):
     return logits, prompt, greedy
 
 
+def eval_downstream(model, tok, hf, tmp):
+    import json
+    import torch
+    try:
+        import lm_eval  # noqa: F401
+        import accelerate  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP export_hf_eval_downstream_local_task: lm-eval not importable ({e}; pip install 'lm_eval[hf]')")
+        return
+    docs = [json.loads(l) for l in open(os.path.join(REPO, "test", "fixtures", "lm_eval", "local_mc.jsonl"))]
+    correct = 0
+    with torch.no_grad():
+        for d in docs:
+            ctx = tok(d["context"])["input_ids"]
+            scores = []
+            for c in d["choices"]:
+                whole = tok(d["context"] + c)["input_ids"]
+                logp = torch.log_softmax(model(torch.tensor([whole])).logits[0].double(), dim=-1)
+                scores.append(sum(float(logp[i - 1, whole[i]]) for i in range(len(ctx), len(whole))))
+            correct += int(max(range(len(scores)), key=scores.__getitem__) == d["gold"])
+    want = 100.0 * correct / len(docs)
+    base = os.path.join(tmp, "base_results.json")
+    json.dump({"results": {"local_mc": {"acc,none": 0.5, "acc_stderr,none": 0.1}}}, open(base, "w"))
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    r = run(["bash", "scripts/eval_downstream.sh", hf, "local_mc", "--include-path", "test/fixtures/lm_eval",
+             "--out", os.path.join(tmp, "eval"), "--name", "engine", "--baseline", base, "--device", "cpu"], env=env)
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| engine |") or l.startswith("| model |")]
+    got = rows[1].split("|")[2].strip() if len(rows) == 2 else "?"
+    wins = rows[1].split("|")[3].strip() if len(rows) == 2 else "?"
+    check(f"export_hf_eval_downstream_local_task (lm-eval {got}%, transformers {want:.2f}%, {len(docs)} docs)",
+          r.returncode == 0 and rows[0].startswith("| model | local_mc | wins vs base_results.json |") and got == "%.2f" % want
+          and wins == ("1/1" if want > 50.0 else "0/1"), f"rc {r.returncode}: {r.stdout[-400:]} {r.stderr[-400:]}")
+
+
 def main():
     try:
         import torch
@@ -112,6 +146,11 @@ def main():
     check("export_hf_bfloat16", r.returncode == 0 and os.path.getsize(os.path.join(hf16, "model.safetensors")) <
           0.51 * os.path.getsize(os.path.join(hf, "model.safetensors")) and np.array_equal(w16, want),
           f"rc {r.returncode}, {int(np.sum(w16 != want))} of {w16.size} weights differ from ml_dtypes' bfloat16")
+
+    # downstream evaluation: scripts/eval_downstream.sh (lm-eval-harness) on a local task, offline;
+    # its accuracy against the same choice made here with transformers (sum of the choice
+    # tokens' log-probabilities after the context, as lm-eval scores multiple choice)
+    eval_downstream(model, tok, hf, tmp)
 
     # not a checkpoint, and a corrupted one: one line naming the file, exit 1, no folder
     shard = os.path.join(REPO, "data", "kjv", "kjv_val_000000.bin")
