@@ -147,8 +147,8 @@ def main():
         gaps = gap_percent(run, base)
         if gaps and i != base_i:
             axes[1].plot([run["val"][s][0] for s in gaps], list(gaps.values()), "o-", color=c, ms=3, label=label)
-        if has_comm and run["rel_l2"]:
-            rs = sorted(run["rel_l2"])
+        if has_comm and any(v > 0 for v in run["rel_l2"].values()):  # (fp32 logs 0: nothing compressed)
+            rs = [st for st in sorted(run["rel_l2"]) if run["rel_l2"][st] > 0]
             axes[2].plot(rs, [run["rel_l2"][s] for s in rs], "o-", color=c, ms=3, label=f"{label} RelL2")
         if has_comm and any(run["bytes"].values()):
             ax_b = axes[2].twinx() if not hasattr(axes[2], "_bytes_axis") else axes[2]._bytes_axis
