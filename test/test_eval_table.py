@@ -16,14 +16,11 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "test"))
+import testlib  # noqa: E402
+
 SCRIPT = os.path.join(REPO, "scripts", "eval_table.py")
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global failed
-    print(f"PASS {name}" if ok else f"FAIL {name}: {detail}")
-    failed += 0 if ok else 1
+check = testlib.Checks()
 
 
 def table(*args):
@@ -56,7 +53,7 @@ def main():
     rc, rows, err = table(os.path.join(tmp, "bad.json"))
     check("eval_table_not_results", rc == 1 and "is not an lm-eval results file" in err, err)
     shutil.rmtree(tmp)
-    return 1 if failed else 0
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

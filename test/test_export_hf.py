@@ -19,14 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "test"))
 import testlib  # noqa: E402
 
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global failed
-    print(f"PASS {name}" if ok else f"FAIL {name}: {detail}")
-    failed += 0 if ok else 1
-    sys.stdout.flush()
+check = testlib.Checks()
 
 
 def run(cmd, **kw):
@@ -165,7 +158,7 @@ def main():
     check("export_hf_refuses_corrupted", r.returncode == 1 and "is corrupted: payload CRC-32" in r.stderr
           and not os.path.exists(os.path.join(tmp, "bad2")), r.stderr[-300:])
     subprocess.run(["rm", "-rf", tmp])
-    return 1 if failed or failed_bound else 0
+    return 1 if check.failed or failed_bound else 0
 
 
 if __name__ == "__main__":

@@ -15,15 +15,11 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "test"))
+import testlib  # noqa: E402
+
 SCRIPT = os.path.join(REPO, "scripts", "plot_runs.py")
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global failed
-    print(f"PASS {name}" if ok else f"FAIL {name}: {detail}")
-    failed += 0 if ok else 1
-    sys.stdout.flush()
+check = testlib.Checks()
 
 
 def write_run(path, lines):
@@ -112,7 +108,7 @@ def main():
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     check("plot_runs_baseline_not_a_run", r.returncode == 1 and "--baseline" in r.stderr, r.stderr)
     shutil.rmtree(tmp)
-    return 1 if failed else 0
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ bound(): the tolerance check, in the format of test_bound (test/test_util.h):
 "PASS|FAIL <name>: measured <value>, bound <bound>[ (<detail>)]", which dev/tolerance_sweep.py
 reads to find each bound's worst case.
 checkpoint_tensors(): a model checkpoint's nine tensors by name (llmc/checkpoint.h layout).
+Checks: check(name, ok, detail) prints "PASS name" or "FAIL name: detail" and counts failures.
 
 From Python:  sys.path.insert(0, "test"); from testlib import bound; ok = bound(name, value, 1e-3)
 From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1 when it fails;
@@ -21,6 +22,18 @@ def bound(name, measured, limit, detail=""):
     print("%s %s: measured %.3e, bound %.3g%s" % ("PASS" if ok else "FAIL", name, measured, limit,
                                                    " (%s)" % detail if detail else ""), flush=True)
     return ok
+
+
+class Checks:
+    """check = Checks(); check("name", ok, "detail"); ...; sys.exit(1 if check.failed else 0)"""
+
+    def __init__(self):
+        self.failed = 0
+
+    def __call__(self, name, ok, detail=""):
+        print(f"PASS {name}" if ok else f"FAIL {name}: {detail}", flush=True)
+        self.failed += 0 if ok else 1
+        return ok
 
 
 def checkpoint_tensors(path):
