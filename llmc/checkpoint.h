@@ -221,11 +221,8 @@ static inline bool checkpoint_try_read_model(const std::string& path, const Llam
     LlamaConfig c;
     bool ok = fread(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f) == CHECKPOINT_HEADER_INTS;
     if (!ok) *why = "is truncated (" + std::to_string(size) + " bytes)";
-    if (ok && !(ok = checkpoint_check_model_header(h, size, &c, why))) {
-        // a sound header of another model: say so rather than "damaged"
-        *config_differs = h[0] == CHECKPOINT_MODEL_MAGIC && llama_config_problem(&c) == NULL && !llama_config_equal(&c, want);
-    }
-    if (ok && !llama_config_equal(&c, want)) {
+    if (ok) ok = checkpoint_check_model_header(h, size, &c, why);
+    if (ok && !llama_config_equal(&c, want)) {  // a sound file of another model: the user's mistake
         *why = "has model " + llama_config_string(&c) + ", but this run asks for " + llama_config_string(want);
         *config_differs = true;
         ok = false;

@@ -181,13 +181,11 @@ static inline void dataloader_reset(DataLoader* l) {
 // glob's error callback: a directory that is missing is no match; one that exists but cannot be
 // listed (permissions, I/O) stops the expansion, so the user hears which directory, not "no file
 // matches". The failing path and errno are kept for the message (init is single-threaded).
-static inline std::string& dataloader_glob_failed_dir() { static std::string d; return d; }
-static inline int& dataloader_glob_failed_errno_ref() { static int e = 0; return e; }
-static inline int dataloader_glob_failed_errno() { return dataloader_glob_failed_errno_ref(); }
+typedef struct { std::string dir; int err; } DataGlobFailure;
+static inline DataGlobFailure* dataloader_glob_failure() { static DataGlobFailure f; return &f; }
 static inline int dataloader_glob_error(const char* path, int err) {
     if (err == ENOENT || err == ENOTDIR) return 0;
-    dataloader_glob_failed_dir() = path;
-    dataloader_glob_failed_errno_ref() = err;
+    *dataloader_glob_failure() = DataGlobFailure{path, err};
     return 1;
 }
 
@@ -212,8 +210,8 @@ static inline void dataloader_init(DataLoader* l, const char* pattern, const cha
     glob_t g;
     int rc = glob(pattern, GLOB_NOSORT, dataloader_glob_error, &g);
     if (rc == GLOB_ABORTED)  // a directory on the way that exists but cannot be read
-        user_error("%s: cannot read directory '%s' (%s) while expanding '%s'", fl, dataloader_glob_failed_dir().c_str(),
-                   strerror(dataloader_glob_failed_errno()), pattern);
+        user_error("%s: cannot read directory '%s' (%s) while expanding '%s'", fl, dataloader_glob_failure()->dir.c_str(),
+                   strerror(dataloader_glob_failure()->err), pattern);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         if (rc == 0) globfree(&g);
         user_error("%s: no file matches '%s' (expected llm.c .bin shards; hint: run data/prepare_text.py)",
