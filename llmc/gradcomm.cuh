@@ -208,7 +208,11 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->has_device = true;
     if (gc->mode == "geofp8") {
         if (tc->geofp8_layers == "auto") gc->profiling = true;
-        else { for (int u : explicit_layers) gradcomm_gpu_add_geo(gc, u); gc->geometry_start = 0; }
+        else {
+            for (int u : explicit_layers) gradcomm_gpu_add_geo(gc, u);
+            gradcomm_print_layers(gc->units, explicit_layers, tc->geofp8_layers, rank);
+            gc->geometry_start = 0;
+        }
     } else if (gc->mode == "kfac") {
         for (size_t u = 0; u < gc->units.size(); u++) if (gc->units[u].is_matrix) gradcomm_gpu_add_geo(gc, (int)u);
         gc->geometry_start = 0;

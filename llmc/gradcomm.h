@@ -141,7 +141,9 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
         if (tc->geofp8_layers == "auto") {
             gc->profiling = true;
         } else {
-            for (int u : gradcomm_parse_layers(gc->units, tc->geofp8_layers)) gradcomm_add_geo(gc, u);
+            std::vector<int> layers = gradcomm_parse_layers(gc->units, tc->geofp8_layers);
+            for (int u : layers) gradcomm_add_geo(gc, u);
+            gradcomm_print_layers(gc->units, layers, tc->geofp8_layers, gc->rank);
             gc->geometry_start = 0;
         }
     } else if (gc->mode == "kfac") {

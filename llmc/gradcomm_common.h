@@ -149,6 +149,17 @@ static inline std::vector<int> gradcomm_parse_layers(const std::vector<LlamaUnit
     return out;
 }
 
+// Rank 0 says which units an explicit --geofp8-layers put on the geometry path, so a log shows
+// what a run used (the auto selection prints its own choice).
+static inline void gradcomm_print_layers(const std::vector<LlamaUnit>& units, const std::vector<int>& layers,
+                                         const std::string& spec, int rank) {
+    if (rank != 0) return;
+    std::string names;
+    for (int u : layers) names += (names.empty() ? "" : ", ") + units[u].name;
+    printf("geofp8: %zu layers on the geometry path from step 1 (--geofp8-layers %s): %s\n", layers.size(),
+           gradcomm_printable(spec).c_str(), names.c_str());
+}
+
 // ----------------------------------------------------------------------------
 // fidelity: RelL2 and cosine of the communicated average against the fp32 average, per unit,
 // over all units, and over the geometry units together (is_geo[u]; NaN when there are none),

@@ -4,10 +4,18 @@
 # from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes, matplotlib and (where torch
 # is installed) lm-eval from PyPI (tiktoken has no Debian package; pip keeps numpy matched to
 # python3 on PATH).
+# --slurm: also Slurm (slurmctld, slurmd, the client commands, the PMIx plugin) and munge, for
+# test/test_slurm.sh, which runs the recipes of scripts/slurm/ on a one-node cluster of its own.
 # Quiet and quick when everything is there. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
 apt_pkgs=(g++ make libopenblas-openmp-dev liblapacke-dev openmpi-bin libopenmpi-dev python3 python3-pip strace)
+for arg in "$@"; do
+    case "$arg" in
+        --slurm) apt_pkgs+=(slurm-wlm munge) ;;
+        *) echo "install_deps: unknown argument '$arg' (expected --slurm or nothing)" >&2; exit 1 ;;
+    esac
+done
 have_python=0
 command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1 && have_python=1
 pkgs=()

@@ -7,13 +7,15 @@
 # that shape; for 8-GPU nodes (DGX H100/H200) set GPUS_PER_NODE=8.
 
 # --- Slurm -----------------------------------------------------------------------------------
-: "${SLURM_ACCOUNT_NAME:=CHANGE_ME}"     # sbatch -A: your allocation / project
+: "${SLURM_ACCOUNT_NAME=CHANGE_ME}"      # sbatch -A: your allocation / project (set empty: no -A)
 : "${SLURM_PARTITION:=gh}"               # sbatch -p: the GPU partition (Vista: gh)
 : "${SLURM_CPU_PARTITION:=gg}"           # sbatch -p for the CPU-only data preparation (Vista: gg)
 : "${SLURM_QOS:=}"                       # sbatch -q, if your site needs one (empty: none)
 : "${GPUS_PER_NODE:=1}"                  # GPUs (= training tasks) per node; Vista 1, DGX 8
 : "${CPUS_PER_TASK:=16}"                 # CPU cores per training task (data loading, OpenMP)
 : "${GPU_TYPE:=}"                        # a GRES type, e.g. h100 for --gpus-per-node=h100:8 (empty: any)
+: "${REQUEST_GPUS:=1}"                   # 0: ask Slurm for no GPUs (CPU nodes with TRAINER=./train_llama_cpu;
+                                         # GPUS_PER_NODE then counts training tasks per node)
 : "${TIME_PRETRAIN:=48:00:00}"           # one pretraining run; runs are requeue-safe (-y 1), so a
                                          # shorter limit only means more requeues
 : "${TIME_PROFILE:=02:00:00}"            # the 100-step layer-selection run
@@ -26,6 +28,7 @@
 : "${DATA_DIR:=$SHARED_ROOT/data/openwebtext}"   # token shards from scripts/prepare_openwebtext.sh
 : "${OUT_ROOT:=$SHARED_ROOT/runs}"               # one directory per run (-o): logs, metrics.jsonl, checkpoints
 : "${HF_HOME:=$SHARED_ROOT/hf_cache}"            # Hugging Face download cache of the raw dataset
+: "${SLURM_LOG_DIR:=$OUT_ROOT/slurm_logs}"       # the jobs' stdout/stderr, <job name>-<job id>.out
 export HF_HOME
 TRAIN_GLOB="$DATA_DIR/openwebtext_train_*.bin"
 VAL_GLOB="$DATA_DIR/openwebtext_val_*.bin"
@@ -38,7 +41,7 @@ VAL_GLOB="$DATA_DIR/openwebtext_val_*.bin"
 # GPU (local task id mod the GPUs it sees), right for whole-node, --gpus-per-task=1 and
 # --gpu-bind=closest layouts.
 : "${SRUN_MPI:=none}"
-: "${SRUN_EXTRA:=--cpu-bind=cores}"      # more srun flags (e.g. --gpu-bind=closest on multi-GPU nodes)
+: "${SRUN_EXTRA=--cpu-bind=cores}"       # more srun flags (e.g. --gpu-bind=closest on multi-GPU nodes; empty: none)
 : "${TRAIN_LLAMA_NCCL_ID_TIMEOUT:=600}"  # seconds the other ranks wait for rank 0's id file
 export TRAIN_LLAMA_NCCL_ID_TIMEOUT
 
@@ -58,12 +61,14 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$CPUS_PER_TASK}"
 # --- the paper's recipe (DESIGN §4): global batch 512 sequences, micro-batch 4, Muon, lr 5e-4
 #     cosine to 5e-5, 32 GPUs. Steps: the paper does not say; we train one epoch of OpenWebText
 #     (-x -1: the trainer derives the step count from the shard sizes, about 9e9 GPT-2 tokens,
-#     i.e. ~4.3k steps for llama300m and ~8.6k for llama600m). ---------------------------------
-PAPER_GPUS=32
-PAPER_GLOBAL_BATCH=512       # sequences per optimizer step
-PAPER_MICRO_BATCH=4
-PAPER_LR=5e-4
-PAPER_FINAL_LR_FRAC=0.1      # 5e-5 / 5e-4
+#     i.e. ~4.3k steps for llama300m and ~8.6k for llama600m). Overriding the PAPER_* values (or
+#     SEQ_LEN) leaves the paper's recipe: meant for trying the recipes out at a small scale. ------
+: "${PAPER_GPUS:=32}"
+: "${PAPER_GLOBAL_BATCH:=512}"   # sequences per optimizer step
+: "${PAPER_MICRO_BATCH:=4}"
+: "${PAPER_LR:=5e-4}"
+: "${PAPER_FINAL_LR_FRAC:=0.1}"  # 5e-5 / 5e-4
+: "${SEQ_LEN:=}"                 # empty: the model's sequence length below
 : "${CHECKPOINT_EVERY:=250}" # -n; each checkpoint is the model plus one state file per rank
 : "${KEEP_CHECKPOINTS:=2}"   # -nk: keep the newest two complete checkpoints
 : "${VAL_EVERY:=250}"        # -v
@@ -73,14 +78,15 @@ PAPER_FINAL_LR_FRAC=0.1      # 5e-5 / 5e-4
 : "${GEOFP8_REFRESH:=50}"    # --geofp8-refresh (the paper refreshes every 50 steps)
 : "${GEOFP8_PROFILE_STEPS:=100}"
 
-# The sequence length of a model preset (the paper: 4096 for 300M, 2048 for 600M).
+# The sequence length of a model preset (the paper: 4096 for 300M, 2048 for 600M), or SEQ_LEN.
 model_seq_len() {
+    if [[ -n "$SEQ_LEN" ]]; then echo "$SEQ_LEN"; return 0; fi
     case "$1" in
         llama300m) echo 4096 ;;
         llama600m) echo 2048 ;;
         tiny) echo 256 ;;
         d12) echo 1024 ;;
-        *) echo "error: unknown MODEL '$1' (expected llama300m or llama600m)" >&2; return 1 ;;
+        *) echo "error: unknown MODEL '$1' (expected llama300m, llama600m, d12 or tiny)" >&2; return 1 ;;
     esac
 }
 
@@ -94,21 +100,27 @@ sbatch_resources() {
         echo "error: $ngpus GPUs is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE" >&2
         return 1
     fi
-    local gres=$GPUS_PER_NODE
-    [[ -n "$GPU_TYPE" ]] && gres="$GPU_TYPE:$GPUS_PER_NODE"
-    local args=(-A "$SLURM_ACCOUNT_NAME" -p "$SLURM_PARTITION" -N $((ngpus / GPUS_PER_NODE))
-                --ntasks-per-node="$GPUS_PER_NODE" --gpus-per-node="$gres" --cpus-per-task="$CPUS_PER_TASK" -t "$time")
+    local args=(-p "$SLURM_PARTITION" -N $((ngpus / GPUS_PER_NODE))
+                --ntasks-per-node="$GPUS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" -t "$time")
+    if [[ "$REQUEST_GPUS" == 1 ]]; then
+        local gres=$GPUS_PER_NODE
+        [[ -n "$GPU_TYPE" ]] && gres="$GPU_TYPE:$GPUS_PER_NODE"
+        args+=(--gpus-per-node="$gres")
+    fi
+    [[ -n "$SLURM_ACCOUNT_NAME" ]] && args+=(-A "$SLURM_ACCOUNT_NAME")
     [[ -n "$SLURM_QOS" ]] && args+=(-q "$SLURM_QOS")
     echo "${args[@]}"
 }
 
-# sbatch, or with DRY_RUN=1 only print the command (and a fake job id for dependencies).
+# sbatch (the job's output in $SLURM_LOG_DIR), or with DRY_RUN=1 only print the command (and a
+# fake job id for dependencies).
 submit() {
     if [[ "${DRY_RUN:-0}" == 1 ]]; then
-        echo "sbatch $*" >&2
+        echo "sbatch --output=$SLURM_LOG_DIR/%x-%j.out $*" >&2
         echo "$((RANDOM + 100000))"
     else
-        sbatch --parsable "$@"
+        mkdir -p "$SLURM_LOG_DIR"
+        sbatch --parsable --output="$SLURM_LOG_DIR/%x-%j.out" "$@"
     fi
 }
 

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# test_slurm.sh — the paper's Slurm recipes (scripts/slurm/) on a real one-node Slurm: starts
+# munged, slurmctld and slurmd from Debian's packages (scripts/install_deps.sh --slurm) with a
+# configuration written under a temporary directory, then submits the runs through
+# submit_paper_runs.sh with TRAINER=./train_llama_cpu, two ranks per job over srun --mpi=pmix and
+# a tiny configuration (MODEL=tiny, T=64, global batch 4 sequences):
+#   - the geofp8 job waits for the profiling job (afterok dependency) and trains with the
+#     geofp8_layers.txt it wrote;
+#   - the fp32 job is requeued (scontrol requeue) after its first checkpoint; its second start
+#     resumes from the newest checkpoint and ends with the same losses, step for step, as an
+#     uninterrupted fp32 job of the same configuration.
+# Every daemon it started is stopped at the end. Without the Slurm/munge programs or without root
+# (the daemons launch jobs as their users) it prints SKIP with the reason.
+# Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
+cd "$(dirname "$0")/.." || exit 1
+REPO=$PWD
+for prog in munged slurmctld slurmd sbatch scontrol squeue srun; do
+    if ! command -v "$prog" >/dev/null 2>&1; then
+        echo "SKIP test_slurm: $prog not found (install Slurm and munge with: bash scripts/install_deps.sh --slurm)"
+        exit 0
+    fi
+done
+if [ "$(id -u)" -ne 0 ]; then echo "SKIP test_slurm: slurmd and munged need root, this is uid $(id -u)"; exit 0; fi
+if [ ! -x train_llama_cpu ]; then echo "FAIL slurm_setup: ./train_llama_cpu is missing (make train_llama_cpu)"; exit 1; fi
+
+TMP=$(mktemp -d /tmp/test_slurm.XXXXXX)
+chmod 700 "$TMP"
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+pid_of() { [ -s "$TMP/$1.pid" ] && cat "$TMP/$1.pid"; }
+stop_daemons() {
+    scancel --quiet --full "${jobs_all[@]}" 2>/dev/null
+    for _ in $(seq 1 60); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.5; done
+    for d in slurmd slurmctld munged; do
+        local p
+        p=$(pid_of $d) && kill "$p" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+        kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
+    done
+}
+jobs_all=()
+trap 'stop_daemons; rm -rf "$TMP"' EXIT
+
+# --- a one-node cluster: this host, its CPUs, free ports, everything under $TMP ----------------
+read -r port_ctld port_d < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+host=$(hostname -s)
+cpus=$(nproc)
+mkdir -p "$TMP/state" "$TMP/spool"
+head -c 1024 /dev/urandom >"$TMP/munge.key"
+chmod 400 "$TMP/munge.key"
+cat >"$TMP/slurm.conf" <<EOF
+ClusterName=test_slurm
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmctldPort=$port_ctld
+SlurmdPort=$port_d
+AuthType=auth/munge
+AuthInfo=socket=$TMP/munge.sock
+CredType=cred/munge
+StateSaveLocation=$TMP/state
+SlurmdSpoolDir=$TMP/spool
+SlurmctldPidFile=$TMP/slurmctld.pid
+SlurmdPidFile=$TMP/slurmd.pid
+SlurmctldLogFile=$TMP/slurmctld.log
+SlurmdLogFile=$TMP/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+# finished jobs stay visible to scontrol for the checks below
+MinJobAge=3600
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=2000 State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+export SLURM_CONF=$TMP/slurm.conf
+if ! munged --socket="$TMP/munge.sock" --key-file="$TMP/munge.key" --pid-file="$TMP/munged.pid" \
+        --log-file="$TMP/munged.log" --seed-file="$TMP/munge.seed" --force >"$TMP/munged.out" 2>&1; then
+    echo "SKIP test_slurm: munged cannot start here: $(head -c 300 "$TMP/munged.out")"; exit 0
+fi
+slurmctld -f "$SLURM_CONF" >"$TMP/slurmctld.out" 2>&1
+slurmd -f "$SLURM_CONF" >"$TMP/slurmd.out" 2>&1
+up=0
+for _ in $(seq 1 60); do
+    [ "$(sinfo -h -o %T 2>/dev/null)" = idle ] && { up=1; break; }
+    sleep 0.5
+done
+if [ $up = 1 ]; then pass slurm_cluster_up
+else
+    fail slurm_cluster_up "node not idle after 30 s: $(sinfo 2>&1 | tail -1); $(tail -3 "$TMP/slurmctld.log" "$TMP/slurmd.log" 2>&1)"
+    exit 1
+fi
+
+# --- the paper's submission at a tiny scale (config.sh reads all of these from the environment) --
+mkdir -p "$TMP/data"
+ln -s "$REPO/data/kjv/kjv_train_000001.bin" "$TMP/data/openwebtext_train_000001.bin"
+ln -s "$REPO/data/kjv/kjv_val_000000.bin" "$TMP/data/openwebtext_val_000000.bin"
+STEPS=40
+export REPO_DIR=$REPO TRAINER=./train_llama_cpu SRUN_MPI=pmix SRUN_EXTRA= \
+       SLURM_PARTITION=test SLURM_ACCOUNT_NAME= REQUEST_GPUS=0 GPUS_PER_NODE=2 CPUS_PER_TASK=1 \
+       PAPER_GPUS=2 PAPER_GLOBAL_BATCH=4 PAPER_MICRO_BATCH=2 SEQ_LEN=64 STEPS \
+       DATA_DIR=$TMP/data OUT_ROOT=$TMP/runs SHARED_ROOT=$TMP/shared \
+       CHECKPOINT_EVERY=5 KEEP_CHECKPOINTS=2 VAL_EVERY=10 VAL_BATCHES=2 \
+       GEOFP8_PROFILE_STEPS=6 GEOFP8_REFRESH=5 GEOFP8_RANK=8 \
+       TIME_PRETRAIN=00:10:00 TIME_PROFILE=00:10:00 MODELS=tiny MODES="fp32 geofp8"
+OUT=$TMP/runs
+bash scripts/slurm/submit_paper_runs.sh >"$TMP/submit.out" 2>&1
+rc=$?
+prof=$(sed -n 's/^submitted profile_tiny: job \([0-9]*\)$/\1/p' "$TMP/submit.out")
+fp32=$(sed -n 's/^submitted tiny_fp32: job \([0-9]*\) .*/\1/p' "$TMP/submit.out")
+geo=$(sed -n 's/^submitted tiny_geofp8: job \([0-9]*\) .*/\1/p' "$TMP/submit.out")
+# the geofp8 job, still pending, names the profiling job as its dependency
+geo_info=$(scontrol show job "$geo" 2>&1)
+if [ $rc -eq 0 ] && [ -n "$prof" ] && [ -n "$fp32" ] && [ -n "$geo" ] &&
+   grep -q "Dependency=afterok:$prof" <<<"$geo_info" && grep -q "JobState=PENDING" <<<"$geo_info"; then
+    pass slurm_submit_paper_runs_geofp8_depends_on_profile
+else fail slurm_submit_paper_runs_geofp8_depends_on_profile "rc=$rc $(cat "$TMP/submit.out") $(grep -o 'JobState=[A-Z]*\|Dependency=[^ ]*' <<<"$geo_info")"; fi
+# the uninterrupted twin of the fp32 run, submitted like the scaling sweep does (RUN_DIR)
+straight=$( (source scripts/slurm/config.sh
+             # shellcheck disable=SC2046
+             submit $(sbatch_resources 2 00:10:00) --job-name=tiny_fp32_straight \
+                 --export="ALL,MODEL=tiny,MODE=fp32,RUN_DIR=$OUT/tiny_fp32_straight" scripts/slurm/pretrain.sbatch) 2>&1)
+jobs_all=($prof $fp32 $geo $straight)
+
+# --- requeue the fp32 job two steps after its first complete checkpoint -------------------------
+requeued_at=
+for _ in $(seq 1 1200); do
+    done_file=$(ls "$OUT/tiny_fp32"/DONE_* 2>/dev/null | head -1)
+    last=$(tail -1 "$OUT/tiny_fp32/metrics.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
+    if [ -n "$done_file" ] && [ "${last:-0}" -ge $((10#${done_file##*DONE_} + 2)) ]; then
+        scontrol requeue "$fp32" && requeued_at=$((10#${done_file##*DONE_}))
+        echo "  requeued fp32 job $fp32 at step $last (checkpoint of step $requeued_at complete)"
+        break
+    fi
+    sleep 0.1
+done
+if [ -n "$requeued_at" ]; then
+    # a requeued job becomes eligible two minutes later; start it now instead of waiting
+    for _ in $(seq 1 100); do
+        scontrol show job "$fp32" | grep -q "JobState=PENDING" && break
+        sleep 0.2
+    done
+    scontrol update JobId="$fp32" StartTime=now
+fi
+
+# --- wait for the four jobs ---------------------------------------------------------------------
+state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+finished=0
+for _ in $(seq 1 900); do
+    all=1
+    for j in "${jobs_all[@]}"; do
+        case $(state "$j") in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) ;; *) all=0 ;; esac
+    done
+    [ $all = 1 ] && { finished=1; break; }
+    sleep 0.5
+done
+if [ $finished = 1 ]; then pass slurm_jobs_finished
+else fail slurm_jobs_finished "after 450 s: $(squeue 2>&1 | tail -5)"; fi
+log_of() { echo "$OUT/slurm_logs/$2-$1.out"; }
+for pair in "$prof:profile_tiny" "$fp32:tiny_fp32" "$geo:tiny_geofp8" "$straight:tiny_fp32_straight"; do
+    j=${pair%%:*} name=${pair#*:}
+    if [ "$(state "$j")" = COMPLETED ]; then pass "slurm_job_${name}_completed"
+    else fail "slurm_job_${name}_completed" "job $j $(state "$j"): $(tail -5 "$(log_of "$j" "$name")" 2>&1)"; fi
+done
+
+# --- the geofp8 job started after the profiling job ended, with the layers it selected ----------
+field() { scontrol show job "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p" | head -1; }
+layers=$OUT/tiny_profile/geofp8_layers.txt
+geo_log=$(log_of "$geo" tiny_geofp8)
+want=$(awk '{print $1}' "$layers" 2>/dev/null | paste -sd, - | sed 's/,/, /g')
+if [ -s "$layers" ] && [[ ! "$(field "$geo" StartTime)" < "$(field "$prof" EndTime)" ]] &&
+   grep -q -- "--geofp8-layers $layers" "$geo_log" &&
+   grep -q "^geofp8: [0-9]* layers on the geometry path from step 1 (--geofp8-layers $layers): $want\$" "$geo_log"; then
+    pass slurm_geofp8_used_profiled_layers
+else
+    fail slurm_geofp8_used_profiled_layers "profile end $(field "$prof" EndTime), geofp8 start $(field "$geo" StartTime), layers '$want', log: $(grep geofp8 "$geo_log" 2>&1 | head -3)"
+fi
+
+# --- the requeued fp32 job resumed from its checkpoint and matches the uninterrupted run ---------
+fp32_log=$(log_of "$fp32" tiny_fp32)
+resumed=$(sed -n 's/^-y 1: resuming from step \([0-9]*\) in .*/\1/p' "$fp32_log" | tail -1)
+restarts=$(field "$fp32" Restarts)
+if [ -n "$requeued_at" ] && [ "$restarts" = 1 ] && grep -q "(restart 1)" "$fp32_log" && [ -n "$resumed" ] &&
+   [ "$resumed" -ge "$requeued_at" ] && [ "$resumed" -lt $STEPS ] && grep -q "^done: $((STEPS - resumed)) steps" "$fp32_log"; then
+    pass slurm_requeued_job_resumed
+    echo "  fp32 job $fp32: requeued after the checkpoint of step $requeued_at, restarted once, resumed from step $resumed"
+else
+    fail slurm_requeued_job_resumed "requeued after step '$requeued_at', restarts '$restarts', resumed from '$resumed': $(grep -E '^-y 1|^done|restart|CANCELLED' "$fp32_log" 2>&1 | head -6)"
+fi
+cmp_out=$(python3 - "$OUT/tiny_fp32/metrics.jsonl" "$OUT/tiny_fp32_straight/metrics.jsonl" "$STEPS" <<'PYEOF'
+import json, sys
+def records(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        key = (r["step"], "val_loss" in r)
+        out.setdefault(key, []).append({k: r[k] for k in ("train_loss", "grad_norm", "val_loss") if k in r})
+    return out
+requeued, straight, steps = records(sys.argv[1]), records(sys.argv[2]), int(sys.argv[3])
+bad = [k for k, v in straight.items() if any(x != v[0] for x in requeued.get(k, [None]))]
+train_steps = sorted(s for s, val in straight if not val)
+if train_steps != list(range(1, steps + 1)): bad.append(("straight run steps", train_steps[:3], len(train_steps)))
+if set(requeued) != set(straight): bad.append(("logged steps differ", sorted(set(requeued) ^ set(straight))[:5]))
+twice = sum(len(v) > 1 for v in requeued.values())
+print(f"{len(straight)} records equal, {twice} logged twice (before the kill and after the resume)" if not bad else f"differ: {bad[:5]}")
+sys.exit(1 if bad else 0)
+PYEOF
+)
+if [ $? -eq 0 ]; then pass slurm_requeued_losses_equal_uninterrupted; echo "  $cmp_out"
+else fail slurm_requeued_losses_equal_uninterrupted "$cmp_out"; fi
+
+# --- every daemon this test started is gone ------------------------------------------------------
+pids=("$(pid_of slurmd)" "$(pid_of slurmctld)" "$(pid_of munged)")
+stop_daemons
+alive=()
+for p in "${pids[@]}"; do [ -n "$p" ] && kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+if [ ${#alive[@]} -eq 0 ] && ! pgrep -f "$TMP" >/dev/null; then pass slurm_daemons_stopped
+else fail slurm_daemons_stopped "still running: ${alive[*]} $(pgrep -af "$TMP" | head -3)"; fi
+trap 'rm -rf "$TMP"' EXIT
+[ $failures -eq 0 ]
