@@ -14,20 +14,29 @@
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
 REPO=$PWD
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+skip() { echo "SKIP test_slurm: $1"; exit $((failures > 0)); }
+
+# --- the paper's defaults, without a cluster: DRY_RUN=1 prints the ten sbatch commands -----------
+dry=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama DRY_RUN=1 bash scripts/slurm/submit_paper_runs.sh 2>&1)
+n_prof=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 02:00:00 --gpus-per-node=1 -A CHANGE_ME --job-name=profile_llama[36]00m .*profile_layers.sbatch$" <<<"$dry")
+n_runs=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 48:00:00 --gpus-per-node=1 -A CHANGE_ME .*--job-name=llama[36]00m_\(fp32\|bf16\|fp8\|geofp8\) .*pretrain.sbatch$" <<<"$dry")
+n_dep=$(grep -c "dependency=afterok:[0-9]* --job-name=llama[36]00m_geofp8 " <<<"$dry")
+if [ "$n_prof" = 2 ] && [ "$n_runs" = 8 ] && [ "$n_dep" = 2 ]; then pass slurm_dry_run_paper_defaults
+else fail slurm_dry_run_paper_defaults "profiles $n_prof/2, runs $n_runs/8, dependencies $n_dep/2: $(head -c 600 <<<"$dry")"; fi
+
 for prog in munged slurmctld slurmd sbatch scontrol squeue srun; do
     if ! command -v "$prog" >/dev/null 2>&1; then
-        echo "SKIP test_slurm: $prog not found (install Slurm and munge with: bash scripts/install_deps.sh --slurm)"
-        exit 0
+        skip "$prog not found (install Slurm and munge with: bash scripts/install_deps.sh --slurm)"
     fi
 done
-if [ "$(id -u)" -ne 0 ]; then echo "SKIP test_slurm: slurmd and munged need root, this is uid $(id -u)"; exit 0; fi
+if [ "$(id -u)" -ne 0 ]; then skip "slurmd and munged need root, this is uid $(id -u)"; fi
 if [ ! -x train_llama_cpu ]; then echo "FAIL slurm_setup: ./train_llama_cpu is missing (make train_llama_cpu)"; exit 1; fi
 
 TMP=$(mktemp -d /tmp/test_slurm.XXXXXX)
 chmod 700 "$TMP"
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 pid_of() { [ -s "$TMP/$1.pid" ] && cat "$TMP/$1.pid"; }
 stop_daemons() {
     scancel --quiet --full "${jobs_all[@]}" 2>/dev/null
@@ -87,7 +96,7 @@ EOF
 export SLURM_CONF=$TMP/slurm.conf
 if ! munged --socket="$TMP/munge.sock" --key-file="$TMP/munge.key" --pid-file="$TMP/munged.pid" \
         --log-file="$TMP/munged.log" --seed-file="$TMP/munge.seed" --force >"$TMP/munged.out" 2>&1; then
-    echo "SKIP test_slurm: munged cannot start here: $(head -c 300 "$TMP/munged.out")"; exit 0
+    skip "munged cannot start here: $(head -c 300 "$TMP/munged.out")"
 fi
 slurmctld -f "$SLURM_CONF" >"$TMP/slurmctld.out" 2>&1
 slurmd -f "$SLURM_CONF" >"$TMP/slurmd.out" 2>&1
@@ -132,6 +141,7 @@ straight=$( (source scripts/slurm/config.sh
              submit $(sbatch_resources 2 00:10:00) --job-name=tiny_fp32_straight \
                  --export="ALL,MODEL=tiny,MODE=fp32,RUN_DIR=$OUT/tiny_fp32_straight" scripts/slurm/pretrain.sbatch) 2>&1)
 jobs_all=($prof $fp32 $geo $straight)
+echo "  jobs: profile_tiny $prof, tiny_fp32 $fp32, tiny_geofp8 $geo (afterok:$prof), tiny_fp32_straight $straight"
 
 # --- requeue the fp32 job two steps after its first complete checkpoint -------------------------
 requeued_at=
