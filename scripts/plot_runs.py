@@ -132,6 +132,7 @@ def main():
         fail(f"writing {a.out} needs matplotlib (pip install matplotlib); the table above does not")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     has_comm = any(r["rel_l2"] or any(r["bytes"].values()) for r in runs)
     fig, axes = plt.subplots(1, 3 if has_comm else 2, figsize=(16 if has_comm else 11, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -162,6 +163,11 @@ def main():
     axes[1].set(xlabel="tokens", ylabel=f"val loss vs {labels[base_i]} (%)", title=f"gap to {labels[base_i]}")
     if len(runs) > 1:
         axes[1].legend(fontsize=7)
+    else:
+        axes[1].text(0.5, 0.5, "one run: nothing to compare with", ha="center", va="center", transform=axes[1].transAxes)
+        axes[1].set(xticks=[], yticks=[])
+    for ax in axes[:2]:  # token counts as 50 k, 2 M, 1 G
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
     if has_comm:
         axes[2].set(xlabel="step", ylabel="fidelity RelL2 (solid)", title="communication")
         if any(r["rel_l2"] for r in runs):
