@@ -808,10 +808,67 @@ static inline size_t geofp8_nystrom_doubles(int d_in, int k, int r) {
     return 2 * (size_t)d_in * k + 2 * (size_t)k * k + (size_t)k + (size_t)k * r + (size_t)d_in * r;
 }
 
-// The factor from the results of the CPU's formulas (host): U (d_in, r), λ, σ², tr(A) -> packed on the device.
-static inline void geofp8_upload_factor(float* factor, const float* U, const float* lambda, float sigma2, double trA, int d_in, int r) {
+// How a refresh turns (U, λ, σ²) into the transform (--geofp8-power, --geofp8-damping); with a
+// negative power (auto), p = geofp8_auto_power(q) with q from this rank's gradient G of the unit
+// (device, (d_out, d_in)) along the new eigenvectors, as the CPU engine does. chosen and q are
+// written back for the log.
+struct GeoFP8Power {
+    double power = 1.0, damping = GEOFP8_DAMPING;
+    const float* G = NULL;
+    int d_out = 0;
+    double chosen = 1.0, q = 0.0;
+};
+
+// e[j] (r) = Σ_i P[i, j]² over the rows of P (rows, r), in double: one block per column, fixed tree.
+__global__ void geofp8_column_energy_kernel(double* e, const float* P, int rows, int r) {
+    const int j = blockIdx.x;
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)P[(size_t)i * r + j] * (double)P[(size_t)i * r + j];
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) e[j] = acc;
+}
+
+// geofp8_direction_energy of geofp8.h on the device: e (r, host) = ‖G u_j‖², *total = ‖G‖²;
+// G (d_out, d_in) device, U (d_in, r) host. P = G U: Pᵀ (r × d_out) = Uᵀ Gᵀ -> sgemm(N, N, r,
+// d_out, d_in, U ld r, G ld d_in). Synchronizes the stream.
+static inline void geofp8_direction_energy(GeoFP8Device* g, double* e, double* total, const float* G, int d_out, int d_in, const float* U, int r,
+                                           cudaStream_t stream) {
+    const float one = 1.0f, zero = 0.0f;
+    geofp8_reserve(&g->Z, &g->cap_Z, (size_t)d_in * r);
+    geofp8_reserve(&g->P, &g->cap_P, (size_t)d_out * r);
+    geofp8_reserve(&g->rows, &g->cap_rows, (size_t)r + 1);
+    float* dU = g->Z;
+    float* P = g->P;
+    CUDA_CHECK(cudaMemcpyAsync(dU, U, (size_t)d_in * r * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUBLAS_CHECK(cublasSetStream(g->blas, stream));
+    CUBLAS_CHECK(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, r, d_out, d_in, &one, dU, r, G, d_in, &zero, P, r));
+    geofp8_column_energy_kernel<<<r, 256, 0, stream>>>(g->rows, P, d_out, r);
+    KERNEL_CHECK();
+    geofp8_sum_squares_kernel<<<1, 1024, 0, stream>>>(g->rows + r, G, (size_t)d_out * d_in);
+    KERNEL_CHECK();
+    std::vector<double> h((size_t)r + 1);
+    CUDA_CHECK(cudaMemcpyAsync(h.data(), g->rows, h.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // U's upload and h's download complete
+    memcpy(e, h.data(), (size_t)r * sizeof(double));
+    *total = h[r];
+}
+
+// The factor from the results of the CPU's formulas (host): U (d_in, r), λ, σ², tr(A) -> packed on
+// the device, with the power and damping of pw (NULL: p = 1, δ = 1e-3).
+static inline void geofp8_upload_factor(GeoFP8Device* g, float* factor, const float* U, const float* lambda, float sigma2, double trA, int d_in,
+                                        int r, GeoFP8Power* pw, cudaStream_t stream) {
+    GeoFP8Power defaults;
+    if (!pw) pw = &defaults;
+    pw->chosen = pw->power;
+    if (pw->power < 0.0) {
+        std::vector<double> e(r);
+        double total = 0.0;
+        geofp8_direction_energy(g, e.data(), &total, pw->G, pw->d_out, d_in, U, r, stream);
+        pw->q = geofp8_estimate_q(lambda, sigma2, pw->damping * trA / d_in, e.data(), total, d_in, r);
+        pw->chosen = geofp8_auto_power(pw->q);
+    }
     GeoFP8Factor f;
-    geofp8_factor_from_nystrom(&f, U, lambda, sigma2, trA, d_in, r);
+    geofp8_factor_from_nystrom(&f, U, lambda, sigma2, trA, d_in, r, pw->chosen, pw->damping);
     std::vector<float> packed(geofp8_factor_floats(d_in, r));
     geofp8_factor_pack(packed.data(), &f);
     CUDA_CHECK(cudaMemcpy(factor, packed.data(), packed.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -834,7 +891,7 @@ static inline void geofp8_upload_factor(float* factor, const float* U, const flo
 // D, c, ε with geofp8.h's own functions. Eigenvector signs may differ from LAPACK's; the
 // transform U D Uᵀ + c (I - U Uᵀ) does not depend on them.
 static inline int geofp8_nystrom(GeoFP8Device* g, float* factor, const float* Y, const float* omega, const double* trA_dev, int d_in,
-                                 int k, int r, cudaStream_t stream, float* lambda_out = NULL, float* sigma2_out = NULL) {
+                                 int k, int r, cudaStream_t stream, float* lambda_out = NULL, float* sigma2_out = NULL, GeoFP8Power* pw = NULL) {
     if (!(r >= 1 && r <= k && k <= d_in)) { fprintf(stderr, "geofp8_nystrom: need 1 <= r <= k <= d_in\n"); exit(1); }
     const size_t dk = (size_t)d_in * k, kk = (size_t)k * k;
     geofp8_reserve(&g->dwork, &g->cap_dwork, geofp8_nystrom_doubles(d_in, k, r));
@@ -932,7 +989,7 @@ static inline int geofp8_nystrom(GeoFP8Device* g, float* factor, const float* Y,
             }
         }
     }
-    geofp8_upload_factor(factor, U.data(), lam.data(), s2, trA, d_in, r);
+    geofp8_upload_factor(g, factor, U.data(), lam.data(), s2, trA, d_in, r, pw, stream);
     if (lambda_out) memcpy(lambda_out, lam.data(), (size_t)r * sizeof(float));
     if (sigma2_out) *sigma2_out = s2;
     return status;
@@ -1293,14 +1350,14 @@ static inline void geofp8_device_observe_output_grad(GeoFP8Device* g, int unit, 
 // Rank 0, after the SUM all-reduce of gu.Y and gu.trA (kfac: gu.A and gu.Gs): the new factor into
 // gu.factor_next (kfac: gu.LA_next, gu.LG_next), which every rank then broadcasts from rank 0.
 // Returns the status of geofp8_nystrom (kfac: the worse of the two geofp8_kfac_factor results).
-static inline int geofp8_device_refresh_factor(GeoFP8Device* g, int gi, cudaStream_t stream) {
+static inline int geofp8_device_refresh_factor(GeoFP8Device* g, int gi, cudaStream_t stream, GeoFP8Power* pw = NULL) {
     GeoFP8DeviceUnit& gu = g->geo[gi];
     if (gu.kfac) {
         int a = geofp8_kfac_factor(g, gu.LA_next, gu.A, gu.d_in, stream);
         int b = geofp8_kfac_factor(g, gu.LG_next, gu.Gs, gu.d_out, stream);
         return a < 0 || b < 0 ? -1 : std::max(a, b);
     }
-    return geofp8_nystrom(g, gu.factor_next, gu.Y, gu.omega, gu.trA, gu.d_in, gu.k, gu.r, stream);
+    return geofp8_nystrom(g, gu.factor_next, gu.Y, gu.omega, gu.trA, gu.d_in, gu.k, gu.r, stream, NULL, NULL, pw);
 }
 
 // Every rank, after the broadcast of the new factor: R <- R T_old⁻¹ T_new, then the new factor is in use.

@@ -10,7 +10,8 @@
 //      geofp8_test_matrix (Ω), geofp8_sketch_accumulate (Y += w hᵀ(hΩ), tr(A) += w Σ‖h‖²),
 //      geofp8_nystrom (U, λ, σ² from the all-reduced Y and tr(A)).
 //   3. The transform T = U D Uᵀ + c (I - U Uᵀ) (§6 "Transform"): GeoFP8Factor,
-//      geofp8_whiten (G T), geofp8_unwhiten (G̃ T⁻¹), geofp8_carry_residual (R T_old⁻¹ T_new).
+//      geofp8_whiten (G T), geofp8_unwhiten (G̃ T⁻¹), geofp8_carry_residual (R T_old⁻¹ T_new);
+//      3b. the whitening power: its derivation, geofp8_estimate_q and geofp8_auto_power.
 //   4. The two-sided K-FAC ablation: geofp8_kfac_accumulate / _factor / _whiten / _unwhiten.
 //   5. The fidelity analysis of the paper's Tables I and II: geofp8_fidelity_roundtrip / _all.
 //   6. Layer selection: geofp8_rank_scores, geofp8_select_top.
@@ -437,15 +438,16 @@ static inline int geofp8_topr_exact(float* U, float* lambda, float* sigma2, cons
 // 3. The low-rank-plus-isotropic transform (DESIGN §6 "Transform")
 //
 // T = U D Uᵀ + c (I - U Uᵀ) = A_r^(-1/2) for A_r = U Λ Uᵀ + σ² (I - U Uᵀ), with
-// D = diag((λ + ε)^(-1/2)), c = (σ² + ε)^(-1/2), ε = 1e-3 tr(A) / d_in. T is symmetric, so
-// the whitened gradient G T is also G Tᵀ.
+// D = diag((λ + ε)^(-1/2)), c = (σ² + ε)^(-1/2), ε = 1e-3 tr(A) / d_in (the defaults; the power
+// -1/2 becomes -p/2 and 1e-3 the damping δ with --geofp8-power / --geofp8-damping). T is
+// symmetric, so the whitened gradient G T is also G Tᵀ.
 
 struct GeoFP8Factor {
     int d_in = 0, r = 0;
     std::vector<float> U;  // (d_in, r) orthonormal columns (all zero for the identity)
-    std::vector<float> D;  // (r) (λ + ε)^(-1/2)
-    float c = 1.0f;        // (σ² + ε)^(-1/2)
-    float eps = 0.0f;      // ε = 1e-3 tr(A) / d_in
+    std::vector<float> D;  // (r) (λ + ε)^(-p/2), p = 1 by default
+    float c = 1.0f;        // (σ² + ε)^(-p/2)
+    float eps = 0.0f;      // ε = δ tr(A) / d_in (δ = 1e-3 by default)
 };
 
 // f = the identity transform (U = 0, D = c = 1): what a unit uses before its first factor.
@@ -458,21 +460,104 @@ static inline void geofp8_factor_identity(GeoFP8Factor* f, int d_in, int r) {
     f->eps = 0.0f;
 }
 
-// f from a Nyström (or exact) result: U (d_in, r), lambda (r), sigma2 and tr(A). A zero or
+// (x)^(-p/2) for the transform's coefficients: p = 1 is 1/sqrt(x) exactly as it always was
+// (so --geofp8-power 1 is bitwise today's factor), p = 0 is exactly 1 (T = I).
+static inline double geofp8_inverse_root(double x, double power) {
+    if (power == 1.0) return 1.0 / sqrt(x);
+    if (power == 0.0) return 1.0;
+    return pow(x, -0.5 * power);
+}
+
+// f from a Nyström (or exact) result: U (d_in, r), lambda (r), sigma2 and tr(A), with the
+// whitening power p and damping δ (--geofp8-power, --geofp8-damping):
+//   ε = δ tr(A) / d_in,  D_i = (λ_i + ε)^(-p/2),  c = (σ² + ε)^(-p/2),
+// i.e. T = (A_r + ε I)^(-p/2): p = 1 whitens fully (the paper), p = 0 is the identity (plain
+// FP8 with error feedback), p = 1/2 whitens halfway (see geofp8_auto_power). A zero or
 // non-finite tr(A) (a unit whose inputs are all zero) gives the identity transform, since
 // ε = 0 would make D infinite. Computed in double, stored fp32.
-static inline void geofp8_factor_from_nystrom(GeoFP8Factor* f, const float* U, const float* lambda, float sigma2, double trA, int d_in, int r) {
+static inline void geofp8_factor_from_nystrom(GeoFP8Factor* f, const float* U, const float* lambda, float sigma2, double trA, int d_in, int r,
+                                              double power = 1.0, double damping = GEOFP8_DAMPING) {
     geofp8_factor_identity(f, d_in, r);
     if (!(trA > 0.0) || !std::isfinite(trA)) return;
-    const double eps = GEOFP8_DAMPING * trA / d_in;
+    const double eps = damping * trA / d_in;
     memcpy(f->U.data(), U, (size_t)d_in * r * sizeof(float));
     for (int i = 0; i < r; i++) {
         double l = lambda[i] > 0.0f ? (double)lambda[i] : 0.0;
-        f->D[i] = (float)(1.0 / sqrt(l + eps));
+        f->D[i] = (float)geofp8_inverse_root(l + eps, power);
     }
     double s2 = sigma2 > 0.0f ? (double)sigma2 : 0.0;
-    f->c = (float)(1.0 / sqrt(s2 + eps));
+    f->c = (float)geofp8_inverse_root(s2 + eps, power);
     f->eps = (float)eps;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3b. How strongly to whiten (--geofp8-power auto)
+//
+// Model. Let A + εI have eigenpairs (μ_j, u_j), j = 1..d (μ_j = λ_j + ε), let the gradient's
+// energy along u_j be e_j = ‖G u_j‖², and whiten with T = (A + εI)^(-p/2), so T u_j = μ_j^(-p/2) u_j.
+// FP8 with one scale per tensor makes a relative error per element, so the error matrix E of
+// the whitened gradient G T has energy κ ‖G T‖² = κ Σ_j e_j μ_j^(-p), and since the error is
+// not aligned with A's eigenvectors it spreads evenly over the d input directions. Unwhitening
+// multiplies direction j by μ_j^(p/2), so the error that reaches the weights is
+//     err(p) = κ (Σ_j e_j μ_j^(-p)) (Σ_j μ_j^p) / d.
+// If the gradient's energy follows A's spectrum as e_j ∝ μ_j^q, then err(p) ∝ (Σ a_j)(Σ b_j)
+// with a_j = μ_j^(q-p), b_j = μ_j^p, and by Cauchy–Schwarz (Σ a_j)(Σ b_j) >= (Σ sqrt(a_j b_j))² =
+// (Σ μ_j^(q/2))², with equality exactly when a_j ∝ b_j, i.e. p = q/2. So:
+//   - the best power is p* = q/2 (T = (A + εI)^(-q/4));
+//   - full whitening (p = 1) gains over none (p = 0) only when q > 1: at q = 1, err(1) = err(0);
+//   - the gain at p* over p = 0 is (Σ μ^(q/2))² / (d Σ μ^q) <= 1, larger the more spread μ is.
+// Estimating q. At a refresh we have the top r eigenpairs and σ² (the mean of the other d - r
+// eigenvalues) and the gradient G the rank is about to send; e_j = ‖G u_j‖² for the r kept
+// directions and e_rest = ‖G‖² - Σ e_j for the other d - r. q is the slope of log e against
+// log μ, a least-squares fit over all d directions of the model A_r: the r kept points with
+// weight 1 and the residual point (log(σ² + ε), log(e_rest / (d - r))) with weight d - r.
+// Then p = clamp(q/2, 0, 1): beyond 1 the transform would amplify the damped small directions
+// without bound, and a negative q (energy against the spectrum) means no whitening at all.
+
+// e (r) = ‖G u_j‖² for the columns u_j of U (d_in, r), G (d_out, d_in); *total = ‖G‖². In double
+// from an fp32 product P = G U (d_out, r).
+static inline void geofp8_direction_energy(double* e, double* total, const float* G, int d_out, int d_in, const float* U, int r) {
+    std::vector<float> P((size_t)d_out * r);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d_out, r, d_in, 1.0f, G, d_in, U, r, 0.0f, P.data(), r);
+    for (int j = 0; j < r; j++) e[j] = 0.0;
+    for (int i = 0; i < d_out; i++)
+        for (int j = 0; j < r; j++) e[j] += (double)P[(size_t)i * r + j] * (double)P[(size_t)i * r + j];
+    double t = 0.0;
+    const size_t n = (size_t)d_out * d_in;
+    for (size_t i = 0; i < n; i++) t += (double)G[i] * (double)G[i];
+    *total = t;
+}
+
+// The exponent q of e_j ∝ μ_j^q (see above) from the kept eigenvalues lambda (r), the residual
+// variance sigma2, the damping eps and the energies e (r), total (geofp8_direction_energy).
+// Directions with zero energy or eigenvalue drop out of the fit (log 0); with fewer than two
+// distinct eigenvalues left, or a non-finite input, q = 0 (whitening cannot help a flat spectrum).
+static inline double geofp8_estimate_q(const float* lambda, float sigma2, double eps, const double* e, double total, int d_in, int r) {
+    std::vector<double> x, y, w;
+    double kept = 0.0;
+    for (int j = 0; j < r; j++) {
+        kept += e[j];
+        double mu = (double)std::max(lambda[j], 0.0f) + eps;
+        if (mu > 0.0 && e[j] > 0.0) x.push_back(log(mu)), y.push_back(log(e[j])), w.push_back(1.0);
+    }
+    double rest = total - kept, mu_rest = (double)std::max(sigma2, 0.0f) + eps;
+    if (d_in > r && rest > 0.0 && mu_rest > 0.0)
+        x.push_back(log(mu_rest)), y.push_back(log(rest / (d_in - r))), w.push_back((double)(d_in - r));
+    double sw = 0.0, sx = 0.0, sy = 0.0;
+    for (size_t i = 0; i < x.size(); i++) sw += w[i], sx += w[i] * x[i], sy += w[i] * y[i];
+    if (x.size() < 2 || !(sw > 0.0)) return 0.0;
+    const double mx = sx / sw, my = sy / sw;
+    double sxx = 0.0, sxy = 0.0;
+    for (size_t i = 0; i < x.size(); i++) sxx += w[i] * (x[i] - mx) * (x[i] - mx), sxy += w[i] * (x[i] - mx) * (y[i] - my);
+    // log-eigenvalues closer than 1e-9 (relative 1e-9) are one point: the spectrum is flat
+    if (!(sxx > 1e-18 * sw) || !std::isfinite(sxy)) return 0.0;
+    return sxy / sxx;
+}
+
+// p = clamp(q / 2, 0, 1): the whitening power of --geofp8-power auto.
+static inline double geofp8_auto_power(double q) {
+    if (!std::isfinite(q)) return 0.0;
+    return std::min(1.0, std::max(0.0, 0.5 * q));
 }
 
 // Packed factor, for the broadcast from rank 0 and for checkpoints:

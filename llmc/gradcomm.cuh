@@ -120,6 +120,8 @@ typedef struct {
     size_t num_params;
     int world_size, rank;
     int rank_r, refresh_every, profile_steps, top_k;
+    double power;                     // --geofp8-power (-1: auto, chosen per unit at each refresh)
+    double damping;                   // --geofp8-damping
     unsigned long long seed;
     bool profiling;                   // --geofp8-layers auto, selection still to come
     int geometry_start;               // first step of the geometry path (-1: not yet)
@@ -163,6 +165,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->refresh_every = tc->geofp8_refresh;
     gc->profile_steps = tc->geofp8_profile_steps;
     gc->top_k = tc->geofp8_top;
+    gc->power = train_config_geofp8_power(tc);
+    gc->damping = tc->geofp8_damping;
     gc->seed = tc->seed;
     gc->profiling = false;
     gc->geometry_start = -1;
@@ -257,11 +261,14 @@ static inline void gradcomm_gpu_observe_output_grad(GradCommGPU* gc, int unit, c
 }
 
 // ----------------------------------------------------------------------------
-// the refresh: every rank ends with bitwise the same factor; returns the bytes it sent
+// the refresh: every rank ends with bitwise the same factor; returns the bytes it sent. With
+// --geofp8-power auto, rank 0 picks each unit's power from its own gradient (grads) of this step
+// and prints the choice, as the CPU engine does.
 
-static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid) {
+static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid, const float* grads, int step) {
     double bytes = 0.0;
     cudaStream_t s = grid->stream;
+    std::string chosen;
     for (size_t gi = 0; gi < gc->dev.geo.size(); gi++) {
         GeoFP8DeviceUnit& gu = gc->dev.geo[gi];
         int status = 0;
@@ -279,7 +286,19 @@ static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid) {
             comm_gpu_allreduce_f32_sum(grid, gu.Y, gu.Y, dk);
             comm_gpu_allreduce_f64_sum(grid, gu.trA, gu.trA, 1);
             bytes += comm_gpu_ring_bytes(grid, 4.0 * dk + 8.0);
-            if (gc->rank == 0) status = geofp8_device_refresh_factor(&gc->dev, (int)gi, s);
+            if (gc->rank == 0) {
+                GeoFP8Power pw;
+                pw.power = gc->power;
+                pw.damping = gc->damping;
+                pw.G = grads + gc->units[gu.unit].offset;
+                pw.d_out = gu.d_out;
+                status = geofp8_device_refresh_factor(&gc->dev, (int)gi, s, &pw);
+                if (gc->power < 0.0) {
+                    char b[96];
+                    snprintf(b, sizeof(b), "%s%s p %.3f (q %.3f)", chosen.empty() ? "" : ", ", gc->units[gu.unit].name.c_str(), pw.chosen, pw.q);
+                    chosen += b;
+                }
+            }
             comm_gpu_broadcast_f32(grid, gu.factor_next, nf, 0);
             bytes += 4.0 * nf;
         }
@@ -287,6 +306,7 @@ static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid) {
                                 gc->units[gu.unit].name.c_str(), status);
         geofp8_device_refresh_finish(&gc->dev, (int)gi, s);
     }
+    if (!chosen.empty()) printf("geofp8 power at step %d: %s\n", step + 1, chosen.c_str());
     return bytes;
 }
 
@@ -420,7 +440,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
     } else {
         if (gc->refresh_now) {
             int sp = gradcomm_timer_begin(t, GC_T_REFRESH);
-            st.bytes += gradcomm_gpu_refresh(gc, grid);
+            st.bytes += gradcomm_gpu_refresh(gc, grid, grads, step);
             gradcomm_timer_end(t, sp);
             st.refreshed = true;
         }

@@ -66,6 +66,8 @@ typedef struct {
     int world_size, rank;
     // geometry settings
     int rank_r, refresh_every, profile_steps, top_k;
+    double power;                  // --geofp8-power (-1: auto, chosen per unit at each refresh)
+    double damping;                // --geofp8-damping
     unsigned long long seed;
     // layer selection
     bool profiling;                // auto selection still to come
@@ -127,6 +129,8 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     gc->refresh_every = tc->geofp8_refresh;
     gc->profile_steps = tc->geofp8_profile_steps;
     gc->top_k = tc->geofp8_top;
+    gc->power = train_config_geofp8_power(tc);
+    gc->damping = tc->geofp8_damping;
     gc->seed = tc->seed;
     gc->profiling = false;
     gc->geometry_start = -1;
@@ -215,9 +219,12 @@ static inline double gradcomm_ring_bytes(const GradComm* gc, double payload) {
 }
 
 // The new factors from this step's sketches (every rank ends with bitwise the same factor), with
-// the residuals carried into the new coordinates. Returns the bytes it sent.
-static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid) {
+// the residuals carried into the new coordinates. With --geofp8-power auto, rank 0 picks each
+// unit's power from its own gradient of this step (grads) along the new eigenvectors
+// (geofp8_estimate_q) and prints the choice. Returns the bytes it sent.
+static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid, const float* grads, int step) {
     double bytes = 0.0;
+    std::string chosen;
     for (GeoUnit& g : gc->geo) {
         if (gc->mode == "kfac") {
             comm_sum_floats(grid, g.A.data(), g.A.size());
@@ -247,8 +254,19 @@ static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid) {
             std::vector<float> U((size_t)g.d_in * r), lambda(r);
             float sigma2 = 0.0f;
             geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y.data(), g.omega.data(), g.trA, g.d_in, k, r);
+            double power = gc->power;
+            if (power < 0.0) {
+                std::vector<double> e(r);
+                double total = 0.0;
+                geofp8_direction_energy(e.data(), &total, grads + gc->units[g.unit].offset, g.d_out, g.d_in, U.data(), r);
+                double q = geofp8_estimate_q(lambda.data(), sigma2, gc->damping * g.trA / g.d_in, e.data(), total, g.d_in, r);
+                power = geofp8_auto_power(q);
+                char b[96];
+                snprintf(b, sizeof(b), "%s%s p %.3f (q %.3f)", chosen.empty() ? "" : ", ", gc->units[g.unit].name.c_str(), power, q);
+                chosen += b;
+            }
             GeoFP8Factor f;
-            geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, g.trA, g.d_in, r);
+            geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, g.trA, g.d_in, r, power, gc->damping);
             geofp8_factor_pack(packed.data(), &f);
         }
         comm_broadcast_floats(grid, packed.data(), packed.size());
@@ -258,6 +276,7 @@ static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid) {
         geofp8_carry_residual(g.residual.data(), g.d_out, g.d_in, &g.factor, &fresh, NULL);
         g.factor = std::move(fresh);
     }
+    if (!chosen.empty()) printf("geofp8 power at step %d: %s\n", step + 1, chosen.c_str());
     return bytes;
 }
 
@@ -453,7 +472,7 @@ static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, i
         st.bytes = gradcomm_ring_bytes(gc, 2.0 * P);
     } else {
         if (gc->refresh_now) {
-            st.bytes += gradcomm_refresh(gc, grid);
+            st.bytes += gradcomm_refresh(gc, grid, grads, step);
             st.refreshed = true;
         }
         // X = G for Euclidean units; X = G T + R on the geometry path

@@ -344,6 +344,11 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
     if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_reduce + ")";
     if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
     run_print_row("grad communication", mode + ", " + transport);
+    if (tc.comm == "geofp8") {
+        snprintf(b, sizeof(b), "power %s, damping %g, rank %d, refresh %d", tc.geofp8_power.c_str(), tc.geofp8_damping, tc.geofp8_rank,
+                 tc.geofp8_refresh);
+        run_print_row("geofp8 whitening", b);
+    }
     run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
 }
 

@@ -50,6 +50,8 @@ typedef struct {
     int geofp8_refresh;        // --geofp8-refresh
     int geofp8_top;            // --geofp8-top (0 = largest drop)
     int geofp8_profile_steps;  // --geofp8-profile-steps window of the auto selection
+    std::string geofp8_power;  // --geofp8-power p in [0, 2] or auto (whitening T = (A + εI)^(-p/2))
+    float geofp8_damping;      // --geofp8-damping δ (ε = δ tr(A) / d_in)
     std::string muon;          // --muon moonlight | keller | megatron_core
     std::string optimizer;     // --optimizer muon | adamw
     int fidelity_every;        // --fidelity-every (0 = off)
@@ -88,6 +90,8 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->geofp8_refresh = 50;
     c->geofp8_top = 0;
     c->geofp8_profile_steps = 100;
+    c->geofp8_power = "1";
+    c->geofp8_damping = 1e-3f;
     c->muon = "moonlight";
     c->optimizer = "muon";
     c->fidelity_every = 0;
@@ -150,6 +154,8 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, OPT_RUN, "refresh the factor every K steps"),
     TOPT(NULL, "--geofp8-top", OPT_INT, geofp8_top, 0, 100000, NULL, OPT_RUN, "select the top k layers (0 = at the largest score drop)"),
     TOPT(NULL, "--geofp8-profile-steps", OPT_INT, geofp8_profile_steps, 1, INT_MAX, NULL, OPT_RUN, "steps of fp8 profiling before auto selection"),
+    TOPT(NULL, "--geofp8-power", OPT_STR, geofp8_power, 0, 0, NULL, OPT_RUN, "whitening power p in [0, 2] (1 = full, 0 = none) or auto (q/2 per unit)"),
+    TOPT(NULL, "--geofp8-damping", OPT_FLOAT, geofp8_damping, 1e-9, 1e3, NULL, OPT_RUN, "damping: eps = damping * tr(A) / d_in"),
     TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", OPT_RUN, "Muon preset"),
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error"),
@@ -258,6 +264,22 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
     }
     if (cfg->resume && cfg->output_dir.empty())
         user_error("-y 1: resuming needs the checkpoint directory, but -o is not set (hint: add -o DIR)");
+    if (cfg->geofp8_power != "auto") {  // a number, written back in one spelling (1.0 and 1 are one setting)
+        const char* v = cfg->geofp8_power.c_str();
+        char* end = NULL;
+        errno = 0;
+        double p = strtod(v, &end);
+        if (!(isdigit((unsigned char)v[0]) || v[0] == '.') || end == v || *end != '\0' || errno == ERANGE || !(p >= 0.0 && p <= 2.0))
+            user_error("--geofp8-power: expected auto or a number in [0, 2], found '%s'", v);
+        char b[32];
+        snprintf(b, sizeof(b), "%.9g", (double)(float)p);
+        cfg->geofp8_power = b;
+    }
+}
+
+// --geofp8-power as a number; -1 for auto.
+static inline double train_config_geofp8_power(const TrainConfig* cfg) {
+    return cfg->geofp8_power == "auto" ? -1.0 : (double)(float)atof(cfg->geofp8_power.c_str());
 }
 
 // One flag's value as the settings text writes it (floats with 9 significant digits: exact).

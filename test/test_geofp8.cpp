@@ -782,6 +782,144 @@ static void test_transform() {
 // ---------------------------------------------------------------------------------------------
 // 4. K-FAC
 
+// ---------------------------------------------------------------------------------------------
+// 3b. whitening power and damping (--geofp8-power, --geofp8-damping)
+
+// G (d_out, d) = W diag(sqrt(e)) Qᵀ with Q (d, d) orthogonal and W (d_out, d) either orthonormal
+// columns (d_out >= d), so that ‖G q_j‖² = e_j exactly (up to fp32 rounding) along column q_j of Q,
+// or (gaussian) standard normal / sqrt(d_out), so that ‖G q_j‖² ≈ e_j and G's elements are
+// Gaussian like a real gradient's (a rank-one-dominated G would have heavy-tailed elements that
+// underflow FP8, another regime than the one geofp8.h 3b models).
+static std::vector<float> make_g_with_energy(int d_out, int d, const std::vector<double>& e, const std::vector<float>& Q, uint64_t seed,
+                                             bool gaussian = false) {
+    std::vector<float> W((size_t)d_out * d), G((size_t)d_out * d);
+    if (gaussian) W = randn(W.size(), seed, 1.0f / sqrtf((float)d_out));
+    else geofp8_test_matrix(W.data(), d_out, d, NULL, 0, seed);
+    for (int i = 0; i < d_out; i++)
+        for (int j = 0; j < d; j++) W[(size_t)i * d + j] *= (float)sqrt(e[j]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d_out, d, d, 1.0f, W.data(), d, Q.data(), d, 0.0f, G.data(), d);
+    return G;
+}
+
+static void test_power() {
+    const int d = 128, r = 16, dout = 192;
+    std::vector<float> Q((size_t)d * d);
+    geofp8_test_matrix(Q.data(), d, d, NULL, 0, 91);
+    // A = Q diag(mu) Qᵀ with 16 distinct top eigenvalues over a flat tail; the exact factor's
+    // U is Q's first r columns, λ the top r, σ² the tail
+    std::vector<double> mu(d);
+    for (int j = 0; j < d; j++) mu[j] = j < r ? 50.0 * pow(0.7, j) : 0.1;
+    std::vector<float> U((size_t)d * r), lam(r);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < r; j++) U[(size_t)i * r + j] = Q[(size_t)i * d + j];
+    for (int j = 0; j < r; j++) lam[j] = (float)mu[j];
+    const float s2 = 0.1f;
+    double tr = 0.0;
+    for (double m : mu) tr += m;
+
+    // p = 1 is bitwise the default factor and the formula it always had
+    GeoFP8Factor f0, f1;
+    geofp8_factor_from_nystrom(&f0, U.data(), lam.data(), s2, tr, d, r);
+    geofp8_factor_from_nystrom(&f1, U.data(), lam.data(), s2, tr, d, r, 1.0, GEOFP8_DAMPING);
+    bool same = f0.D == f1.D && f0.c == f1.c && f0.eps == f1.eps && f0.U == f1.U;
+    const double eps0 = GEOFP8_DAMPING * tr / d;
+    for (int j = 0; j < r; j++) same = same && f1.D[j] == (float)(1.0 / sqrt((double)lam[j] + eps0));
+    same = same && f1.c == (float)(1.0 / sqrt((double)s2 + eps0));
+    test_check("power_1_is_bitwise_the_default_factor", same);
+
+    // p = 0 is the identity, bitwise: whiten and unwhiten leave G as it is
+    GeoFP8Factor fz;
+    geofp8_factor_from_nystrom(&fz, U.data(), lam.data(), s2, tr, d, r, 0.0, GEOFP8_DAMPING);
+    std::vector<float> G = randn((size_t)dout * d, 92), Gw(G.size()), Gu(G.size());
+    geofp8_whiten(Gw.data(), G.data(), dout, d, &fz, NULL);
+    geofp8_unwhiten(Gu.data(), G.data(), dout, d, &fz, NULL);
+    test_check("power_0_is_the_identity_bitwise", memcmp(Gw.data(), G.data(), G.size() * sizeof(float)) == 0 &&
+               memcmp(Gu.data(), G.data(), G.size() * sizeof(float)) == 0);
+
+    // any p, δ: T = (A_r + ε I)^(-p/2) with ε = δ tr(A) / d, against LAPACK's eigendecomposition of
+    // the explicit A_r + ε I in double
+    double worst = 0.0;
+    for (double p : {0.25, 0.5, 1.5}) for (double delta : {1e-4, 1e-1}) {
+        GeoFP8Factor f;
+        geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, tr, d, r, p, delta);
+        const double eps = delta * tr / d;
+        std::vector<double> M((size_t)d * d, 0.0), w(d);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) {
+                double v = i == j ? (double)s2 + eps : 0.0;
+                for (int t = 0; t < r; t++) v += (double)U[(size_t)i * r + t] * ((double)lam[t] - (double)s2) * U[(size_t)j * r + t];
+                M[(size_t)i * d + j] = v;
+            }
+        LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', d, M.data(), d, w.data());
+        std::vector<float> Tref((size_t)d * d), I((size_t)d * d, 0.0f), T((size_t)d * d);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) {
+                double v = 0.0;
+                for (int t = 0; t < d; t++) v += M[(size_t)i * d + t] * pow(w[t], -0.5 * p) * M[(size_t)j * d + t];
+                Tref[(size_t)i * d + j] = (float)v;
+            }
+        for (int i = 0; i < d; i++) I[(size_t)i * d + i] = 1.0f;
+        geofp8_whiten(T.data(), I.data(), d, d, &f, NULL);
+        worst = std::max(worst, test_rel_err(T.data(), Tref.data(), T.size()));
+        worst = std::max(worst, fabs((double)f.eps - eps) / eps);
+    }
+    test_bound("power_damping_transform_matches_eigendecomposition", worst, TOL_TRANSFORM);
+
+    // the estimate of q recovers a planted exponent: e_j = mu_j^q along A's eigenvectors
+    worst = 0.0;
+    for (double q : {0.5, 1.0, 1.3, 2.0}) {
+        std::vector<double> e(d);
+        for (int j = 0; j < d; j++) e[j] = pow(mu[j], q);
+        std::vector<float> Gq = make_g_with_energy(dout, d, e, Q, 93);
+        std::vector<double> ej(r);
+        double total = 0.0;
+        geofp8_direction_energy(ej.data(), &total, Gq.data(), dout, d, U.data(), r);
+        double qh = geofp8_estimate_q(lam.data(), s2, 0.0, ej.data(), total, d, r);
+        worst = std::max(worst, fabs(qh - q));
+    }
+    // fp32 G: measured 2.1e-05 at 1, 2 and 4 threads
+    test_bound("estimate_q_recovers_planted_exponent", worst, 5e-4);
+    const double flat = geofp8_estimate_q(std::vector<float>(r, 2.0f).data(), 2.0f, 0.0, std::vector<double>(r, 1.0).data(), d, d, r);
+    test_check("estimate_q_flat_spectrum_and_clamp", flat == 0.0 && geofp8_auto_power(3.0) == 1.0 && geofp8_auto_power(-0.4) == 0.0 &&
+               geofp8_auto_power(1.3) == 0.65 && geofp8_auto_power(NAN) == 0.0, "flat q %g", flat);
+
+    // the derivation (llmc/geofp8.h 3b): with e_j ∝ mu_j^q, the FP8 round trip through T = (A + εI)^(-p/2)
+    // errs least near p = q/2; at q = 1, full whitening (p = 1) gains nothing over none (p = 0)
+    {
+        std::vector<double> mu2(d), e(d);
+        for (int j = 0; j < d; j++) mu2[j] = 100.0 * pow(0.93, j);  // four decades, no flat tail
+        std::vector<float> U2((size_t)d * d), lam2(d);
+        double tr2 = 0.0;
+        for (int j = 0; j < d; j++) lam2[j] = (float)mu2[j], tr2 += mu2[j];
+        double err[3][3];  // [q = 0.6, 1, 1.6][p = 0, q/2, 1]
+        const double qs[3] = {0.6, 1.0, 1.6};
+        for (int a = 0; a < 3; a++) {
+            for (int j = 0; j < d; j++) e[j] = pow(mu2[j], qs[a]);
+            std::vector<float> Gq = make_g_with_energy(dout, d, e, Q, 94 + a, true), x(Gq.size());
+            const double ps[3] = {0.0, qs[a] / 2, 1.0};
+            for (int b = 0; b < 3; b++) {
+                GeoFP8Factor f;  // the full transform: r = d, exact eigenvectors
+                geofp8_factor_from_nystrom(&f, Q.data(), lam2.data(), 0.0f, tr2, d, d, ps[b], 1e-6);
+                geofp8_whiten(x.data(), Gq.data(), dout, d, &f, NULL);
+                geofp8_fp8_roundtrip(x.data(), x.data(), x.size());
+                geofp8_unwhiten(x.data(), x.data(), dout, d, &f, NULL);
+                err[a][b] = test_rel_l2(x.data(), Gq.data(), x.size());
+            }
+            printf("  note: q %.1f: RelL2 p=0 %.4e, p=q/2 %.4e, p=1 %.4e\n", qs[a], err[a][0], err[a][1], err[a][2]);
+        }
+        bool best_half = true;
+        for (int a = 0; a < 3; a++) best_half = best_half && err[a][1] < err[a][0] && err[a][1] < err[a][2];
+        // the model's gain at q = 1: RelL2(p=1/2) / RelL2(p=0) = sqrt((Σ μ^(1/2))² / (d Σ μ)) = 0.650
+        double s_half = 0.0, s_one = 0.0;
+        for (int j = 0; j < d; j++) s_half += sqrt(mu2[j]), s_one += mu2[j];
+        const double predicted = sqrt(s_half * s_half / (d * s_one)), gain = err[1][1] / err[1][0], full = err[1][2] / err[1][0];
+        // measured at 1, 2 and 4 threads: p = q/2 best at q = 0.6, 1, 1.6; at q = 1 the gain 0.660
+        // (model 0.650) and full whitening 0.992 of no whitening (model 1)
+        test_check("whitening_power_q_over_2_errs_least", best_half && fabs(gain / predicted - 1.0) < 0.1 && fabs(full - 1.0) < 0.1,
+                   "q=1: p=1/2 gain %.3f (model %.3f), p=1 %.3f (model 1)", gain, predicted, full);
+    }
+}
+
 static void test_kfac() {
     const int n = 2048, din = 128, dout = 64;
     std::vector<double> la(din), lg(dout);
@@ -991,6 +1129,7 @@ int main() {
     test_sketch();
     test_nystrom();
     test_transform();
+    test_power();
     test_kfac();
     test_fidelity();
     test_select();
