@@ -55,6 +55,11 @@ expect_error cli_float_leading_blank "-l" "${FAST[@]}" -x 1 -l ' 1e-3'
 expect_error cli_total_batch_overflow "-d" "${FAST[@]}" -x 1 -d 549755813888
 expect_error cli_total_batch_overflow_negative "-d" "${FAST[@]}" -x 1 -d 274877906944
 expect_error cli_micro_batch_tokens_overflow "B\*T = 1048576\*4096 = 4294967296 tokens per micro-batch" -e llama300m -b 1048576 -t 4096 -v 0 -x 1
+# the whitening power: a number in [0, 2] or auto; the damping a positive number
+expect_error cli_geofp8_power_out_of_range "--geofp8-power: expected auto or a number in \[0, 2\], found '2.5'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power 2.5
+expect_error cli_geofp8_power_garbage "--geofp8-power: expected auto or a number in \[0, 2\], found 'half'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power half
+expect_error cli_geofp8_power_negative "--geofp8-power" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power -0.5
+expect_error cli_geofp8_damping_zero "--geofp8-damping: expected a number in" "${FAST[@]}" -x 1 -c geofp8 --geofp8-damping 0
 # a layer list that names nothing is refused (it would run plain fp8); a garbage layer file is
 # named with its line, its bytes escaped, on one line
 expect_error cli_geofp8_layers_empty_list "--geofp8-layers" "${FAST[@]}" -x 1 -c geofp8 --geofp8-layers ,

@@ -61,10 +61,12 @@ else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(tail -1 "$TMP/
 # --- every mode, 2 ranks, against the CPU engine
 RUN=(-e tiny -b 1 -t 32 -d 64 -x 8 -v 0 -s 0 -n -1 -l 3e-3 -u 2 --seed 1337 --fidelity-every 1 --geofp8-refresh 3)
 GEO=(--geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2 --geofp8-rank 8)
-for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase; do
+# (geofp8:auto: the native sum with --geofp8-power auto)
+for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto; do
     mode=${m%%:*}; red=native; [[ $m == *:* ]] && red=${m#*:}
     t=${mode}_$red
     extra=(); [ "$mode" = geofp8 ] && extra=("${GEO[@]}")
+    if [ "$red" = auto ]; then red=native; extra+=(--geofp8-power auto); fi
     "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_runs" "$(tail -2 "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
@@ -97,6 +99,18 @@ bound(f"{name}_rel_l2_near_cpu", abs(fg - fc) / fc if fc > 0 else (0.0 if abs(fg
       f"mean RelL2 {fg:.3e} vs cpu {fc:.3e}")
 PY
 done
+
+# --geofp8-power auto: the powers rank 0 picked at each refresh (q from the device's G U) are the
+# CPU engine's, to the printed 3 decimals (both from geofp8.h's estimate; G differs by rounding)
+python3 - "$TMP/g_geofp8_auto.out" "$TMP/c_geofp8_auto.out" <<'PY'
+import re, sys
+def picks(p):
+    return [(float(a), float(b)) for l in open(p) if l.startswith("geofp8 power at step") for a, b in re.findall(r"p (\S+) \(q (\S+)\)", l)]
+g, c = picks(sys.argv[1]), picks(sys.argv[2])
+worst = max((abs(x[0] - y[0]) for x, y in zip(g, c)), default=float("inf"))
+ok = len(g) == len(c) == 9 and worst <= 2e-3
+print(("PASS" if ok else "FAIL") + f" emu.geofp8_power_auto_matches_cpu: {len(g)} choices (cpu {len(c)}), max |p_gpu - p_cpu| {worst:.1e}")
+PY
 
 # --- auto selection: profile 3 steps in fp8, then the chosen fc1/fc2 units get a geometry
 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 6 -c geofp8 --geofp8-profile-steps 3 -o "$TMP/auto" >"$TMP/auto.out" 2>&1

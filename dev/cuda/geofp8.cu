@@ -764,6 +764,62 @@ static void validate_nystrom(GeoFP8Device* g, int d_in, int r, int refresh, int 
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
 }
 
+// --geofp8-power / --geofp8-damping on the device refresh against the CPU's formulas: a fixed
+// power with another damping (power 0.5), and auto, whose q comes from a gradient G on the device
+// (geofp8_direction_energy: cuBLAS G U + column energies) against geofp8.h's on the host.
+static void validate_power(GeoFP8Device* g, int d_out, int d_in, int r, uint64_t seed) {
+    const int k = geofp8_sketch_width(r, d_in), n = std::max(2 * d_in, 256);
+    const size_t dk = (size_t)d_in * k;
+    std::vector<float> h = activations(n, d_in, seed), om(dk), Y(dk, 0.0f);
+    geofp8_test_matrix(om.data(), d_in, k, NULL, r, seed + 1);
+    double tr = 0.0;
+    geofp8_sketch_accumulate(Y.data(), &tr, h.data(), n, d_in, om.data(), k, 1.0f / n);
+    // a gradient whose energy follows the activations' spectrum (G = Z hᵀ h / n, Z random)
+    std::vector<float> Z = normal_vec((size_t)d_out * n, seed + 2, 1.0f), G((size_t)d_out * d_in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d_out, d_in, n, 1.0f / n, Z.data(), n, h.data(), d_in, 0.0f, G.data(), d_in);
+    std::vector<float> cU((size_t)d_in * r), clam(r);
+    float cs2 = 0.0f;
+    geofp8_nystrom(cU.data(), clam.data(), &cs2, Y.data(), om.data(), tr, d_in, k, r);
+    float* d_Y = cuda_upload(Y.data(), dk);
+    float* d_om = cuda_upload(om.data(), dk);
+    double* d_tr = cuda_upload(&tr, 1);
+    float* d_G = cuda_upload(G.data(), G.size());
+    float* d_f = cuda_malloc<float>(geofp8_factor_floats(d_in, r));
+    for (int automatic = 0; automatic < 2; automatic++) {
+        char t[96];
+        snprintf(t, sizeof(t), "dev_geofp8.power_%s.%dx%d.r%d", automatic ? "auto" : "0.5", d_out, d_in, r);
+        const std::string tag = t;
+        GeoFP8Power pw;
+        pw.power = automatic ? -1.0 : 0.5;
+        pw.damping = 1e-2;
+        pw.G = d_G;
+        pw.d_out = d_out;
+        double cq = 0.0, cp = pw.power;
+        if (automatic) {
+            std::vector<double> e(r);
+            double total = 0.0;
+            geofp8_direction_energy(e.data(), &total, G.data(), d_out, d_in, cU.data(), r);
+            cq = geofp8_estimate_q(clam.data(), cs2, pw.damping * tr / d_in, e.data(), total, d_in, r);
+            cp = geofp8_auto_power(cq);
+        }
+        GeoFP8Factor cf, gf;
+        geofp8_factor_from_nystrom(&cf, cU.data(), clam.data(), cs2, tr, d_in, r, cp, pw.damping);
+        geofp8_nystrom(g, d_f, d_Y, d_om, d_tr, d_in, k, r, 0, NULL, NULL, &pw);
+        std::vector<float> packed = cuda_download(d_f, geofp8_factor_floats(d_in, r));
+        geofp8_factor_unpack(&gf, packed.data(), d_in, r);
+        if (automatic) {
+            printf("  %s: q gpu %.6f cpu %.6f, p %.6f\n", tag.c_str(), pw.q, cq, pw.chosen);
+            check_bound(tag + ".q", fabs(pw.q - cq), TOL_FACTOR, "abs err");
+        }
+        double ed = fabs((double)gf.c - cf.c) / cf.c;
+        for (int i = 0; i < r; i++) ed = std::max(ed, fabs((double)gf.D[i] - cf.D[i]) / cf.D[i]);
+        ed = std::max(ed, fabs((double)gf.eps - cf.eps) / std::max((double)cf.eps, 1e-30));
+        check_bound(tag + ".D_c_eps", ed, TOL_FACTOR, "max rel err");
+    }
+    void* bufs[] = {d_Y, d_om, d_tr, d_G, d_f};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+}
+
 static void validate_kfac(GeoFP8Device* g, int d_out, int d_in, uint64_t seed) {
     char t[96];
     snprintf(t, sizeof(t), "dev_geofp8.kfac.%dx%d", d_out, d_in);
@@ -1241,6 +1297,8 @@ int main(int argc, char** argv) {
         if (!small) validate_nystrom(&g, 4096, 32, 1, 0, 34);
         validate_nystrom(&g, 384, 32, 0, 1, 35);
         validate_nystrom(&g, 384, 32, 0, 2, 36);
+        validate_power(&g, 128, 384, 32, 37);
+        if (!small) validate_power(&g, 1536, 4096, 32, 38);  // llama600m fc2
         validate_kfac(&g, 97, 61, 40);
         validate_kfac(&g, 128, 384, 41);
         validate_kfac(&g, 768, 128, 42);
