@@ -42,7 +42,7 @@ CPU_TESTS = $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 
 test: deps
-	@$(MAKE) --no-print-directory train_llama_cpu $(CPU_TESTS) $(BUILD)/dump_logits
+	@$(MAKE) --no-print-directory train_llama_cpu $(CPU_TESTS) $(BUILD)/dump_logits $(BUILD)/fidelity
 	@if [ "$(HAVE_NVCC)" = 1 ] && [ -f cuda.mk ]; then $(MAKE) --no-print-directory cuda-all; else echo "nvcc not found: CUDA sources not compiled"; fi
 	@bash test/run_tests.sh
 

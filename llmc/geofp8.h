@@ -755,6 +755,50 @@ static inline void geofp8_fp8_roundtrip(float* out, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(fp8_e4m3_encode(s * x[i])) / s;
 }
 
+// A low-rank (or full symmetric) method name of the fidelity analysis:
+//   lowrank_A_<r>[_p<p>|_pauto][_d<δ>][_it<K>]    rank r, power p (1), damping δ (1e-3), K sketch
+//                                                 refreshes on the batch (1; K > 1: subspace iteration)
+//   sym_A[_p<p>|_pauto][_d<δ>]                    the full symmetric (A + εI)^(-p/2): r = d_in, exact
+// Returns false for anything else (or r outside [1, d_in], p outside [0, 2], δ <= 0, K < 1).
+struct GeoFP8LowrankSpec {
+    int r = 0, refreshes = 1;
+    bool sym = false;
+    double power = 1.0, damping = GEOFP8_DAMPING;  // power < 0: auto
+};
+static inline bool geofp8_parse_lowrank(const std::string& m, int d_in, GeoFP8LowrankSpec* s) {
+    *s = GeoFP8LowrankSpec();
+    size_t pos;
+    if (m.rfind("sym_A", 0) == 0) {
+        s->sym = true;
+        s->r = d_in;
+        pos = 5;
+    } else if (m.rfind("lowrank_A_", 0) == 0) {
+        char* end = NULL;
+        long r = strtol(m.c_str() + 10, &end, 10);
+        if (end == m.c_str() + 10 || r < 1 || r > d_in) return false;
+        s->r = (int)r;
+        pos = (size_t)(end - m.c_str());
+    } else {
+        return false;
+    }
+    while (pos < m.size()) {
+        if (m[pos] != '_') return false;
+        size_t next = m.find('_', pos + 1);
+        std::string tok = m.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+        pos = next == std::string::npos ? m.size() : next;
+        char* end = NULL;
+        if (tok == "pauto") { s->power = -1.0; continue; }
+        if (tok.size() < 2) return false;
+        double v = strtod(tok.c_str() + (tok[0] == 'i' ? 2 : 1), &end);
+        if (*end != '\0' || !std::isfinite(v)) return false;
+        if (tok[0] == 'p' && v >= 0.0 && v <= 2.0) s->power = v;
+        else if (tok[0] == 'd' && v > 0.0) s->damping = v;
+        else if (tok.rfind("it", 0) == 0 && !s->sym && v >= 1.0 && v == floor(v)) s->refreshes = (int)v;
+        else return false;
+    }
+    return true;
+}
+
 // One method of the fidelity analysis on precomputed statistics:
 // A (d_in, d_in) and Gs (d_out, d_out) upper triangles of E[hhᵀ] and E[δδᵀ] (Gs may be NULL
 // unless the method is output_side or kfac). Returns 0, or -1 for an unknown method name.
@@ -785,27 +829,39 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
         geofp8_kfac_whiten(x.data(), G, d_out, d_in, lg, la);
         geofp8_fp8_roundtrip(x.data(), x.data(), nn);
         geofp8_kfac_unwhiten(x.data(), x.data(), d_out, d_in, lg, la);
-    } else if (m.rfind("lowrank_A_", 0) == 0) {
-        int r = atoi(m.c_str() + 10);
-        if (r < 1 || r > d_in) return -1;
+    } else if (m.rfind("lowrank_A_", 0) == 0 || m.rfind("sym_A", 0) == 0) {
+        GeoFP8LowrankSpec spec;
+        if (!geofp8_parse_lowrank(m, d_in, &spec)) return -1;
+        const int r = spec.r;
+        const bool exact = lowrank_exact || spec.sym;
         double tr = 0.0;
         for (int i = 0; i < d_in; i++) tr += (double)A[(size_t)i * d_in + i];
         std::vector<float> U((size_t)d_in * r), lam(r);
         float s2 = 0.0f;
-        if (lowrank_exact) {
+        if (exact) {
             geofp8_topr_exact(U.data(), lam.data(), &s2, A, d_in, r);
         } else {
-            // the deployed path: one refresh of the sketch from this batch's activations
+            // the deployed path: refreshes of the sketch from this batch's activations, the first
+            // from a Gaussian Ω, each further one with Ω ⊇ the previous U (subspace iteration)
             const int k = geofp8_sketch_width(r, d_in);
-            std::vector<float> om((size_t)d_in * k), Y((size_t)d_in * k, 0.0f);
-            geofp8_test_matrix(om.data(), d_in, k, NULL, r, seed);
-            double trs = 0.0;
-            geofp8_sketch_accumulate(Y.data(), &trs, h, n, d_in, om.data(), k, 1.0f / (float)n);
-            geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), trs, d_in, k, r);
-            tr = trs;
+            for (int it = 0; it < spec.refreshes; it++) {
+                std::vector<float> om((size_t)d_in * k), Y((size_t)d_in * k, 0.0f);
+                geofp8_test_matrix(om.data(), d_in, k, it ? U.data() : NULL, r, seed + (uint64_t)it);
+                double trs = 0.0;
+                geofp8_sketch_accumulate(Y.data(), &trs, h, n, d_in, om.data(), k, 1.0f / (float)n);
+                geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), trs, d_in, k, r);
+                tr = trs;
+            }
+        }
+        double power = spec.power;
+        if (power < 0.0) {  // auto: q from this gradient along the factor's eigenvectors
+            std::vector<double> e(r);
+            double total = 0.0;
+            geofp8_direction_energy(e.data(), &total, G, d_out, d_in, U.data(), r);
+            power = geofp8_auto_power(geofp8_estimate_q(lam.data(), s2, spec.damping * tr / d_in, e.data(), total, d_in, r));
         }
         GeoFP8Factor f;
-        geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, tr, d_in, r);
+        geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, tr, d_in, r, power, spec.damping);
         geofp8_whiten(x.data(), G, d_out, d_in, &f, NULL);
         geofp8_fp8_roundtrip(x.data(), x.data(), nn);
         geofp8_unwhiten(x.data(), x.data(), d_out, d_in, &f, NULL);
@@ -825,7 +881,9 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
 //   diag_A       as input_full with diag(A); block_A_b with the diagonal b×b blocks of A
 //   lowrank_A_r  FP8(G T) T⁻¹ with the rank-r transform of §6: from one sketch refresh of this
 //                batch (Ω from `seed`, geofp8_nystrom) or, if lowrank_exact, from the exact top r
-//                eigenpairs of A (geofp8_topr_exact)
+//                eigenpairs of A (geofp8_topr_exact); suffixes set the power, damping and number
+//                of refreshes (geofp8_parse_lowrank)
+//   sym_A        FP8(G T) T⁻¹ with the full symmetric T = (A + εI)^(-p/2) (suffixes as above)
 // h (n, d_in) and delta (n, d_out) are the batch's activations and output gradients (delta may
 // be NULL unless output_side or kfac); A = hᵀh / n, E[δδᵀ] = δᵀδ / n, ε = 1e-3 tr / d. The FP8
 // scale is one per-tensor power of two, geofp8_scale_exponent(amax, 1). Returns 0, or -1 for an

@@ -168,6 +168,23 @@ else
     fail resume_bitwise_weights_and_state "straight run failed: $(tail -3 "$TMP/straight.out")"
 fi
 
+# the fidelity tool: every row of both tables, mean ± std over the batches, no NaN; the symmetric
+# power-0 transform is the identity, so that row would equal the Euclidean one (test_geofp8)
+FID=$PWD/build/fidelity
+if [ -x "$FID" ]; then
+    timeout 300 "$FID" -e tiny -b 1 -t 32 -k 2 >"$TMP/fid.out" 2>"$TMP/fid.err"
+    rc=$?
+    rows=$(grep -c '^| .* ± .* ± ' "$TMP/fid.out")
+    if [ $rc -eq 0 ] && [ "$rows" -eq 54 ] && grep -q "2 val batches" "$TMP/fid.out" && ! grep -qi nan "$TMP/fid.out" &&
+       grep -q "^| symmetric, p auto (q/2) |" "$TMP/fid.out" && grep -q "^| low-rank-A-32, 4 refreshes (deployed) |" "$TMP/fid.out"; then
+        pass fidelity_tool_tables
+    else fail fidelity_tool_tables "rc=$rc, $rows rows: $(tail -2 "$TMP/fid.err")"; fi
+    "$FID" -e tiny -k 0 >/dev/null 2>"$TMP/fid0.err"
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q "^error: -k: expected a number of batches in \[1, 100000\], found 0" "$TMP/fid0.err"; then pass fidelity_tool_bad_k
+    else fail fidelity_tool_bad_k "rc=$rc $(cat "$TMP/fid0.err")"; fi
+else fail fidelity_tool_tables "build/fidelity is missing (make build/fidelity)"; fi
+
 # -n -1: logs but never a checkpoint
 timeout 120 "$BIN" "${FAST[@]}" -x 2 -n -1 -o "$TMP/nockpt" >/dev/null 2>&1
 if [ -s "$TMP/nockpt/main.log" ] && ! ls "$TMP/nockpt" | grep -q '^model_'; then pass checkpoint_never_with_n_minus_1

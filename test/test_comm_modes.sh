@@ -162,7 +162,7 @@ lines = [l for l in open(f"{d}/geoauto.out") if l.startswith("geofp8 power at st
 steps = [int(re.match(r"geofp8 power at step (\d+):", l).group(1)) for l in lines]
 picks = [(float(p), float(q)) for l in lines for p, q in re.findall(r"p (\S+) \(q (\S+)\)", l)]
 ok = steps == [1, 6, 11, 16, 21, 26] and len(picks) == 4 * len(steps) and all(
-    math.isfinite(q) and abs(p - min(1.0, max(0.0, q / 2))) <= 5e-4 for p, q in picks)
+    math.isfinite(q) and abs(p - min(1.0, max(0.0, q / 2))) <= 1e-3 for p, q in picks)  # both printed to 3 decimals
 qs = [q for _, q in picks]
 print(("PASS" if ok else "FAIL") + f" geofp8_power_auto_logged_per_refresh: refresh steps {steps}, {len(picks)} choices, "
       f"q from {min(qs, default=float('nan')):.3f} to {max(qs, default=float('nan')):.3f}")

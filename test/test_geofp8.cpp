@@ -1054,6 +1054,26 @@ static void test_fidelity() {
     int bad = geofp8_fidelity_roundtrip(&one, "no_such_method", G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
     geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), NULL, n, 0, 114);
     test_check("fidelity_roundtrip_single_method", st == 0 && bad == -1 && one.rel_l2 == fs[method_index("block_A_64")].rel_l2);
+    // the method names with a power, damping or refresh count; p = 0 is the Euclidean round trip
+    {
+        GeoFP8LowrankSpec sp;
+        bool parse = geofp8_parse_lowrank("lowrank_A_32_p0.5_d1e-2_it4", 64, &sp) && sp.r == 32 && sp.power == 0.5 && sp.damping == 1e-2 &&
+                     sp.refreshes == 4 && !sp.sym && geofp8_parse_lowrank("sym_A_pauto", 64, &sp) && sp.sym && sp.r == 64 && sp.power < 0.0 &&
+                     !geofp8_parse_lowrank("lowrank_A_65", 64, &sp) && !geofp8_parse_lowrank("lowrank_A_8_p3", 64, &sp) &&
+                     !geofp8_parse_lowrank("sym_A_it2", 64, &sp) && !geofp8_parse_lowrank("sym_A_d0", 64, &sp) &&
+                     !geofp8_parse_lowrank("lowrank_A_8_x", 64, &sp) && !geofp8_parse_lowrank("lowrank_A_8p1", 64, &sp);
+        GeoFP8Fidelity e0, p0, s1, l1;
+        const float* Ap = NULL;
+        std::vector<float> A2((size_t)din * din, 0.0f);
+        geofp8_kfac_accumulate(A2.data(), h.data(), n, din, 1.0f / (float)n);
+        Ap = A2.data();
+        geofp8_fidelity_method_stats(&e0, "euclidean", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
+        geofp8_fidelity_method_stats(&p0, "sym_A_p0", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
+        geofp8_fidelity_method_stats(&s1, "lowrank_A_16", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
+        geofp8_fidelity_method_stats(&l1, "lowrank_A_16_p1_d1e-3_it1", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
+        test_check("fidelity_method_suffixes", parse && p0.rel_l2 == e0.rel_l2 && l1.rel_l2 == s1.rel_l2,
+                   "parse %d, sym p0 %.6e vs euclidean %.6e, explicit defaults %.6e vs %.6e", (int)parse, p0.rel_l2, e0.rel_l2, l1.rel_l2, s1.rel_l2);
+    }
 
     // For contrast (not asserted): with an output gradient independent of h (δ = y only), the
     // whitened gradient is isotropic on average and the geometry gives little or nothing.
