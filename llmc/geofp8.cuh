@@ -568,6 +568,9 @@ typedef struct {
     float* LG;             // kfac: (d_out, d_out)
     float* LA_next;        // kfac: the factors being computed at a refresh (broadcast buffers)
     float* LG_next;
+    float* Y_ema;          // --geofp8-ema: (d_in, k) average of the window's sketches (NULL until the first window)
+    double* trA_ema;       // (1)
+    int ema_steps;         // steps averaged (bias correction 1 / (1 - β^n))
 } GeoFP8DeviceUnit;
 
 typedef struct {
@@ -1282,7 +1285,8 @@ static inline void geofp8_device_reserve_tokens(GeoFP8Device* g, int n) {
 
 static inline void geofp8_device_free(GeoFP8Device* g) {
     for (GeoFP8DeviceUnit& gu : g->geo) {
-        void* bufs[] = {gu.factor, gu.factor_next, gu.residual, gu.omega, gu.Y, gu.trA, gu.A, gu.Gs, gu.LA, gu.LG, gu.LA_next, gu.LG_next};
+        void* bufs[] = {gu.factor, gu.factor_next, gu.residual, gu.omega, gu.Y, gu.trA, gu.A, gu.Gs, gu.LA, gu.LG, gu.LA_next, gu.LG_next,
+                        gu.Y_ema, gu.trA_ema};
         for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
     }
     g->geo.clear();
@@ -1310,7 +1314,11 @@ static inline uint64_t geofp8_refresh_seed(unsigned long long seed, int unit, in
 // Every rank computes bitwise the same Ω without a broadcast: the same seed, the same
 // (broadcast) U_prev and a sequential QR in double (geofp8_orthonormalize) that no thread
 // count or BLAS build can change. Synchronous (a refresh step only).
-static inline void geofp8_device_refresh_begin(GeoFP8Device* g, unsigned long long seed, int step, int first, cudaStream_t stream) {
+// With --geofp8-ema (ema = 1) this runs on every step of the geometry path (gradcomm_begin_step
+// of llmc/gradcomm.h explains the windows): new_window builds Ω and zeroes the average, every
+// call zeroes the step's accumulators.
+static inline void geofp8_device_sketch_begin(GeoFP8Device* g, unsigned long long seed, int step, int first, int new_window, int ema,
+                                              cudaStream_t stream) {
     for (GeoFP8DeviceUnit& gu : g->geo) {
         if (gu.kfac) {
             CUDA_CHECK(cudaMemsetAsync(gu.A, 0, (size_t)gu.d_in * gu.d_in * sizeof(float), stream));
@@ -1318,14 +1326,60 @@ static inline void geofp8_device_refresh_begin(GeoFP8Device* g, unsigned long lo
             continue;
         }
         const size_t dk = (size_t)gu.d_in * gu.k;
-        std::vector<float> U_prev, om(dk);
-        if (!first) U_prev = cuda_download(gu.factor, (size_t)gu.d_in * gu.r);
-        geofp8_test_matrix(om.data(), gu.d_in, gu.k, first ? NULL : U_prev.data(), gu.r, geofp8_refresh_seed(seed, gu.unit, step));
-        CUDA_CHECK(cudaMemcpy(gu.omega, om.data(), dk * sizeof(float), cudaMemcpyHostToDevice));
+        if (new_window) {
+            std::vector<float> U_prev, om(dk);
+            if (!first) U_prev = cuda_download(gu.factor, (size_t)gu.d_in * gu.r);
+            geofp8_test_matrix(om.data(), gu.d_in, gu.k, first ? NULL : U_prev.data(), gu.r, geofp8_refresh_seed(seed, gu.unit, step));
+            CUDA_CHECK(cudaMemcpy(gu.omega, om.data(), dk * sizeof(float), cudaMemcpyHostToDevice));
+            if (ema) {
+                if (!gu.Y_ema) gu.Y_ema = cuda_malloc<float>(dk), gu.trA_ema = cuda_malloc<double>(1);
+                CUDA_CHECK(cudaMemsetAsync(gu.Y_ema, 0, dk * sizeof(float), stream));
+                CUDA_CHECK(cudaMemsetAsync(gu.trA_ema, 0, sizeof(double), stream));
+                gu.ema_steps = 0;
+            }
+        }
         CUDA_CHECK(cudaMemsetAsync(gu.Y, 0, dk * sizeof(float), stream));
         CUDA_CHECK(cudaMemsetAsync(gu.trA, 0, sizeof(double), stream));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+static inline void geofp8_device_refresh_begin(GeoFP8Device* g, unsigned long long seed, int step, int first, cudaStream_t stream) {
+    geofp8_device_sketch_begin(g, seed, step, first, 1, 0, stream);
+}
+
+// S (n) <- b S + a Y in fp32 as the CPU writes it; with trA: *trS <- b *trS + a *trA in double.
+__global__ void geofp8_ema_kernel(float* S, const float* Y, size_t n, float b, float a, double* trS, const double* trA) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) S[i] = __fadd_rn(__fmul_rn(b, S[i]), __fmul_rn(a, Y[i]));
+    if (i == 0 && trS) *trS = (double)b * *trS + (double)a * *trA;
+}
+
+// Y (n) <- (float)(S · c) in double, *trA <- *trS · c: the bias-corrected average as the step's sketch.
+__global__ void geofp8_ema_to_sketch_kernel(float* Y, const float* S, size_t n, double c, double* trA, const double* trS) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) Y[i] = (float)((double)S[i] * c);
+    if (i == 0) *trA = *trS * c;
+}
+
+// --geofp8-ema, after the backward of a sketching step: S <- β S + (1 - β) Y for each unit.
+static inline void geofp8_device_ema_update(GeoFP8Device* g, float beta, cudaStream_t stream) {
+    for (GeoFP8DeviceUnit& gu : g->geo) {
+        const size_t dk = (size_t)gu.d_in * gu.k;
+        geofp8_ema_kernel<<<cuda_grid_for(dk, 256), 256, 0, stream>>>(gu.Y_ema, gu.Y, dk, beta, 1.0f - beta, gu.trA_ema, gu.trA);
+        KERNEL_CHECK();
+        gu.ema_steps++;
+    }
+}
+
+// --geofp8-ema, at a refresh: this rank's bias-corrected average S / (1 - β^n) into Y and tr(A).
+static inline void geofp8_device_ema_to_sketch(GeoFP8Device* g, float beta, cudaStream_t stream) {
+    for (GeoFP8DeviceUnit& gu : g->geo) {
+        const size_t dk = (size_t)gu.d_in * gu.k;
+        const double c = 1.0 / (1.0 - pow((double)beta, (double)gu.ema_steps));
+        geofp8_ema_to_sketch_kernel<<<cuda_grid_for(dk, 256), 256, 0, stream>>>(gu.Y, gu.Y_ema, dk, c, gu.trA, gu.trA_ema);
+        KERNEL_CHECK();
+    }
 }
 
 // One micro-batch's input h (n, d_in) bf16 of unit `unit` (no-op if the unit is not on the

@@ -122,6 +122,8 @@ typedef struct {
     int rank_r, refresh_every, profile_steps, top_k;
     double power;                     // --geofp8-power (-1: auto, chosen per unit at each refresh)
     double damping;                   // --geofp8-damping
+    float ema;                        // --geofp8-ema β (0: each refresh sketches its own step only)
+    bool sketch_now;                  // this step sketches the geometry units' inputs (refresh_now, or every step with ema)
     unsigned long long seed;
     bool profiling;                   // --geofp8-layers auto, selection still to come
     int geometry_start;               // first step of the geometry path (-1: not yet)
@@ -167,6 +169,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->top_k = tc->geofp8_top;
     gc->power = train_config_geofp8_power(tc);
     gc->damping = tc->geofp8_damping;
+    gc->ema = gc->mode == "geofp8" ? tc->geofp8_ema : 0.0f;
+    gc->sketch_now = false;
     gc->seed = tc->seed;
     gc->profiling = false;
     gc->geometry_start = -1;
@@ -238,14 +242,18 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
 }
 
 // Before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
+// (--geofp8-ema: the windows of gradcomm_begin_step in llmc/gradcomm.h)
 static inline void gradcomm_gpu_begin_step(GradCommGPU* gc, int step, long long tokens, cudaStream_t stream) {
-    gc->refresh_now = gc->has_device && gc->geometry_start >= 0 && step >= gc->geometry_start &&
-                      (step - gc->geometry_start) % gc->refresh_every == 0 && !gc->dev.geo.empty();
+    const bool geometry = gc->has_device && gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
+    gc->refresh_now = geometry && (step - gc->geometry_start) % gc->refresh_every == 0;
+    gc->sketch_now = gc->ema > 0.0f ? geometry : gc->refresh_now;
     gc->sketch_weight = (float)(1.0 / (double)tokens);
-    if (gc->refresh_now) geofp8_device_refresh_begin(&gc->dev, gc->seed, step, step == gc->geometry_start ? 1 : 0, stream);
+    if (!gc->sketch_now) return;
+    const bool new_window = gc->ema > 0.0f ? step == gc->geometry_start || (step - gc->geometry_start - 1) % gc->refresh_every == 0 : true;
+    geofp8_device_sketch_begin(&gc->dev, gc->seed, step, step == gc->geometry_start ? 1 : 0, new_window ? 1 : 0, gc->ema > 0.0f ? 1 : 0, stream);
 }
 
-static inline bool gradcomm_gpu_wants_activations(const GradCommGPU* gc) { return gc && gc->refresh_now; }
+static inline bool gradcomm_gpu_wants_activations(const GradCommGPU* gc) { return gc && gc->sketch_now; }
 static inline bool gradcomm_gpu_wants_output_grads(const GradCommGPU* gc) { return gc && gc->refresh_now && gc->mode == "kfac"; }
 
 // h (n, d_in) bf16: the input of `unit` in one micro-batch (no-op off the geometry path).
@@ -393,6 +401,51 @@ static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
         gradcomm_gpu_add_geo(gc, u);
 }
 
+// On a fidelity step of the geometry path (native sum): gradcomm_plain_fp8_geo of the CPU engine
+// on the device, what plain fp8 would have given on the geometry units for this step's gradient.
+// raw (device, consumed) holds their G concatenated in gc->dev.geo order: per-unit amax, MAX
+// all-reduce, scales, quantize without error feedback, E4M3 SUM all-reduce, decode; RelL2 against
+// gc->ref over the units together. NaN if an amax is non-finite (every rank alike).
+static inline double gradcomm_gpu_plain_fp8_geo(GradCommGPU* gc, CommGridGPU* grid, float* raw, cudaStream_t s) {
+    std::vector<size_t> off, size;
+    size_t total = 0;
+    for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
+        off.push_back(total);
+        size.push_back((size_t)gu.d_out * gu.d_in);
+        total += size.back();
+    }
+    const size_t ng = size.size();
+    GeoFP8UnitTable t;
+    geofp8_units_create(&t, off, size);
+    float* amax = cuda_malloc<float>(ng);
+    float* scale = cuda_malloc<float>(ng);
+    float* skip = cuda_malloc<float>(1);
+    uint8_t* q = cuda_malloc<uint8_t>(total);
+    float* ref = cuda_malloc<float>(total);
+    double* scratch = cuda_malloc<double>(4 * (size_t)std::max(t.dev.num_chunks, 1));
+    geofp8_amax_units(amax, raw, &t, s);
+    comm_gpu_allreduce_f32_max(grid, amax, amax, ng);
+    geofp8_block_scales(scale, NULL, skip, amax, ng, gc->world_size, s);
+    float hskip = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(&hskip, skip, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    double rel = NAN;
+    if (hskip == 0.0f) {
+        geofp8_quantize_ef_units(q, NULL, raw, scale, 0, &t, NULL, NULL, s);
+        comm_gpu_allreduce_e4m3_sum(grid, q, q, total);
+        geofp8_dequantize_units(raw, q, scale, 0, gc->world_size, &t, NULL, s);
+        for (size_t i = 0; i < ng; i++)
+            CUDA_CHECK(cudaMemcpyAsync(ref + off[i], gc->ref + gc->units[gc->dev.geo[i].unit].offset, size[i] * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, s));
+        rel = gradcomm_rel_l2_of_sums(geofp8_fidelity_sums(scratch, raw, ref, &t, s), ng);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    void* bufs[] = {amax, scale, skip, q, ref, scratch};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    geofp8_units_free(&t);
+    return rel;
+}
+
 // RelL2 and cosine of grads (device) against gc->ref (device): per-unit sums on the device.
 static inline void gradcomm_gpu_fidelity(GradCommGPU* gc, const float* grads, cudaStream_t stream) {
     std::vector<bool> is_geo(gc->units.size());
@@ -412,6 +465,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
     st.skipped = false;
     st.refreshed = false;
     st.has_fidelity = fidelity && gc->ref;
+    float* raw_geo = NULL;  // the geometry units' G on a fidelity step (gradcomm_gpu_plain_fp8_geo)
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     if (st.has_fidelity) {
         CUDA_CHECK(cudaMemcpyAsync(gc->ref, grads, P * sizeof(float), cudaMemcpyDeviceToDevice, s));
@@ -438,21 +492,38 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         gradcomm_timer_end(t, sp);
         st.bytes = comm_gpu_ring_bytes(grid, 2.0 * P);
     } else {
+        if (gc->ema > 0.0f && gc->sketch_now) geofp8_device_ema_update(&gc->dev, gc->ema, s);
         if (gc->refresh_now) {
             int sp = gradcomm_timer_begin(t, GC_T_REFRESH);
+            if (gc->ema > 0.0f) geofp8_device_ema_to_sketch(&gc->dev, gc->ema, s);
             st.bytes += gradcomm_gpu_refresh(gc, grid, grads, step);
             gradcomm_timer_end(t, sp);
             st.refreshed = true;
         }
         // X = G for Euclidean units; X = G T + R on the geometry path (in place: grads is overwritten anyway)
         bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
+        if (st.has_fidelity && geometry && !gc->twophase) {  // the raw G of the geometry units, for gradcomm_gpu_plain_fp8_geo
+            size_t total = 0;
+            for (const GeoFP8DeviceUnit& gu : gc->dev.geo) total += (size_t)gu.d_out * gu.d_in;
+            raw_geo = cuda_malloc<float>(total);
+            total = 0;
+            for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
+                const size_t n = (size_t)gu.d_out * gu.d_in;
+                CUDA_CHECK(cudaMemcpyAsync(raw_geo + total, grads + gc->units[gu.unit].offset, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+                total += n;
+            }
+        }
         if (geometry) {
             int sp = gradcomm_timer_begin(t, GC_T_WHITEN);
             geofp8_device_whiten(&gc->dev, grads, s);
             gradcomm_timer_end(t, sp);
         }
         double b = gc->twophase ? gradcomm_gpu_twophase(gc, grid, grads, geometry, t) : gradcomm_gpu_native(gc, grid, grads, geometry, t);
-        if (b < 0) { st.skipped = true; return; }
+        if (b < 0) {
+            if (raw_geo) CUDA_CHECK(cudaFree(raw_geo));
+            st.skipped = true;
+            return;
+        }
         st.bytes += b;
         if (geometry) {
             int sp = gradcomm_timer_begin(t, GC_T_UNWHITEN);
@@ -463,12 +534,17 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         comm_gpu_allreduce_u64_sum(grid, gc->dev.counts, gc->dev.counts, 3 * U);  // sum_saturated: already the same sum everywhere
         gradcomm_timer_end(t, sp);
         if (geofp8_device_read_stats(&gc->dev, st.saturated.data(), st.underflow.data(), st.nonzero.data(), st.sum_saturated.data(), s)) {
+            if (raw_geo) CUDA_CHECK(cudaFree(raw_geo));
             st.skipped = true;  // a non-finite amax (after the MAX all-reduce: on every rank alike)
             return;
         }
         if (gc->profiling) gradcomm_gpu_profile(gc, step);
     }
     if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads, s);
+    if (raw_geo) {
+        st.rel_l2_geo_fp8 = gradcomm_gpu_plain_fp8_geo(gc, grid, raw_geo, s);
+        CUDA_CHECK(cudaFree(raw_geo));
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -488,6 +564,12 @@ static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<Checkpoi
             out->push_back({p + "LG", cuda_download(gu.LG, (size_t)gu.d_out * gu.d_out)});
         } else {
             out->push_back({p + "factor", cuda_download(gu.factor, geofp8_factor_floats(gu.d_in, gu.r))});
+            if (gc->ema > 0.0f && gu.Y_ema) {
+                const size_t dk = (size_t)gu.d_in * gu.k;
+                double tr = 0.0;
+                CUDA_CHECK(cudaMemcpy(&tr, gu.trA_ema, sizeof(double), cudaMemcpyDeviceToHost));
+                gradcomm_save_ema(p, cuda_download(gu.omega, dk), cuda_download(gu.Y_ema, dk), tr, gu.ema_steps, out);
+            }
         }
     }
     if (gc->twophase) out->push_back({"gradcomm.server_residual", cuda_download(gc->dev.server_residual, gc->dev.shard_size)});
@@ -529,6 +611,15 @@ static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, 
             upload(gu.LG, need(p + "LG", (size_t)gu.d_out * gu.d_out)->data);
         } else {
             upload(gu.factor, need(p + "factor", geofp8_factor_floats(gu.d_in, gu.r))->data);
+            if (gc->ema > 0.0f && checkpoint_find_extra(s, p + "ema_meta")) {
+                const size_t dk = (size_t)gu.d_in * gu.k;
+                if (!gu.Y_ema) gu.Y_ema = cuda_malloc<float>(dk), gu.trA_ema = cuda_malloc<double>(1);
+                upload(gu.omega, need(p + "omega", dk)->data);
+                upload(gu.Y_ema, need(p + "ema_Y", dk)->data);
+                double tr = 0.0;
+                gradcomm_load_ema_meta(need(p + "ema_meta", 3)->data, &tr, &gu.ema_steps);
+                CUDA_CHECK(cudaMemcpy(gu.trA_ema, &tr, sizeof(double), cudaMemcpyHostToDevice));
+            }
         }
     }
     if (gc->twophase) upload(gc->dev.server_residual, need("gradcomm.server_residual", gc->dev.shard_size)->data);

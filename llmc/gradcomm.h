@@ -48,9 +48,12 @@ struct GeoUnit {
     int unit = -1;                 // index into GradComm::units
     int d_out = 0, d_in = 0;
     GeoFP8Factor factor;           // geofp8: T of the last refresh (identity before the first)
-    std::vector<float> omega;      // (d_in, k) test matrix of the current refresh
-    std::vector<float> Y;          // (d_in, k) sketch accumulator
+    std::vector<float> omega;      // (d_in, k) test matrix of the current refresh (window)
+    std::vector<float> Y;          // (d_in, k) sketch accumulator of this step
     double trA = 0.0;
+    std::vector<float> Y_ema;      // --geofp8-ema: (d_in, k) average of the window's sketches (this rank's part)
+    double trA_ema = 0.0;
+    int ema_steps = 0;             // steps averaged into Y_ema (bias correction 1 / (1 - β^n))
     std::vector<float> A, Gs;      // kfac: (d_in, d_in) and (d_out, d_out) accumulators (upper triangles)
     std::vector<float> LA, LG;     // kfac: lower Cholesky factors (identity before the first refresh)
     std::vector<float> residual;   // (d_out, d_in) error feedback, in whitened coordinates
@@ -68,6 +71,8 @@ typedef struct {
     int rank_r, refresh_every, profile_steps, top_k;
     double power;                  // --geofp8-power (-1: auto, chosen per unit at each refresh)
     double damping;                // --geofp8-damping
+    float ema;                     // --geofp8-ema β (0: each refresh sketches its own step only)
+    bool sketch_now;               // this step sketches the geometry units' inputs (refresh_now, or every step with ema)
     unsigned long long seed;
     // layer selection
     bool profiling;                // auto selection still to come
@@ -131,6 +136,8 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     gc->top_k = tc->geofp8_top;
     gc->power = train_config_geofp8_power(tc);
     gc->damping = tc->geofp8_damping;
+    gc->ema = gc->mode == "geofp8" ? tc->geofp8_ema : 0.0f;
+    gc->sketch_now = false;
     gc->seed = tc->seed;
     gc->profiling = false;
     gc->geometry_start = -1;
@@ -162,12 +169,27 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     if (gc->twophase) gc->server_residual.assign(shard, 0.0f);
 }
 
+// With --geofp8-ema β > 0 the geofp8 units sketch their inputs on every step of the geometry
+// path, not only on refresh steps. A window is the steps after one refresh up to and including
+// the next (the first window: the first geometry step alone); its first step builds Ω (Ω ⊇ the
+// current U after the first refresh, as a refresh step does without ema) and zeroes the average;
+// every step adds its sketch Y as S <- β S + (1 - β) Y (gradcomm_ema_update), and the refresh
+// takes S / (1 - β^n) over its n steps in place of its own step's Y. The average restarts with
+// each window because Ω changes at each refresh (subspace iteration) and Y = A Ω only averages
+// under one Ω; with K >= 1 / (1 - β) (K = --geofp8-refresh) nearly all of an unbroken average's
+// weight would fall inside the window anyway.
+static inline bool gradcomm_ema_window_start(const GradComm* gc, int step) {
+    return step == gc->geometry_start || (step - gc->geometry_start - 1) % gc->refresh_every == 0;
+}
+
 // Called before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
 static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens) {
-    gc->refresh_now = gc->geometry_start >= 0 && step >= gc->geometry_start &&
-                      (step - gc->geometry_start) % gc->refresh_every == 0 && !gc->geo.empty();
+    const bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->geo.empty();
+    gc->refresh_now = geometry && (step - gc->geometry_start) % gc->refresh_every == 0;
+    gc->sketch_now = gc->ema > 0.0f ? geometry : gc->refresh_now;
     gc->sketch_weight = (float)(1.0 / (double)tokens);
-    if (!gc->refresh_now) return;
+    if (!gc->sketch_now) return;
+    const bool new_window = gc->ema > 0.0f ? gradcomm_ema_window_start(gc, step) : true;
     for (size_t i = 0; i < gc->geo.size(); i++) {
         GeoUnit& g = gc->geo[i];
         if (gc->mode == "kfac") {
@@ -176,23 +198,50 @@ static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens)
             continue;
         }
         int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
-        bool first = step == gc->geometry_start;
-        g.omega.resize((size_t)g.d_in * k);
-        // identical on every rank: the shared seed, the unit and the step
-        uint64_t seed = gc->seed * 1000003ull + (uint64_t)g.unit * 7919ull + (uint64_t)step;
-        geofp8_test_matrix(g.omega.data(), g.d_in, k, first ? NULL : g.factor.U.data(), r, seed);
+        if (new_window) {
+            bool first = step == gc->geometry_start;
+            g.omega.resize((size_t)g.d_in * k);
+            // identical on every rank: the shared seed, the unit and the step
+            uint64_t seed = gc->seed * 1000003ull + (uint64_t)g.unit * 7919ull + (uint64_t)step;
+            geofp8_test_matrix(g.omega.data(), g.d_in, k, first ? NULL : g.factor.U.data(), r, seed);
+            if (gc->ema > 0.0f) {
+                g.Y_ema.assign((size_t)g.d_in * k, 0.0f);
+                g.trA_ema = 0.0;
+                g.ema_steps = 0;
+            }
+        }
         g.Y.assign((size_t)g.d_in * k, 0.0f);
         g.trA = 0.0;
     }
 }
 
+// --geofp8-ema, after the backward of a sketching step: S <- β S + (1 - β) Y for each unit.
+static inline void gradcomm_ema_update(GradComm* gc) {
+    const float b = gc->ema, a = 1.0f - gc->ema;
+    for (GeoUnit& g : gc->geo) {
+        for (size_t i = 0; i < g.Y.size(); i++) g.Y_ema[i] = b * g.Y_ema[i] + a * g.Y[i];
+        g.trA_ema = (double)b * g.trA_ema + (double)a * g.trA;
+        g.ema_steps++;
+    }
+}
+
+// --geofp8-ema, at a refresh: this rank's part of the window's bias-corrected average into Y and
+// tr(A), which the refresh then SUM-reduces as it does a single step's sketch.
+static inline void gradcomm_ema_to_sketch(GradComm* gc) {
+    for (GeoUnit& g : gc->geo) {
+        const double c = 1.0 / (1.0 - pow((double)gc->ema, (double)g.ema_steps));
+        for (size_t i = 0; i < g.Y.size(); i++) g.Y[i] = (float)((double)g.Y_ema[i] * c);
+        g.trA = g.trA_ema * c;
+    }
+}
+
 // Does unit (tensor, layer) want its input activations / output gradients this step?
 static inline GeoUnit* gradcomm_geo_unit(GradComm* gc, int unit) {
-    if (!gc->refresh_now || unit < 0) return NULL;
+    if (!gc->sketch_now || unit < 0) return NULL;
     int gi = gc->unit_to_geo[unit];
     return gi < 0 ? NULL : &gc->geo[gi];
 }
-static inline bool gradcomm_wants_activations(const GradComm* gc) { return gc->refresh_now; }
+static inline bool gradcomm_wants_activations(const GradComm* gc) { return gc->sketch_now; }
 static inline bool gradcomm_wants_output_grads(const GradComm* gc) { return gc->refresh_now && gc->mode == "kfac"; }
 
 // h (n, d_in): the input of `unit` in one micro-batch.
@@ -444,6 +493,44 @@ static inline void gradcomm_profile(GradComm* gc, int step) {
         gradcomm_add_geo(gc, u);
 }
 
+// On a fidelity step of the geometry path (native sum): what plain fp8 would have given on the
+// geometry units for this step's gradient. raw holds their G as the backward left it (units in
+// gc->geo order, concatenated); each gets one scale from a MAX all-reduce of its amax, E4M3 SUM
+// all-reduce, decode, no transform and no error feedback; the result is RelL2 against the fp32
+// average over the units together. One extra round trip of the geometry units' size, on these
+// steps only (not counted in the bytes of the step). NaN if an amax is non-finite.
+static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const std::vector<float>& raw) {
+    const size_t ng = gc->geo.size();
+    std::vector<size_t> off(ng + 1, 0);
+    for (size_t i = 0; i < ng; i++) off[i + 1] = off[i] + gc->geo[i].residual.size();
+    std::vector<float> amax(ng);
+    for (size_t i = 0; i < ng; i++) amax[i] = geofp8_amax(raw.data() + off[i], off[i + 1] - off[i]);
+    comm_max_floats(grid, amax.data(), ng);
+    std::vector<float> scale(ng);
+    for (size_t i = 0; i < ng; i++) {
+        int e = geofp8_scale_exponent(amax[i], gc->world_size);
+        if (e == GEOFP8_EXP_SKIP) return NAN;  // every rank sees the same amax: every rank returns here
+        scale[i] = geofp8_scale_from_exponent(e);
+    }
+    std::vector<uint8_t> q(off[ng]);
+    for (size_t i = 0; i < ng; i++) geofp8_quantize_ef(q.data() + off[i], NULL, raw.data() + off[i], off[i + 1] - off[i], scale[i]);
+    comm_sum_e4m3(grid, q.data(), q.size());
+    std::vector<double> sums(4 * ng, 0.0);
+    std::vector<float> got;
+    for (size_t i = 0; i < ng; i++) {
+        const size_t n = off[i + 1] - off[i];
+        got.resize(n);
+        geofp8_dequantize(got.data(), q.data() + off[i], n, scale[i], gc->world_size);
+        const float* ref = gc->ref.data() + gc->units[gc->geo[i].unit].offset;
+        for (size_t j = 0; j < n; j++) {
+            double d = (double)got[j] - (double)ref[j];
+            sums[i] += d * d;
+            sums[ng + i] += (double)ref[j] * (double)ref[j];
+        }
+    }
+    return gradcomm_rel_l2_of_sums(sums, ng);
+}
+
 // The entry point: averages grads (num_params) over ranks in the configured mode. With
 // `fidelity`, also all-reduces the fp32 gradient and records how far the result is from it.
 // The result is in gc->stats (stats.skipped: every rank must skip this step).
@@ -454,6 +541,7 @@ static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, i
     st.skipped = false;
     st.refreshed = false;
     st.has_fidelity = fidelity;
+    std::vector<float> raw_geo;  // the geometry units' G on a fidelity step (gradcomm_plain_fp8_geo)
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     if (fidelity) {
         gc->ref.assign(grads, grads + P);
@@ -471,13 +559,21 @@ static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, i
         for (size_t i = 0; i < P; i++) grads[i] = fp8_bf16_decode(h[i]) / (float)gc->world_size;
         st.bytes = gradcomm_ring_bytes(gc, 2.0 * P);
     } else {
+        if (gc->ema > 0.0f && gc->sketch_now) gradcomm_ema_update(gc);
         if (gc->refresh_now) {
+            if (gc->ema > 0.0f) gradcomm_ema_to_sketch(gc);
             st.bytes += gradcomm_refresh(gc, grid, grads, step);
             st.refreshed = true;
         }
         // X = G for Euclidean units; X = G T + R on the geometry path
         memcpy(gc->x.data(), grads, P * sizeof(float));
         bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start;
+        if (fidelity && geometry && !gc->twophase && !gc->geo.empty()) {  // for gradcomm_plain_fp8_geo
+            for (const GeoUnit& g : gc->geo) {
+                const float* G = grads + gc->units[g.unit].offset;
+                raw_geo.insert(raw_geo.end(), G, G + g.residual.size());
+            }
+        }
         if (geometry) {
             for (GeoUnit& g : gc->geo) {
                 float* x = gc->x.data() + gc->units[g.unit].offset;
@@ -506,6 +602,7 @@ static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, i
         std::vector<bool> is_geo(U);
         for (size_t u = 0; u < U; u++) is_geo[u] = gc->unit_to_geo[u] >= 0;
         gradcomm_fidelity(&st, gc->units, is_geo, grads, gc->ref.data());
+        if (!raw_geo.empty()) st.rel_l2_geo_fp8 = gradcomm_plain_fp8_geo(gc, grid, raw_geo);
     }
 }
 
@@ -529,6 +626,7 @@ static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray
             std::vector<float> packed(geofp8_factor_floats(g.d_in, g.factor.r));
             geofp8_factor_pack(packed.data(), &g.factor);
             out->push_back({p + "factor", packed});
+            if (gc->ema > 0.0f && !g.Y_ema.empty()) gradcomm_save_ema(p, g.omega, g.Y_ema, g.trA_ema, g.ema_steps, out);
         }
     }
     if (gc->twophase) out->push_back({"gradcomm.server_residual", gc->server_residual});
@@ -564,6 +662,13 @@ static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const c
             g.LG = need(p + "LG", g.LG.size())->data;
         } else {
             geofp8_factor_unpack(&g.factor, need(p + "factor", geofp8_factor_floats(g.d_in, g.factor.r))->data.data(), g.d_in, g.factor.r);
+            if (gc->ema > 0.0f && checkpoint_find_extra(s, p + "ema_meta")) {
+                const size_t dk = (size_t)g.d_in * geofp8_sketch_width(g.factor.r, g.d_in);
+                g.omega = need(p + "omega", dk)->data;
+                g.Y_ema = need(p + "ema_Y", dk)->data;
+                gradcomm_load_ema_meta(need(p + "ema_meta", 3)->data, &g.trA_ema, &g.ema_steps);
+                g.Y.assign(dk, 0.0f);
+            }
         }
     }
     if (gc->twophase) gc->server_residual = need("gradcomm.server_residual", gc->server_residual.size())->data;

@@ -25,6 +25,7 @@ typedef struct {
     bool has_fidelity;
     std::vector<double> rel_l2, cos;  // (units) against the fp32 average
     double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together
+    double rel_l2_geo_fp8;  // what plain fp8 (same gradient, no transform, no error feedback) gives on them; NaN: not measured
 } GradCommStats;
 
 // " | fp8 sat 0 und 1234 | fid 1.2e-02 (geo 3.4e-02)": the step line's tail for the FP8 modes.
@@ -39,7 +40,9 @@ static inline std::string gradcomm_stats_summary(const GradCommStats& st, bool f
     }
     if (st.has_fidelity) {
         if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
-        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
+        else if (std::isnan(st.rel_l2_geo_fp8)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
+        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e, fp8 on them %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo,
+                      st.rel_l2_geo_fp8);
         out += b;
     }
     return out;
@@ -71,6 +74,7 @@ static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units
         logger_field(line, "fidelity_cos", st.cos_all);
         logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
         logger_field(line, "fidelity_cos_geo", st.cos_geo);
+        logger_field(line, "fidelity_rel_l2_geo_fp8", st.rel_l2_geo_fp8);
         std::string json = "{";
         for (size_t u = 0; u < units.size(); u++) {
             std::string v;
@@ -161,6 +165,23 @@ static inline void gradcomm_print_layers(const std::vector<LlamaUnit>& units, co
 }
 
 // ----------------------------------------------------------------------------
+// --geofp8-ema state of a unit in the checkpoint (both engines): its window's Ω, the average S,
+// and [tr(A)'s average as the two halves of its double, the number of steps averaged].
+static inline void gradcomm_save_ema(const std::string& prefix, const std::vector<float>& omega, const std::vector<float>& Y_ema, double trA_ema,
+                                     int steps, std::vector<CheckpointArray>* out) {
+    std::vector<float> meta(3);
+    memcpy(meta.data(), &trA_ema, sizeof(double));
+    meta[2] = (float)steps;
+    out->push_back({prefix + "omega", omega});
+    out->push_back({prefix + "ema_Y", Y_ema});
+    out->push_back({prefix + "ema_meta", meta});
+}
+static inline void gradcomm_load_ema_meta(const std::vector<float>& meta, double* trA_ema, int* steps) {
+    memcpy(trA_ema, meta.data(), sizeof(double));
+    *steps = (int)meta[2];
+}
+
+// ----------------------------------------------------------------------------
 // fidelity: RelL2 and cosine of the communicated average against the fp32 average, per unit,
 // over all units, and over the geometry units together (is_geo[u]; NaN when there are none),
 // from the per-unit sums (4, units): Σ (got - ref)², Σ ref², Σ got², Σ got·ref, in double.
@@ -179,7 +200,16 @@ static inline void gradcomm_fidelity_finish(GradCommStats* st, const std::vector
     st->cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
     st->rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
     st->cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+    st->rel_l2_geo_fp8 = NAN;
     st->has_fidelity = true;
+}
+
+// RelL2 over n units together from their fidelity sums (4, n) as gradcomm_fidelity_finish takes
+// them (sums[i] = Σ (got - ref)², sums[n + i] = Σ ref²).
+static inline double gradcomm_rel_l2_of_sums(const std::vector<double>& sums, size_t n) {
+    double ee = 0.0, gg = 0.0;
+    for (size_t i = 0; i < n; i++) ee += sums[i], gg += sums[n + i];
+    return gg > 0 ? sqrt(ee / gg) : NAN;
 }
 
 // The same from host buffers got and ref (num_params).

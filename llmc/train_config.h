@@ -52,6 +52,7 @@ typedef struct {
     int geofp8_profile_steps;  // --geofp8-profile-steps window of the auto selection
     std::string geofp8_power;  // --geofp8-power p in [0, 2] or auto (whitening T = (A + εI)^(-p/2))
     float geofp8_damping;      // --geofp8-damping δ (ε = δ tr(A) / d_in)
+    float geofp8_ema;          // --geofp8-ema β: sketch every step, exponential average over the refresh window (0 = off)
     std::string muon;          // --muon moonlight | keller | megatron_core
     std::string optimizer;     // --optimizer muon | adamw
     int fidelity_every;        // --fidelity-every (0 = off)
@@ -92,6 +93,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->geofp8_profile_steps = 100;
     c->geofp8_power = "1";
     c->geofp8_damping = 1e-3f;
+    c->geofp8_ema = 0.0f;
     c->muon = "moonlight";
     c->optimizer = "muon";
     c->fidelity_every = 0;
@@ -156,6 +158,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--geofp8-profile-steps", OPT_INT, geofp8_profile_steps, 1, INT_MAX, NULL, OPT_RUN, "steps of fp8 profiling before auto selection"),
     TOPT(NULL, "--geofp8-power", OPT_STR, geofp8_power, 0, 0, NULL, OPT_RUN, "whitening power p in [0, 2] (1 = full, 0 = none) or auto (q/2 per unit)"),
     TOPT(NULL, "--geofp8-damping", OPT_FLOAT, geofp8_damping, 1e-9, 1e3, NULL, OPT_RUN, "damping: eps = damping * tr(A) / d_in"),
+    TOPT(NULL, "--geofp8-ema", OPT_FLOAT, geofp8_ema, 0, 0.999, NULL, OPT_RUN, "sketch every step, average with weight beta over the refresh window (0 = the refresh step's own)"),
     TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", OPT_RUN, "Muon preset"),
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error"),
@@ -264,6 +267,8 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
     }
     if (cfg->resume && cfg->output_dir.empty())
         user_error("-y 1: resuming needs the checkpoint directory, but -o is not set (hint: add -o DIR)");
+    if (cfg->geofp8_ema > 0.0f && cfg->comm == "kfac")
+        user_error("--geofp8-ema: averages the sketch of -c geofp8; -c kfac accumulates explicit statistics (use --geofp8-ema 0)");
     if (cfg->geofp8_power != "auto") {  // a number, written back in one spelling (1.0 and 1 are one setting)
         const char* v = cfg->geofp8_power.c_str();
         char* end = NULL;

@@ -145,10 +145,10 @@ if cmp -s "$TMP/gs/model_00000012.bin" "$TMP/gr/model_00000012.bin" && cmp -s "$
     pass geofp8_resume_bitwise_np2
 else fail geofp8_resume_bitwise_np2 "$(tail -2 "$TMP/gr.out")"; fi
 
-# --geofp8-power: 1 (with the default damping spelled out) is bitwise the default run; auto picks
+# --geofp8-power: 1 (with the default damping and --geofp8-ema 0 spelled out) is bitwise the default run; auto picks
 # p = clamp(q/2, 0, 1) per unit at every refresh, logs it, trains, and resumes bitwise
 timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RUN[@]}" -c geofp8 --geofp8-layers $FC2 --geofp8-power 1.0 --geofp8-damping 0.001 \
-    -o "$TMP/geop1_2" >"$TMP/geop1.out" 2>&1
+    --geofp8-ema 0 -o "$TMP/geop1_2" >"$TMP/geop1.out" 2>&1
 if cmp -s "$TMP/geofc2_2/model_00000030.bin" "$TMP/geop1_2/model_00000030.bin"; then pass geofp8_power_1_bitwise_default
 else fail geofp8_power_1_bitwise_default "$(tail -2 "$TMP/geop1.out")"; fi
 timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RUN[@]}" -c geofp8 --geofp8-layers $FC2 --geofp8-power auto \
@@ -175,6 +175,39 @@ fails = (not ok) + (not bound("geofp8_power_auto_np2_loss_near_fp32", worst, 2e-
 sys.exit(1 if fails else 0)
 PYEOF2
 [ $? -eq 0 ] || failures=$((failures + 1))
+# the plain-fp8 counterfactual on the geometry units (fidelity steps): with p = 0 and a zero
+# residual the geometry path is plain fp8, so at step 1 both figures are the same number; later
+# the error feedback makes them differ. The auto run above logs both on every step.
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RUN[@]}" -x 6 -c geofp8 --geofp8-layers $FC2 --geofp8-power 0 -o "$TMP/geop0_2" >"$TMP/geop0.out" 2>&1
+python3 - "$TMP" <<'PYEOF2'
+import json, math, sys
+d = sys.argv[1]
+rows = lambda run: [r for r in map(json.loads, open(f"{d}/{run}/metrics.jsonl")) if "train_loss" in r]
+p0 = rows("geop0_2")
+ok = len(p0) == 6 and p0[0]["fidelity_rel_l2_geo"] == p0[0]["fidelity_rel_l2_geo_fp8"] and all(
+    r["fidelity_rel_l2_geo_fp8"] is not None and r["fidelity_rel_l2_geo_fp8"] > 0 for r in p0)
+print(("PASS" if ok else "FAIL") + " geofp8_plain_fp8_counterfactual_equals_geo_at_p0_step1: "
+      + (f"{p0[0]['fidelity_rel_l2_geo']:.6e} and {p0[0]['fidelity_rel_l2_geo_fp8']:.6e}" if p0 else "no rows"))
+a = [r for r in rows("geoauto_2") if r.get("fidelity_rel_l2_geo_fp8") is not None]
+if a:
+    ratio = sum(r["fidelity_rel_l2_geo"] / r["fidelity_rel_l2_geo_fp8"] for r in a) / len(a)
+    print(f"  note: geofp8 --geofp8-power auto on fc2, np2, 30 steps: RelL2 on its units / plain fp8's on the same steps = {ratio:.3f} (mean of {len(a)} steps)")
+ok2 = len(a) == 30
+print(("PASS" if ok2 else "FAIL") + f" geofp8_plain_fp8_counterfactual_logged_every_fidelity_step: {len(a)} of 30 steps")
+sys.exit(0 if ok and ok2 else 1)
+PYEOF2
+[ $? -eq 0 ] || failures=$((failures + 1))
+# --geofp8-ema: the window's average, its Ω and step count are in each rank's state file, so a
+# resume in the middle of a window (step 6 of windows 2-5, 6-9) is bitwise exact
+RE=("${R[@]}" --geofp8-ema 0.9)
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RE[@]}" -o "$TMP/es" >"$TMP/es.out" 2>&1
+cp -r "$TMP/es" "$TMP/er"
+rm -f "$TMP/er/DONE_00000012" "$TMP/er/model_00000012.bin" "$TMP/er/state_00000012_"*
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RE[@]}" -y 1 -o "$TMP/er" >"$TMP/er.out" 2>&1
+if grep -q "resuming from step 6" "$TMP/er.out" && cmp -s "$TMP/es/model_00000012.bin" "$TMP/er/model_00000012.bin" &&
+   cmp -s "$TMP/es/state_00000012_00001.bin" "$TMP/er/state_00000012_00001.bin" && ! cmp -s "$TMP/es/model_00000012.bin" "$TMP/gs/model_00000012.bin"; then
+    pass geofp8_ema_resume_mid_window_bitwise_np2
+else fail geofp8_ema_resume_mid_window_bitwise_np2 "$(tail -2 "$TMP/er.out")"; fi
 RA=("${R[@]}" --geofp8-power auto)
 timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RA[@]}" -o "$TMP/as" >/dev/null 2>&1
 cp -r "$TMP/as" "$TMP/ar"

@@ -61,12 +61,13 @@ else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(tail -1 "$TMP/
 # --- every mode, 2 ranks, against the CPU engine
 RUN=(-e tiny -b 1 -t 32 -d 64 -x 8 -v 0 -s 0 -n -1 -l 3e-3 -u 2 --seed 1337 --fidelity-every 1 --geofp8-refresh 3)
 GEO=(--geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2 --geofp8-rank 8)
-# (geofp8:auto: the native sum with --geofp8-power auto)
-for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto; do
+# (geofp8:auto and geofp8:ema: the native sum with --geofp8-power auto / --geofp8-ema 0.9)
+for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto geofp8:ema; do
     mode=${m%%:*}; red=native; [[ $m == *:* ]] && red=${m#*:}
     t=${mode}_$red
     extra=(); [ "$mode" = geofp8 ] && extra=("${GEO[@]}")
     if [ "$red" = auto ]; then red=native; extra+=(--geofp8-power auto); fi
+    if [ "$red" = ema ]; then red=native; extra+=(--geofp8-ema 0.9); fi
     "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_runs" "$(tail -2 "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
@@ -112,6 +113,19 @@ ok = len(g) == len(c) == 9 and worst <= 2e-3
 print(("PASS" if ok else "FAIL") + f" emu.geofp8_power_auto_matches_cpu: {len(g)} choices (cpu {len(c)}), max |p_gpu - p_cpu| {worst:.1e}")
 PY
 
+# the plain-fp8 counterfactual on the geometry units (fidelity steps, native sum): logged on every
+# step by both engines, the GPU's within 30% of the CPU's (bf16 compute; the same bound as RelL2)
+python3 - "$TMP/g_geofp8_native/metrics.jsonl" "$TMP/c_geofp8_native/metrics.jsonl" "$TMP/g_geofp8_twophase/metrics.jsonl" <<'PY'
+import json, sys
+def vals(p):
+    return [r.get("fidelity_rel_l2_geo_fp8") for r in map(json.loads, open(p)) if "train_loss" in r]
+g, c, tp = vals(sys.argv[1]), vals(sys.argv[2]), vals(sys.argv[3])
+ok = len(g) == len(c) == 8 and None not in g and None not in c and all(v is None for v in tp)
+rel = abs(sum(g) / len(g) - sum(c) / len(c)) / (sum(c) / len(c)) if ok else float("inf")
+print(("PASS" if ok and rel <= 0.3 else "FAIL") + f" emu.geofp8_plain_fp8_counterfactual_np2: mean {sum(g)/max(len(g),1):.3e} vs cpu "
+      f"{sum(c)/max(len(c),1):.3e} (rel {rel:.2e}, bound 0.3); twophase logs none")
+PY
+
 # --- auto selection: profile 3 steps in fp8, then the chosen fc1/fc2 units get a geometry
 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 6 -c geofp8 --geofp8-profile-steps 3 -o "$TMP/auto" >"$TMP/auto.out" 2>&1
 rc=$?
@@ -122,8 +136,9 @@ else fail emu.geofp8_auto_selection_np2 "rc=$rc $(tail -2 "$TMP/auto.out")"; fi
 
 # --- bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint: rank 1's step-6
 #     state file is truncated, so rank 1 alone finds it damaged; both ranks fall back to step 3
-#     (llmc/run.h, the same path as the CPU engine's) and 3 + resume + 3 == 6 steps straight
-RES=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}")
+#     (llmc/run.h, the same path as the CPU engine's) and 3 + resume + 3 == 6 steps straight.
+#     With --geofp8-ema: step 3 is inside a sketch window, whose average comes from the state files.
+RES=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}" --geofp8-ema 0.9)
 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -o "$TMP/straight" >"$TMP/s.out" 2>&1
 cp -r "$TMP/straight" "$TMP/resumed"
 truncate -s 4096 "$TMP/resumed/state_00000006_00001.bin"
