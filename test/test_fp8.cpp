@@ -1,13 +1,15 @@
-// test_fp8.cpp — the FP8 E4M3 and BF16 codecs (llmc/fp8.h) on the CPU.
+// test_fp8.cpp — the FP8 E4M3 / E5M2 and BF16 codecs (llmc/fp8.h) on the CPU.
 //
-// (a) against test/fixtures/fp8.fix (ml_dtypes.float8_e4m3fn / ml_dtypes.bfloat16 with the
+// (a) against test/fixtures/fp8.fix (ml_dtypes.float8_e4m3fn / float8_e5m2 / bfloat16 with the
 //     satfinite and canonical-NaN policy of llmc/fp8.h applied, see
-//     test/reference/make_fp8_fixtures.py): all 256 decodes bit for bit, the hand-picked E4M3
-//     inputs (every code, every midpoint and its neighbours, the subnormal and saturation edges,
-//     both signs, NaN), 2^20 generated inputs whose codes the fixture stores packed 4 per int32,
-//     and ~100k BF16 inputs (ties, denormals, Inf, NaN).
+//     test/reference/make_fp8_fixtures.py), for each FP8 format: all 256 decodes bit for bit,
+//     the hand-picked inputs (every code, every midpoint and its neighbours, the subnormal and
+//     saturation edges, both signs, NaN), 2^20 generated inputs whose codes the fixture stores
+//     packed 4 per int32, and the one-combine sum encode(decode(a) + decode(b)) of all 2^16 code
+//     pairs (the rounding of a native FP8 SUM, llmc/comm.h); then ~100k BF16 inputs (ties,
+//     denormals, Inf, NaN).
 // (b) properties that need no oracle: hand-computed codes, encode(decode(c)) == c, monotonicity,
-//     sign symmetry, the half-ulp error bound, every BF16 code round trip.
+//     sign symmetry, the half-ulp error bound (both FP8 formats), every BF16 code round trip.
 // (c) the scaled bulk helpers against the scalar functions.
 // Build: g++ -O2 -march=native -std=c++17 -fopenmp -Wall -Wextra test/test_fp8.cpp
 //          -o build/test_fp8 -lm
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../llmc/fp8.h"
@@ -30,8 +33,9 @@ static const size_t RANDOM_COUNT = (size_t)1 << 20;
 static uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-// The generator documented in test/reference/make_fp8_fixtures.py (draw k uses rand_u64 output k+1).
-static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n) {
+// The generator documented in test/reference/make_fp8_fixtures.py (draw k uses rand_u64 output
+// k+1); exponents e0 .. e0 + span - 1 (E4M3: -14, 25; E5M2: -20, 38).
+static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n, int e0, int span) {
     Rng rng;
     rand_init(&rng, seed);
     x->resize(n);
@@ -44,7 +48,7 @@ static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n) {
             bits = raw;
         } else {
             uint32_t sign = (uint32_t)((r >> 4) & 1u);
-            int e = -14 + (int)(((r >> 8) & 0xFFFFu) % 25u);
+            int e = e0 + (int)(((r >> 8) & 0xFFFFu) % (uint64_t)span);
             uint32_t m = raw & 0x7FFFFFu;
             if (lo == 1) m &= 0x780000u;
             bits = (sign << 31) | ((uint32_t)(e + 127) << 23) | m;
@@ -54,19 +58,100 @@ static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n) {
 }
 
 // Reports the number of mismatching codes and the first few.
-static void check_codes(const char* name, const float* x, const uint8_t* want, size_t n) {
+static void check_codes(const std::string& name, Fp8Format f, const float* x, const uint8_t* want, size_t n) {
     size_t bad = 0;
     char first[512] = "";
     int len = 0;
     for (size_t i = 0; i < n; i++) {
-        uint8_t got = fp8_e4m3_encode(x[i]);
+        uint8_t got = fp8_encode(f, x[i]);
         if (got == want[i]) continue;
         if (bad < 4 && len < 400)
             len += snprintf(first + len, sizeof(first) - len, " [x=%a (0x%08x) got 0x%02x want 0x%02x]",
                             (double)x[i], f2u(x[i]), got, want[i]);
         bad++;
     }
-    test_check(name, bad == 0, "%zu of %zu mismatch:%s", bad, n, first);
+    test_check(name.c_str(), bad == 0, "%zu of %zu mismatch:%s", bad, n, first);
+}
+
+// Unpacks 4 codes per int32 word, little endian; false if the tensor does not hold n codes.
+static bool unpack_codes(std::vector<uint8_t>* out, const FixtureTensor& t, size_t n) {
+    if (t.numel() * 4 != n) return false;
+    out->resize(n);
+    for (size_t j = 0; j < t.numel(); j++) {
+        uint32_t w = (uint32_t)t.i[j];
+        for (int b = 0; b < 4; b++) (*out)[4 * j + b] = (uint8_t)(w >> (8 * b));
+    }
+    return true;
+}
+
+// (a1)-(a3) and the pair sums for one FP8 format.
+static void test_fixture_format(const Fixture& fx, Fp8Format f) {
+    const std::string p = std::string("fp8.") + fp8_format_name(f) + ".", t = fp8_format_name(f) + std::string(".");
+    const uint8_t max_code = fp8_format_max_code(f);
+
+    // (a1) every decode, bit for bit (covers -0.0); NaN exactly where the oracle has NaN
+    {
+        const float* want = fx.f(t + "decode");
+        int bad = 0, first = -1;
+        for (int c = 0; c < 256; c++) {
+            float got = fp8_decode(f, (uint8_t)c);
+            bool ok = std::isnan(want[c]) ? std::isnan(got) : f2u(got) == f2u(want[c]);
+            if (!ok) { bad++; if (first < 0) first = c; }
+        }
+        test_check((p + "decode_all_256").c_str(), fx.get(t + "decode").numel() == 256 && bad == 0,
+                   "%d codes differ, first 0x%02x", bad, first);
+    }
+
+    // (a2) hand-picked inputs
+    {
+        const FixtureTensor& tx = fx.get(t + "special_x");
+        const int32_t* code = fx.i(t + "special_code");
+        std::vector<uint8_t> want(tx.numel());
+        for (size_t i = 0; i < want.size(); i++) want[i] = (uint8_t)code[i];
+        check_codes(p + "special_cases", f, tx.f.data(), want.data(), want.size());
+    }
+
+    // (a3) 2^20 generated inputs
+    {
+        uint64_t seed = (uint64_t)fx.i(t + "random_seed")[0];
+        std::vector<float> x;
+        random_inputs(&x, seed, RANDOM_COUNT, f == FP8_E5M2 ? -20 : -14, f == FP8_E5M2 ? 38 : 25);
+        std::vector<uint8_t> want;
+        if (unpack_codes(&want, fx.get(t + "random_code"), RANDOM_COUNT)) {
+            check_codes(p + "random_2^20", f, x.data(), want.data(), RANDOM_COUNT);
+            // the generator must reach every regime, or the check above proves little
+            size_t zero = 0, sub = 0, sat = 0, nan = 0;
+            const uint8_t min_normal_code = f == FP8_E5M2 ? 4 : 8;
+            for (size_t i = 0; i < RANDOM_COUNT; i++) {
+                uint8_t c = want[i] & 0x7F;
+                zero += c == 0;
+                sub += c > 0 && c < min_normal_code;
+                sat += c == max_code;
+                nan += c == 0x7F;
+            }
+            test_check((p + "random_covers_regimes").c_str(), zero > 1000 && sub > 1000 && sat > 1000 && nan > 10,
+                       "zero %zu subnormal %zu saturated %zu NaN %zu", zero, sub, sat, nan);
+        } else {
+            test_check((p + "random_2^20").c_str(), false, "fixture holds %zu packed words, expected %zu",
+                       fx.get(t + "random_code").numel(), RANDOM_COUNT / 4);
+        }
+    }
+
+    // (a4) one combine of a native FP8 SUM for every pair of codes: fp8_sum_codes
+    {
+        std::vector<uint8_t> want;
+        size_t bad = 0;
+        int first = -1;
+        if (unpack_codes(&want, fx.get(t + "sum_code"), 1u << 16)) {
+            for (int k = 0; k < (1 << 16); k++) {
+                if (fp8_sum_codes(f, (uint8_t)(k >> 8), (uint8_t)(k & 255)) != want[k]) { bad++; if (first < 0) first = k; }
+            }
+        } else {
+            bad = 1;
+        }
+        test_check((p + "sum_all_pairs").c_str(), bad == 0, "%zu of 65536 pairs differ, first (0x%02x, 0x%02x)", bad,
+                   first >> 8, first & 255);
+    }
 }
 
 static void test_fixture(void) {
@@ -77,60 +162,10 @@ static void test_fixture(void) {
         return;
     }
 
-    // (a1) every decode, bit for bit (covers -0.0); NaN exactly where the oracle has NaN
-    {
-        const float* want = fx.f("e4m3.decode");
-        int bad = 0, first = -1;
-        for (int c = 0; c < 256; c++) {
-            float got = fp8_e4m3_decode((uint8_t)c);
-            bool ok = std::isnan(want[c]) ? std::isnan(got) : f2u(got) == f2u(want[c]);
-            if (!ok) { bad++; if (first < 0) first = c; }
-        }
-        test_check("fp8.e4m3.decode_all_256", fx.get("e4m3.decode").numel() == 256 && bad == 0,
-                   "%d codes differ, first 0x%02x", bad, first);
-    }
+    test_fixture_format(fx, FP8_E4M3);
+    test_fixture_format(fx, FP8_E5M2);
 
-    // (a2) hand-picked inputs
-    {
-        const FixtureTensor& tx = fx.get("e4m3.special_x");
-        const int32_t* code = fx.i("e4m3.special_code");
-        std::vector<uint8_t> want(tx.numel());
-        for (size_t i = 0; i < want.size(); i++) want[i] = (uint8_t)code[i];
-        check_codes("fp8.e4m3.special_cases", tx.f.data(), want.data(), want.size());
-    }
-
-    // (a3) 2^20 generated inputs; the codes are packed 4 per int32, little endian
-    {
-        const FixtureTensor& tc = fx.get("e4m3.random_code");
-        uint64_t seed = (uint64_t)fx.i("e4m3.random_seed")[0];
-        std::vector<float> x;
-        random_inputs(&x, seed, RANDOM_COUNT);
-        std::vector<uint8_t> want(RANDOM_COUNT);
-        bool size_ok = tc.numel() * 4 == RANDOM_COUNT;
-        if (size_ok) {
-            for (size_t j = 0; j < tc.numel(); j++) {
-                uint32_t w = (uint32_t)tc.i[j];
-                for (int b = 0; b < 4; b++) want[4 * j + b] = (uint8_t)(w >> (8 * b));
-            }
-            check_codes("fp8.e4m3.random_2^20", x.data(), want.data(), RANDOM_COUNT);
-        } else {
-            test_check("fp8.e4m3.random_2^20", false, "fixture holds %zu packed words, expected %zu",
-                       tc.numel(), RANDOM_COUNT / 4);
-        }
-        // the generator must reach every regime, or the check above proves little
-        size_t zero = 0, sub = 0, sat = 0, nan = 0;
-        for (size_t i = 0; i < RANDOM_COUNT; i++) {
-            uint8_t c = want[i] & 0x7F;
-            zero += c == 0;
-            sub += c > 0 && c < 8;
-            sat += c == 0x7E;
-            nan += c == 0x7F;
-        }
-        test_check("fp8.e4m3.random_covers_regimes", zero > 1000 && sub > 1000 && sat > 1000 && nan > 10,
-                   "zero %zu subnormal %zu saturated %zu NaN %zu", zero, sub, sat, nan);
-    }
-
-    // (a4) bf16 encode against the oracle, decode as the exact upper half
+    // (a5) bf16 encode against the oracle, decode as the exact upper half
     {
         const FixtureTensor& tx = fx.get("bf16.x");
         const int32_t* code = fx.i("bf16.code");
@@ -181,61 +216,103 @@ static void test_e4m3_properties(void) {
         }
     }
     test_check("fp8.e4m3.hand_cases", bad == 0, "%d of %zu wrong", bad, sizeof(cases) / sizeof(cases[0]));
+}
 
-    // (b2) constants and decode landmarks
-    test_check("fp8.e4m3.constants",
-               fp8_e4m3_decode(E4M3_MAX_CODE) == E4M3_MAX && fp8_e4m3_decode(0x08) == E4M3_MIN_NORMAL &&
-               fp8_e4m3_decode(0x01) == E4M3_MIN_SUBNORMAL && E4M3_MAX == 448.0f &&
-               std::isnan(fp8_e4m3_decode(0x7F)) && std::isnan(fp8_e4m3_decode(0xFF)) &&
-               fp8_e4m3_decode(0xFE) == -448.0f && f2u(fp8_e4m3_decode(0x80)) == 0x80000000u,
-               "448 / 2^-6 / 2^-9 / NaN / -0 landmarks differ");
+// (b3)-(b5) for one FP8 format: landmarks, round trips, monotonicity and symmetry, error bound.
+static void test_format_properties(Fp8Format f) {
+    const std::string p = std::string("fp8.") + fp8_format_name(f) + ".";
+    const float top = fp8_format_max(f);
+    const uint8_t max_code = fp8_format_max_code(f);
+    const bool e5 = f == FP8_E5M2;
+    const float min_normal = e5 ? E5M2_MIN_NORMAL : E4M3_MIN_NORMAL, min_sub = e5 ? E5M2_MIN_SUBNORMAL : E4M3_MIN_SUBNORMAL;
+    const int mant_bits = e5 ? 2 : 3;
 
-    // (b3) encode(decode(c)) == c for the 254 non-NaN codes (both zeros included)
+    // (b2) constants and decode landmarks (E5M2 also: ±Inf at 0x7C / 0xFC, NaN at 0x7D..0x7F)
+    bool landmarks = fp8_decode(f, max_code) == top && fp8_decode(f, (uint8_t)(1 << mant_bits)) == min_normal &&
+                     fp8_decode(f, 0x01) == min_sub && std::isnan(fp8_decode(f, 0x7F)) && std::isnan(fp8_decode(f, 0xFF)) &&
+                     fp8_decode(f, (uint8_t)(max_code | 0x80)) == -top && f2u(fp8_decode(f, 0x80)) == 0x80000000u &&
+                     ldexpf(1.0f, -(e5 ? 14 : 6)) == min_normal && ldexpf(1.0f, -(e5 ? 16 : 9)) == min_sub &&
+                     top == (e5 ? 57344.0f : 448.0f);
+    if (e5) landmarks = landmarks && fp8_decode(f, 0x7C) == INFINITY && fp8_decode(f, 0xFC) == -INFINITY &&
+                        std::isnan(fp8_decode(f, 0x7D)) && std::isnan(fp8_decode(f, 0x7E));
+    test_check((p + "constants").c_str(), landmarks, "max / min normal / min subnormal / Inf / NaN / -0 landmarks differ");
+
+    // (b3) encode(decode(c)) == c for every finite code (both zeros included)
     int bad_rt = 0, first_rt = -1;
     for (int c = 0; c < 256; c++) {
-        if ((c & 0x7F) == 0x7F) continue;
-        if (fp8_e4m3_encode(fp8_e4m3_decode((uint8_t)c)) != c) { bad_rt++; if (first_rt < 0) first_rt = c; }
+        if ((c & 0x7F) > max_code) continue;
+        if (fp8_encode(f, fp8_decode(f, (uint8_t)c)) != c) { bad_rt++; if (first_rt < 0) first_rt = c; }
     }
-    test_check("fp8.e4m3.roundtrip_codes", bad_rt == 0, "%d codes, first 0x%02x", bad_rt, first_rt);
+    test_check((p + "roundtrip_codes").c_str(), bad_rt == 0, "%d codes, first 0x%02x", bad_rt, first_rt);
 
-    // (b4) decode strictly increasing over 0x00..0x7E; encode non-decreasing in x and
+    // (b4) decode strictly increasing over 0x00..max; encode non-decreasing in x and
     // sign-symmetric, on a strided sweep of every positive float32 bit pattern up to +Inf
-    // (positive float order is bit order) plus a dense sweep of [2^-11, 512)
+    // (positive float order is bit order) plus a dense sweep from below half the smallest
+    // subnormal to past the largest finite value
     bool dec_mono = true;
-    for (int c = 0; c < 0x7E; c++) dec_mono &= fp8_e4m3_decode((uint8_t)c) < fp8_e4m3_decode((uint8_t)(c + 1));
+    for (int c = 0; c < max_code; c++) dec_mono &= fp8_decode(f, (uint8_t)c) < fp8_decode(f, (uint8_t)(c + 1));
     size_t bad_mono = 0, bad_sym = 0;
     uint32_t first_mono = 0;
     auto sweep = [&](uint32_t lo, uint32_t hi, uint32_t step) {
-        uint8_t prev = fp8_e4m3_encode(u2f(lo));
+        uint8_t prev = fp8_encode(f, u2f(lo));
         for (uint64_t b = (uint64_t)lo + step; b <= hi; b += step) {
             float x = u2f((uint32_t)b);
-            uint8_t c = fp8_e4m3_encode(x);
+            uint8_t c = fp8_encode(f, x);
             if (c < prev) { if (!bad_mono) first_mono = (uint32_t)b; bad_mono++; }
-            if (fp8_e4m3_encode(-x) != (c | 0x80)) bad_sym++;
+            if (fp8_encode(f, -x) != (c | 0x80)) bad_sym++;
             prev = c;
         }
     };
     sweep(0u, 0x7F800000u, 61u);
-    sweep(f2u(0x1p-11f), f2u(512.0f), 1u);
-    test_check("fp8.e4m3.monotonic_symmetric", dec_mono && bad_mono == 0 && bad_sym == 0,
+    if (e5) sweep(f2u(0x1p-18f), f2u(65536.0f), 3u);  // 31 binades: every third pattern
+    else sweep(f2u(0x1p-11f), f2u(512.0f), 1u);
+    test_check((p + "monotonic_symmetric").c_str(), dec_mono && bad_mono == 0 && bad_sym == 0,
                "decode increasing %d, %zu order violations (first x bits 0x%08x), %zu sign asymmetries",
                (int)dec_mono, bad_mono, first_mono, bad_sym);
 
-    // (b5) error bound: for |x| in [2^-6, 448] the decoded value is within half an ulp
-    // (2^-4 relative); below 2^-6 within half the subnormal spacing (2^-10 absolute)
+    // (b5) error bound: for |x| in [min normal, max] the decoded value is within half an ulp
+    // (2^-4 relative for E4M3, 2^-3 for E5M2); below, within half the subnormal spacing
     Rng rng;
     rand_init(&rng, 77);
     double worst_rel = 0.0, worst_abs = 0.0;
+    const int e_lo = e5 ? -19 : -12, e_span = e5 ? 36 : 21;
     for (int i = 0; i < 200000; i++) {
-        float x = (float)(ldexp(1.0 + rand_uniform(&rng), -12 + (int)(rand_u64(&rng) % 21)));
-        if (x > E4M3_MAX) continue;
-        double err = fabs((double)fp8_e4m3_decode(fp8_e4m3_encode(x)) - x);
-        if (x >= E4M3_MIN_NORMAL) worst_rel = fmax(worst_rel, err / x);
+        float x = (float)(ldexp(1.0 + rand_uniform(&rng), e_lo + (int)(rand_u64(&rng) % (uint64_t)e_span)));
+        if (x > top) continue;
+        double err = fabs((double)fp8_decode(f, fp8_encode(f, x)) - x);
+        if (x >= min_normal) worst_rel = fmax(worst_rel, err / x);
         else worst_abs = fmax(worst_abs, err);
     }
-    test_check("fp8.e4m3.half_ulp_bound", worst_rel <= 0.0625 && worst_abs <= 0x1p-10,
-               "worst relative %.4g (bound 2^-4), worst subnormal absolute %.4g (bound 2^-10)",
-               worst_rel, worst_abs);
+    const double rel_bound = ldexp(1.0, -(mant_bits + 1)), abs_bound = 0.5 * min_sub;
+    test_check((p + "half_ulp_bound").c_str(), worst_rel <= rel_bound && worst_abs <= abs_bound && worst_rel > 0.5 * rel_bound,
+               "worst relative %.4g (bound %.4g), worst subnormal absolute %.4g (bound %.4g)",
+               worst_rel, rel_bound, worst_abs, abs_bound);
+}
+
+static void test_e5m2_hand_cases(void) {
+    struct Case { float x; uint8_t code; const char* what; };
+    const float inf = INFINITY;
+    const Case cases[] = {
+        {0.0f, 0x00, "+0"}, {-0.0f, 0x80, "-0"}, {1.0f, 0x3C, "1"}, {-2.0f, 0xC0, "-2"},
+        {1.125f, 0x3C, "tie 1+1/8 -> even 1"}, {1.375f, 0x3E, "tie 1+3/8 -> even 1.5"},
+        {0x1p-16f, 0x01, "2^-16 smallest subnormal"}, {0x1p-17f, 0x00, "2^-17 tie -> 0"},
+        {nextafterf(0x1p-17f, 1.0f), 0x01, "just above 2^-17"}, {0x1.8p-16f, 0x02, "1.5*2^-16 tie -> 2"},
+        {0x1p-14f, 0x04, "2^-14 smallest normal"}, {0x1.cp-15f, 0x04, "3.5*2^-16 tie -> 4 (into the normals)"},
+        {448.0f, 0x5F, "448 = 1.75*2^8"}, {49152.0f, 0x7A, "49152"}, {57344.0f, 0x7B, "57344"},
+        {61439.0f, 0x7B, "61439"}, {61440.0f, 0x7B, "61440 tie (-> Inf unsaturated)"}, {65536.0f, 0x7B, "65536"},
+        {FLT_MAX, 0x7B, "FLT_MAX"}, {inf, 0x7B, "+Inf"}, {-inf, 0xFB, "-Inf"},
+        {NAN, 0x7F, "NaN"}, {u2f(0xFFC00000u), 0x7F, "-NaN (canonical, as CUDA)"}, {u2f(1u), 0x00, "float32 denormal"},
+        {-0.5f, 0xB8, "-0.5"},
+    };
+    int bad = 0;
+    for (const Case& c : cases) {
+        uint8_t got = fp8_e5m2_encode(c.x);
+        if (got != c.code) {
+            if (bad < 4) printf("  %s: got 0x%02x want 0x%02x\n", c.what, got, c.code);
+            bad++;
+        }
+    }
+    test_check("fp8.e5m2.hand_cases", bad == 0, "%d of %zu wrong", bad, sizeof(cases) / sizeof(cases[0]));
 }
 
 static void test_bf16_properties(void) {
@@ -281,9 +358,9 @@ static void test_bulk(void) {
     const float scales[] = {4096.0f, 0x1p-3f, 3.7f};  // two powers of two and one that is not
     bool enc_ok = true, dec_ok = true;
     for (float s : scales) {
-        fp8_e4m3_encode_scaled_cpu(q.data(), x.data(), n, s);
+        fp8_encode_scaled_cpu(FP8_E4M3, q.data(), x.data(), n, s);
         float inv = 1.0f / s;
-        fp8_e4m3_decode_scaled_cpu(dec.data(), q.data(), n, inv);
+        fp8_decode_scaled_cpu(FP8_E4M3, dec.data(), q.data(), n, inv);
         for (size_t i = 0; i < n; i++) {
             enc_ok &= q[i] == fp8_e4m3_encode(x[i] * s);
             float want = fp8_e4m3_decode(q[i]) * inv;
@@ -298,8 +375,8 @@ static void test_bulk(void) {
     float amax = 0.0f;
     for (size_t i = 10; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
     float s = exp2f(floorf(log2f(E4M3_MAX / amax)));
-    fp8_e4m3_encode_scaled_cpu(q.data() + 10, x.data() + 10, n - 10, s);
-    fp8_e4m3_decode_scaled_cpu(dec.data() + 10, q.data() + 10, n - 10, 1.0f / s);
+    fp8_encode_scaled_cpu(FP8_E4M3, q.data() + 10, x.data() + 10, n - 10, s);
+    fp8_decode_scaled_cpu(FP8_E4M3, dec.data() + 10, q.data() + 10, n - 10, 1.0f / s);
     double worst = 0.0;
     for (size_t i = 10; i < n; i++)
         if (fabsf(x[i]) * s >= E4M3_MIN_NORMAL) worst = fmax(worst, fabs((double)dec[i] - x[i]) / fabs(x[i]));
@@ -309,6 +386,9 @@ static void test_bulk(void) {
 int main(void) {
     test_fixture();
     test_e4m3_properties();
+    test_e5m2_hand_cases();
+    test_format_properties(FP8_E4M3);
+    test_format_properties(FP8_E5M2);
     test_bf16_properties();
     test_bulk();
     return test_exit_code();

@@ -1,11 +1,14 @@
-"""FP8 E4M3 and BF16 codec oracles -> test/fixtures/fp8.fix (read by test/test_fp8.cpp and
+"""FP8 E4M3 / E5M2 and BF16 codec oracles -> test/fixtures/fp8.fix (read by test/test_fp8.cpp and
 test/test_fp8_device.cu).
 
-Oracles: ml_dtypes.float8_e4m3fn and ml_dtypes.bfloat16 (ml_dtypes 0.6.0, numpy 2.4), with the
+Oracles: ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2 and ml_dtypes.bfloat16 (ml_dtypes 0.6.0, numpy 2.4), with the
 engine's policy (llmc/fp8.h, the same as CUDA's satfinite conversions) applied on top:
   - E4M3: ml_dtypes does not saturate, so inputs are clipped to [-448, 448] first (±Inf too);
     clipping before rounding is the same as satfinite after it, because everything in
     (448, 464] rounds to 448 anyway. Every NaN becomes 0x7F (ml_dtypes keeps the sign: 0xFF).
+  - E5M2: the same with ±57344: everything in (57344, 61440) rounds to 57344, and from the tie
+    61440 up ml_dtypes gives ±Inf where satfinite gives ±57344, which clipping first also gives.
+    Every NaN becomes 0x7F.
   - BF16: every NaN becomes the canonical 0x7FFF (ml_dtypes gives 0x7FC0 / 0xFFC0).
 
 Tensors:
@@ -15,14 +18,21 @@ Tensors:
   e4m3.random_seed  (1,) int32      seed of the generator below
   e4m3.random_code  (2^18,) int32   codes of the 2^20 generated inputs, 4 per int32, little
                                     endian: input 4j in bits 0..7, 4j+1 in bits 8..15, ...
+  e4m3.sum_code     (2^14,) int32   for every pair of codes (a, b), a = k >> 8, b = k & 255 for
+                                    pair k: encode(decode(a) + decode(b)) with the sum in float32,
+                                    the rounding one combine of a native FP8 SUM performs; packed
+                                    4 per int32 as above
+  e5m2.*            the same five tensors and e5m2.sum_code for E5M2 (special inputs built from
+                    E5M2's codes; generated inputs with their own exponent range, see below)
   bf16.x / bf16.code (m,) float32 / int32: random and special inputs and their bf16 bits.
 
 The 2^20 E4M3 inputs are not stored; test/test_fp8.cpp regenerates them. Draw k (0-based) is
 r = splitmix64 output number k+1 from state `seed` (llmc/rand.h rand_u64: state += 0x9E3779B97F4A7C15,
 then the usual three xor-shift-multiply steps), and with lo = r & 15:
   lo == 0: the float32 with bit pattern r >> 32 (any value: NaN, Inf, denormals, huge, tiny);
-  else:    sign = (r >> 4) & 1, e = -14 + ((r >> 8) & 0xFFFF) % 25 (uniform-ish in [-14, 10]:
-           flushed to zero, subnormal, normal and saturating targets), mantissa m = (r >> 32) &
+  else:    sign = (r >> 4) & 1, e = E0 + ((r >> 8) & 0xFFFF) % SPAN (uniform-ish in [E0, E0 + SPAN - 1]:
+           flushed to zero, subnormal, normal and saturating targets; E0, SPAN = -14, 25 for E4M3
+           and -20, 38 for E5M2), mantissa m = (r >> 32) &
            0x7FFFFF, truncated to its top 4 bits (m & 0x780000) when lo == 1 so that exact codes
            and ties come up often; bits = sign << 31 | (e + 127) << 23 | m.
 """
@@ -37,6 +47,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fixture_io import write_fixture  # noqa: E402
 
 E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
+# exponent range of the generated inputs: (first exponent, number of exponents)
+E_RANGE = {"e4m3": (-14, 25), "e5m2": (-20, 38)}
+DTYPE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+FMT_MAX = {"e4m3": E4M3_MAX, "e5m2": E5M2_MAX}
 RANDOM_COUNT = 1 << 20
 BF16_RANDOM_COUNT = 100000
 MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -46,13 +61,27 @@ def bits_to_f32(bits):
     return np.asarray(bits, dtype=np.uint32).view(np.float32)
 
 
-def e4m3_oracle(x):
+def fp8_oracle(x, fmt="e4m3"):
     x = np.asarray(x, dtype=np.float32)
     nan = np.isnan(x)
+    top = FMT_MAX[fmt]
     with np.errstate(invalid="ignore"):  # NaN inputs; replaced below
-        codes = np.clip(x, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn).view(np.uint8).copy()
+        codes = np.clip(x, -top, top).astype(DTYPE[fmt]).view(np.uint8).copy()
     codes[nan] = 0x7F
     return codes
+
+
+def e4m3_oracle(x):
+    return fp8_oracle(x, "e4m3")
+
+
+def sum_codes(fmt):
+    """encode(decode(a) + decode(b)) in float32 for all 2^16 pairs, pair k = (k >> 8, k & 255)."""
+    dec = np.arange(256, dtype=np.uint8).view(DTYPE[fmt]).astype(np.float32)
+    k = np.arange(1 << 16)
+    with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf and NaN pairs: NaN, as intended
+        s = dec[k >> 8] + dec[k & 255]
+    return fp8_oracle(s, fmt)
 
 
 def bf16_oracle(x):
@@ -73,27 +102,44 @@ def splitmix64(seed, count):
         return z ^ (z >> np.uint64(31))
 
 
-def random_inputs(seed, count):
+def random_inputs(seed, count, fmt="e4m3"):
+    e0, span = E_RANGE[fmt]
     r = splitmix64(seed, count)
     lo = r & np.uint64(15)
     raw = (r >> np.uint64(32)).astype(np.uint32)
     sign = ((r >> np.uint64(4)) & np.uint64(1)).astype(np.uint32)
-    e = (((r >> np.uint64(8)) & np.uint64(0xFFFF)) % np.uint64(25)).astype(np.int64) - 14
+    e = (((r >> np.uint64(8)) & np.uint64(0xFFFF)) % np.uint64(span)).astype(np.int64) + e0
     m = raw & np.uint32(0x7FFFFF)
     m = np.where(lo == 1, m & np.uint32(0x780000), m)
     built = (sign << np.uint32(31)) | ((e + 127).astype(np.uint32) << np.uint32(23)) | m
     return bits_to_f32(np.where(lo == 0, raw, built).astype(np.uint32))
 
 
-def special_inputs():
+def special_inputs(fmt="e4m3"):
     f32 = np.float32
     codes = np.arange(256, dtype=np.uint8)
-    values = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
-    pos = np.unique(values[(values >= 0) & np.isfinite(values)])  # 0 .. 448, sorted
-    grid = np.append(pos.astype(np.float64), 480.0)  # 480: where the next code would be
+    values = codes.view(DTYPE[fmt]).astype(np.float32)
+    pos = np.unique(values[(values >= 0) & np.isfinite(values)])  # 0 .. max, sorted
+    nxt = {"e4m3": 480.0, "e5m2": 65536.0}[fmt]  # where the next code would be
+    grid = np.append(pos.astype(np.float64), nxt)
     mids = ((grid[:-1] + grid[1:]) / 2).astype(np.float32)  # exact in float32
     xs = [pos, mids, np.nextafter(mids, f32(np.inf)), np.nextafter(mids, f32(0))]
     inf = f32(np.inf)
+    if fmt == "e5m2":
+        sub = 2.0 ** -16
+        xs.append(np.array([
+            sub, sub / 2, 0.75 * sub, 0.25 * sub, 1.25 * sub, 1.5 * sub, 2.5 * sub,
+            np.nextafter(f32(sub / 2), inf), np.nextafter(f32(sub / 2), f32(0)),
+            np.nextafter(f32(2.0 ** -14), f32(0)), np.nextafter(f32(2.0 ** -14), inf),
+            49152, 57344, np.nextafter(f32(57344), inf), 61439, np.nextafter(f32(61440), f32(0)), 61440,
+            np.nextafter(f32(61440), inf), 65536, 1e6, 3.0e38, np.finfo(np.float32).max, inf,
+            np.finfo(np.float32).tiny, bits_to_f32(1), bits_to_f32(0x007FFFFF), 1e-30, 1.0 / 3.0, 0.1, np.pi,
+            448, 464, 480,
+        ], dtype=np.float32))
+        x = np.concatenate([a.astype(np.float32) for a in xs])
+        x = np.concatenate([x, -x])
+        nans = bits_to_f32([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF])
+        return np.concatenate([x, nans])
     sub = 2.0 ** -9
     xs.append(np.array([
         sub, sub / 2, 0.75 * sub, 0.25 * sub, 1.25 * sub, 1.5 * sub, 2.5 * sub,
@@ -146,6 +192,18 @@ def main():
     fx["e4m3.random_seed"] = np.array([args.seed], dtype=np.int32)
     fx["e4m3.random_code"] = rc.view("<u4").view(np.int32)
 
+    fx["e4m3.sum_code"] = sum_codes("e4m3").view("<u4").view(np.int32)
+
+    fx["e5m2.decode"] = all_codes.view(ml_dtypes.float8_e5m2).astype(np.float32)
+    sx5 = special_inputs("e5m2")
+    fx["e5m2.special_x"] = sx5
+    fx["e5m2.special_code"] = fp8_oracle(sx5, "e5m2").astype(np.int32)
+    rx5 = random_inputs(args.seed + 1, RANDOM_COUNT, "e5m2")
+    rc5 = fp8_oracle(rx5, "e5m2")
+    fx["e5m2.random_seed"] = np.array([args.seed + 1], dtype=np.int32)
+    fx["e5m2.random_code"] = rc5.view("<u4").view(np.int32)
+    fx["e5m2.sum_code"] = sum_codes("e5m2").view("<u4").view(np.int32)
+
     bx = bf16_inputs(np.random.default_rng(args.seed))
     fx["bf16.x"] = bx
     fx["bf16.code"] = bf16_oracle(bx)
@@ -155,6 +213,10 @@ def main():
     print("wrote %s: %d special e4m3 inputs, %d random (%d NaN, %d ±448, %d ±0), %d bf16 inputs" % (
         args.out, len(sx), RANDOM_COUNT, counts[0x7F] + counts[0xFF], counts[0x7E] + counts[0xFE],
         counts[0x00] + counts[0x80], len(bx)))
+    c5 = np.bincount(rc5, minlength=256)
+    print("  e5m2: %d special inputs, %d random (%d NaN, %d ±57344, %d ±0, %d subnormal)" % (
+        len(sx5), RANDOM_COUNT, c5[0x7F] + c5[0xFF], c5[0x7B] + c5[0xFB], c5[0x00] + c5[0x80],
+        sum(c5[c] + c5[c | 0x80] for c in (1, 2, 3))))
 
 
 if __name__ == "__main__":
