@@ -5,7 +5,8 @@ several communication coordinate systems) on this engine's own gradients, from a
 For each of K batches of the val data (-k, 8 by default) it runs forward and backward in fp32,
 collects for every fc2 (and fc1) unit its gradient G (d_out, d_in), its input statistics
 A = E[h hᵀ] and its output-gradient statistics E[δ δᵀ], then for each method maps G into that
-method's coordinates, round-trips through FP8 E4M3 with one power-of-two scale per tensor, maps
+method's coordinates, round-trips through FP8 (E4M3, or E5M2 with --fp8-format e5m2) with one
+power-of-two scale per tensor, maps
 back and compares with G (geofp8_fidelity_method_stats in llmc/geofp8.h). A batch's figure is the
 mean over the units of a kind; the tables give the mean ± std of it over the K batches, and of its
 ratio to the same batch's Euclidean figure, next to the paper's numbers. Besides the paper's
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     std::string model = "tiny", val = TRAIN_DEFAULT_VAL_DATA;
     int B = 8, T = 0, K = 8;
     unsigned long long seed = 1337;
+    std::string format = "e4m3";
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (i + 1 >= argc) user_error("%s: expected a value after the flag", a.c_str());
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
         else if (a == "-t") T = atoi(v);
         else if (a == "-k") K = atoi(v);
         else if (a == "--seed") seed = strtoull(v, NULL, 10);
-        else user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S)", a.c_str());
+        else if (a == "--fp8-format") format = v;
+        else user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F)", a.c_str());
     }
     LlamaConfig lc;
     bool from_file = !llama_preset(model.c_str(), &lc);
@@ -85,6 +88,8 @@ int main(int argc, char** argv) {
     if (T <= 0) T = lc.T;
     if (B <= 0 || T > lc.T) user_error("-b/-t: expected B >= 1 and T <= %d, found B=%d T=%d", lc.T, B, T);
     if (K < 1 || K > 100000) user_error("-k: expected a number of batches in [1, 100000], found %d", K);
+    if (format != "e4m3" && format != "e5m2") user_error("--fp8-format: expected e4m3 or e5m2, found '%s'", format.c_str());
+    const Fp8Format fmt = format == "e5m2" ? FP8_E5M2 : FP8_E4M3;
 
     DataLoader loader;
     dataloader_init(&loader, val.c_str(), "-j", B, T, 0, 1, lc.V);
@@ -129,7 +134,7 @@ int main(int argc, char** argv) {
                     const char* method = k < NM ? GEOFP8_FIDELITY_METHODS[k] : EXTRA[k - NM].method;
                     int exact = k < NM ? 0 : EXTRA[k - NM].exact;
                     if (geofp8_fidelity_method_stats(&f, method, G, g.d_out, g.d_in, g.A.data(), g.Gs.data(), h, N, exact,
-                                                     seed + (uint64_t)g.unit) != 0)
+                                                     seed + (uint64_t)g.unit, fmt) != 0)
                         f = GeoFP8Fidelity{NAN, NAN, NAN, NAN};
                     sum[k].rel_l2 += f.rel_l2; sum[k].cos += f.cos; sum[k].max_err += f.max_err; sum[k].mse += f.mse;
                 }
@@ -141,8 +146,8 @@ int main(int argc, char** argv) {
         }
         fprintf(stderr, "batch %d/%d done\n", b + 1, K);
     }
-    printf("model %s (%s), step %d; %d val batches of B=%d T=%d, mean loss %.4f\n\n", model.c_str(), llama_config_string(&lc).c_str(),
-           ck_step, K, B, T, loss_sum / K);
+    printf("model %s (%s), step %d; %d val batches of B=%d T=%d, mean loss %.4f; FP8 format %s\n\n", model.c_str(),
+           llama_config_string(&lc).c_str(), ck_step, K, B, T, loss_sum / K, fp8_format_name(fmt));
 
     for (int ki = 0; ki < 2; ki++) {
         printf("### %s units (%d layers): mean ± std over %d batches of the mean over layers\n\n", kinds[ki] == T_FC2W ? "fc2" : "fc1",

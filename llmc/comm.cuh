@@ -21,11 +21,12 @@
 //
 // Collectives (sizes in elements unless the name says bytes; send == recv is in place; every
 // call is asynchronous on g->stream; with no communicator they copy send to recv):
-//   comm_gpu_allreduce_f32_sum / _f64_sum / _u64_sum / _bf16_sum / _e4m3_sum, comm_gpu_allreduce_f32_max,
+//   comm_gpu_allreduce_f32_sum / _f64_sum / _u64_sum / _bf16_sum / _fp8_sum, comm_gpu_allreduce_f32_max,
 //   comm_gpu_alltoall_bytes (grouped ncclSend / ncclRecv), comm_gpu_allgather_bytes,
 //   comm_gpu_broadcast_f32 / _bytes (from a root, in place).
-// The E4M3 sum is NCCL's native ncclFloat8e4m3 + ncclSum (NCCL >= 2.24, Hopper or newer GPUs):
-// every combine rounds back to E4M3, which the CPU engine's MPI operator (comm.h) models. It is
+// The FP8 sum is NCCL's native ncclFloat8e4m3 / ncclFloat8e5m2 + ncclSum (NCCL >= 2.24, Hopper or
+// newer GPUs): every combine rounds back to the format, which the CPU engine's MPI operator
+// (comm.h, fp8_sum_codes) models. It is
 // never ncclAvg: the average is decode(sum) / (s N) afterwards (geofp8_dequantize_units).
 // Errors: NCCL_CHECK prints file:line, the call and NCCL's text, then exits 1 (Slurm's
 // --kill-on-bad-exit takes the other ranks down); bad launch settings get one "error:" line.
@@ -51,6 +52,7 @@
 #include <unistd.h>
 #include <nccl.h>
 #include "cuda_common.cuh"
+#include "fp8.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 24, 0)
 #error "llmc/comm.cuh needs NCCL 2.24 or newer (ncclFloat8e4m3)"
@@ -416,9 +418,9 @@ static inline void comm_gpu_allreduce_bf16_sum(CommGridGPU* g, const bf16* send,
     comm_gpu_allreduce(g, send, recv, n, ncclBfloat16, sizeof(bf16), ncclSum);
 }
 
-// E4M3 codes (n bytes), summed natively (rounding to E4M3 at every combine)
-static inline void comm_gpu_allreduce_e4m3_sum(CommGridGPU* g, const uint8_t* send, uint8_t* recv, size_t n) {
-    comm_gpu_allreduce(g, send, recv, n, ncclFloat8e4m3, 1, ncclSum);
+// FP8 codes of format f (n bytes), summed natively (rounding to f at every combine)
+static inline void comm_gpu_allreduce_fp8_sum(CommGridGPU* g, const uint8_t* send, uint8_t* recv, size_t n, Fp8Format f) {
+    comm_gpu_allreduce(g, send, recv, n, f == FP8_E5M2 ? ncclFloat8e5m2 : ncclFloat8e4m3, 1, ncclSum);
 }
 
 // recv (n) = max over ranks (the amax vector: one small collective per step)

@@ -1,7 +1,7 @@
 // comm.h — data-parallel communication of the CPU engine over MPI (host only).
 // CommGrid holds this process's rank among the data-parallel ranks. Single-process runs need
 // no mpirun: MPI starts as a singleton with world size 1.
-// These are the transport: MPI collectives on fp32, bf16 and E4M3 buffers (the low-precision
+// These are the transport: MPI collectives on fp32, bf16 and FP8 (E4M3 or E5M2) buffers (the low-precision
 // sums round to their format at every combine, as an all-reduce on the wire in that format
 // would). The gradient communication modes built on them live in llmc/gradcomm.h.
 #pragma once
@@ -111,19 +111,21 @@ static inline void comm_broadcast_floats(CommGrid* g, float* x, size_t n) {
     }
 }
 
-// MPI user op on E4M3 codes: inout[i] = e4m3(decode(in[i]) + decode(inout[i])), the rounding a
-// native FP8 SUM reduction (NCCL ncclFloat8e4m3 + ncclSum) performs at every combine.
-static inline void comm_e4m3_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+// MPI user ops on FP8 codes: inout[i] = fp8_sum_codes(F, in[i], inout[i]), the rounding a
+// native FP8 SUM reduction (NCCL ncclFloat8e4m3 / ncclFloat8e5m2 + ncclSum) performs at every
+// combine.
+template <Fp8Format F>
+static inline void comm_fp8_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
     const uint8_t* a = (const uint8_t*)in;
     uint8_t* b = (uint8_t*)inout;
-    for (int i = 0; i < *len; i++) b[i] = fp8_e4m3_encode(fp8_e4m3_decode(a[i]) + fp8_e4m3_decode(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = fp8_sum_codes(F, a[i], b[i]);
 }
 
-// SUM all-reduce of E4M3 codes in place, rounding to E4M3 at every combine.
-static inline void comm_sum_e4m3(CommGrid* g, uint8_t* q, size_t n) {
+// SUM all-reduce of FP8 codes of format f in place, rounding to f at every combine.
+static inline void comm_sum_fp8(CommGrid* g, uint8_t* q, size_t n, Fp8Format f) {
     if (g->world_size == 1 || n == 0) return;
     MPI_Op op;
-    MPI_CHECK(MPI_Op_create(comm_e4m3_sum_op, 1, &op));
+    MPI_CHECK(MPI_Op_create(f == FP8_E5M2 ? comm_fp8_sum_op<FP8_E5M2> : comm_fp8_sum_op<FP8_E4M3>, 1, &op));
     for (size_t off = 0; off < n; off += COMM_CHUNK) {
         int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, q + off, cnt, MPI_BYTE, op, g->comm));

@@ -9,10 +9,11 @@
 //      crosses a unit), so one launch covers every unit ("multi-tensor" kernels).
 //   2. FP8 core (§5.1): geofp8_amax_units (one amax per unit) and geofp8_block_amax_units (one
 //      per 512-element block, fp8block); geofp8_block_scales (s = 2^e, e exactly as
-//      geofp8_scale_exponent, frexp/ldexp in double); geofp8_quantize_ef_units (q = e4m3(s x),
+//      geofp8_scale_exponent, frexp/ldexp in double); geofp8_quantize_ef_units (q = fp8(s x) in
+//      the run's format, E4M3 or E5M2,
 //      error feedback R = x - decode(q)/s on the units that have a residual buffer, saturation /
 //      underflow / nonzero counts per unit); geofp8_dequantize_units (decode(q)/(s N), codes at
-//      ±448 after the sum). Two-phase reduction (§5.2): geofp8_twophase_sum (decode and sum
+//      the format's max after the sum). Two-phase reduction (§5.2): geofp8_twophase_sum (decode and sum
 //      every rank's shard in rank order) and geofp8_twophase_dequantize.
 //   3. The low-rank transform (§6): geofp8_whiten / geofp8_unwhiten in place on a unit of the
 //      flat buffer (cuBLAS sgemm), geofp8_residual_add, geofp8_carry_residual.
@@ -248,11 +249,11 @@ static inline void geofp8_block_amax_units(float* amax, const float* x, const Ge
 
 // geofp8_scale_exponent on the device, the same steps in double (frexp and ldexp are exact, the
 // division is IEEE): bitwise the CPU's exponent. ceil_log2_n = geofp8_ceil_log2(world_size).
-__device__ inline int geofp8_scale_exponent_device(float amax, int ceil_log2_n) {
+__device__ inline int geofp8_scale_exponent_device(Fp8Format f, float amax, int ceil_log2_n) {
     if (!(amax >= 0.0f) || !(amax <= FLT_MAX)) return GEOFP8_EXP_SKIP;
     if (amax == 0.0f) return 0;
     const double a = (double)amax;
-    const double top = (double)E4M3_MAX;
+    const double top = (double)fp8_format_max(f);
     int e;
     frexp(top / a, &e);
     e -= 1;
@@ -275,11 +276,11 @@ __host__ __device__ __forceinline__ float geofp8_scale_from_exponent_bits(int e)
 #endif
 }
 
-__global__ void geofp8_block_scales_kernel(float* __restrict__ scale, int* __restrict__ exps, float* __restrict__ skip,
+__global__ void geofp8_block_scales_kernel(Fp8Format f, float* __restrict__ scale, int* __restrict__ exps, float* __restrict__ skip,
                                            const float* __restrict__ amax, size_t n, int ceil_log2_n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int e = geofp8_scale_exponent_device(amax[i], ceil_log2_n);
+    int e = geofp8_scale_exponent_device(f, amax[i], ceil_log2_n);
     if (e == GEOFP8_EXP_SKIP) {
         *skip = 1.0f;  // every writer stores the same value: no race on the result
         e = 0;
@@ -288,26 +289,26 @@ __global__ void geofp8_block_scales_kernel(float* __restrict__ scale, int* __res
     if (exps) exps[i] = e;
 }
 
-// scale (n) = 2^e, exps (n) = e (or NULL) with e = geofp8_scale_exponent(amax (n), world_size);
+// scale (n) = 2^e, exps (n) = e (or NULL) with e = geofp8_scale_exponent(f, amax (n), world_size);
 // *skip (device, 1 float) = 1.0f if any amax is non-finite (those groups get e = 0, s = 1), else
 // 0.0f: the step must then be skipped by every rank. A float, so that the two-phase reduction
 // can MAX all-reduce it to agree. As geofp8_block_scales on the CPU.
-static inline void geofp8_block_scales(float* scale, int* exps, float* skip, const float* amax, size_t n, int world_size,
+static inline void geofp8_block_scales(Fp8Format f, float* scale, int* exps, float* skip, const float* amax, size_t n, int world_size,
                                        cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(skip, 0, sizeof(float), stream));
     if (n == 0) return;
-    geofp8_block_scales_kernel<<<cuda_ceil_div((long long)n, 256), 256, 0, stream>>>(scale, exps, skip, amax, n,
+    geofp8_block_scales_kernel<<<cuda_ceil_div((long long)n, 256), 256, 0, stream>>>(f, scale, exps, skip, amax, n,
                                                                                      geofp8_ceil_log2(world_size));
     KERNEL_CHECK();
 }
 
 // q and the counts of one element (geofp8_quantize_ef + geofp8_count_saturated_underflow)
-__device__ __forceinline__ uint8_t geofp8_quantize_one(float v, float s, float* res, unsigned int* sat, unsigned int* und,
+__device__ __forceinline__ uint8_t geofp8_quantize_one(Fp8Format f, float v, float s, float* res, unsigned int* sat, unsigned int* und,
                                                        unsigned int* nz) {
-    uint8_t code = fp8_e4m3_encode(__fmul_rn(s, v));
-    if (res) *res = __fsub_rn(v, __fdiv_rn(fp8_e4m3_decode(code), s));
+    uint8_t code = fp8_encode(f, __fmul_rn(s, v));
+    if (res) *res = __fsub_rn(v, __fdiv_rn(fp8_decode(f, code), s));
     unsigned int mag = code & 0x7Fu;
-    *sat += mag == E4M3_MAX_CODE;
+    *sat += mag == fp8_format_max_code(f);
     if (v != 0.0f) {  // NaN counts as nonzero, as on the CPU
         *nz += 1u;
         *und += mag == 0u;
@@ -315,7 +316,7 @@ __device__ __forceinline__ uint8_t geofp8_quantize_one(float v, float s, float* 
     return code;
 }
 
-__global__ void geofp8_quantize_ef_units_kernel(uint8_t* __restrict__ q, float* const* __restrict__ residual,
+__global__ void geofp8_quantize_ef_units_kernel(Fp8Format f, uint8_t* __restrict__ q, float* const* __restrict__ residual,
                                                 const float* __restrict__ x, const float* __restrict__ scale, int block_mode,
                                                 GeoFP8Units t, unsigned long long* __restrict__ counts,
                                                 const float* __restrict__ skip) {
@@ -331,7 +332,7 @@ __global__ void geofp8_quantize_ef_units_kernel(uint8_t* __restrict__ q, float* 
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         size_t j = i - unit_begin;
         float s = block_mode ? sblock[j / GEOFP8_BLOCK] : s_unit;
-        q[i] = geofp8_quantize_one(x[i], s, res ? res + j : NULL, &sat, &und, &nz);
+        q[i] = geofp8_quantize_one(f, x[i], s, res ? res + j : NULL, &sat, &und, &nz);
     }
     if (!counts) return;
     sat = geofp8_block_sum_u32(sat);
@@ -345,23 +346,23 @@ __global__ void geofp8_quantize_ef_units_kernel(uint8_t* __restrict__ q, float* 
     }
 }
 
-// q (buffer) = e4m3_satfinite(s x) on every unit of x, s = scale[u] (block_mode 0) or
+// q (buffer) = fp8_encode(f, s x) (satfinite) on every unit of x, s = scale[u] (block_mode 0) or
 // scale[t->first_block[u] + j / 512] (block_mode 1, fp8block). Error feedback: if residual (device
 // array of num_units pointers, or NULL) has a non-NULL entry for unit u, residual[u][j] =
 // x - decode(q)/s for the unit's elements j (the unit's own buffer, indexed from its start).
-// counts (3, num_units) u64 (or NULL) += per unit: codes at ±448 | nonzero x that became ±0 |
+// counts (3, num_units) u64 (or NULL) += per unit: codes at ± the format's max | nonzero x that became ±0 |
 // nonzero x. skip (device, or NULL): when *skip != 0 nothing is written at all.
 // Bitwise geofp8_quantize_ef(_block) and geofp8_count_saturated_underflow.
-static inline void geofp8_quantize_ef_units(uint8_t* q, float* const* residual, const float* x, const float* scale, int block_mode,
+static inline void geofp8_quantize_ef_units(Fp8Format f, uint8_t* q, float* const* residual, const float* x, const float* scale, int block_mode,
                                             const GeoFP8UnitTable* t, unsigned long long* counts, const float* skip,
                                             cudaStream_t stream) {
     if (t->dev.num_chunks == 0) return;
-    geofp8_quantize_ef_units_kernel<<<t->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(q, residual, x, scale, block_mode, t->dev,
+    geofp8_quantize_ef_units_kernel<<<t->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(f, q, residual, x, scale, block_mode, t->dev,
                                                                                       counts, skip);
     KERNEL_CHECK();
 }
 
-__global__ void geofp8_dequantize_units_kernel(float* __restrict__ out, const uint8_t* __restrict__ q, const float* __restrict__ scale,
+__global__ void geofp8_dequantize_units_kernel(Fp8Format f, float* __restrict__ out, const uint8_t* __restrict__ q, const float* __restrict__ scale,
                                                int block_mode, float world, GeoFP8Units t,
                                                unsigned long long* __restrict__ sum_saturated) {
     int u;
@@ -374,8 +375,8 @@ __global__ void geofp8_dequantize_units_kernel(float* __restrict__ out, const ui
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         uint8_t code = q[i];
         float denom = block_mode ? __fmul_rn(sblock[(i - unit_begin) / GEOFP8_BLOCK], world) : denom_unit;
-        out[i] = __fdiv_rn(fp8_e4m3_decode(code), denom);
-        top += (code & 0x7Fu) == E4M3_MAX_CODE;
+        out[i] = __fdiv_rn(fp8_decode(f, code), denom);
+        top += (code & 0x7Fu) == fp8_format_max_code(f);
     }
     if (!sum_saturated) return;
     top = geofp8_block_sum_u32(top);
@@ -384,12 +385,12 @@ __global__ void geofp8_dequantize_units_kernel(float* __restrict__ out, const ui
 
 // out (buffer) = decode(q) / (s N) on every unit (s per unit or per block as in the quantizer):
 // the average after the SUM all-reduce of codes made with the same scales on every rank. out
-// may not alias q. sum_saturated (num_units) u64 (or NULL) += codes at ±448 per unit. Bitwise
+// may not alias q. sum_saturated (num_units) u64 (or NULL) += codes at ± the format's max per unit. Bitwise
 // geofp8_dequantize(_block).
-static inline void geofp8_dequantize_units(float* out, const uint8_t* q, const float* scale, int block_mode, int world_size,
+static inline void geofp8_dequantize_units(Fp8Format f, float* out, const uint8_t* q, const float* scale, int block_mode, int world_size,
                                            const GeoFP8UnitTable* t, unsigned long long* sum_saturated, cudaStream_t stream) {
     if (t->dev.num_chunks == 0) return;
-    geofp8_dequantize_units_kernel<<<t->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(out, q, scale, block_mode, (float)world_size,
+    geofp8_dequantize_units_kernel<<<t->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(f, out, q, scale, block_mode, (float)world_size,
                                                                                      t->dev, sum_saturated);
     KERNEL_CHECK();
 }
@@ -397,7 +398,7 @@ static inline void geofp8_dequantize_units(float* out, const uint8_t* q, const f
 // Two-phase server sum over this rank's shard. `shard` is the table of the shard's segments (a
 // segment = one unit clipped to the shard; offsets relative to the shard's start), seg_unit
 // (segments) the unit of each segment.
-__global__ void geofp8_twophase_sum_kernel(float* __restrict__ sum, const uint8_t* __restrict__ recv, size_t stride,
+__global__ void geofp8_twophase_sum_kernel(Fp8Format f, float* __restrict__ sum, const uint8_t* __restrict__ recv, size_t stride,
                                            const int* __restrict__ all_exps, int world_size, int num_units,
                                            const float* __restrict__ server_residual, GeoFP8Units shard,
                                            const int* __restrict__ seg_unit) {
@@ -409,7 +410,7 @@ __global__ void geofp8_twophase_sum_kernel(float* __restrict__ sum, const uint8_
         float acc = 0.0f;
         for (int r = 0; r < world_size; r++) {
             float s = geofp8_scale_from_exponent_bits(all_exps[(size_t)r * num_units + u]);
-            acc = __fadd_rn(acc, __fdiv_rn(fp8_e4m3_decode(recv[(size_t)r * stride + i]), s));
+            acc = __fadd_rn(acc, __fdiv_rn(fp8_decode(f, recv[(size_t)r * stride + i]), s));
         }
         sum[i] = __fadd_rn(acc, server_residual[i]);
     }
@@ -418,17 +419,17 @@ __global__ void geofp8_twophase_sum_kernel(float* __restrict__ sum, const uint8_
 // sum (shard) = Σ_r decode(recv[r*stride + i]) / 2^all_exps[r][u] in rank order, plus
 // server_residual: rank j's step of gradcomm_twophase after the all-to-all. recv (N, stride)
 // codes of every rank's copy of this shard; all_exps (N, num_units) every rank's local exponents.
-static inline void geofp8_twophase_sum(float* sum, const uint8_t* recv, size_t stride, const int* all_exps, int world_size,
+static inline void geofp8_twophase_sum(Fp8Format f, float* sum, const uint8_t* recv, size_t stride, const int* all_exps, int world_size,
                                        int num_units, const float* server_residual, const GeoFP8UnitTable* shard,
                                        const int* seg_unit, cudaStream_t stream) {
     if (shard->dev.num_chunks == 0) return;
-    geofp8_twophase_sum_kernel<<<shard->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(sum, recv, stride, all_exps, world_size,
+    geofp8_twophase_sum_kernel<<<shard->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(f, sum, recv, stride, all_exps, world_size,
                                                                                      num_units, server_residual, shard->dev,
                                                                                      seg_unit);
     KERNEL_CHECK();
 }
 
-__global__ void geofp8_twophase_dequantize_kernel(float* __restrict__ out, const uint8_t* __restrict__ q,
+__global__ void geofp8_twophase_dequantize_kernel(Fp8Format f, float* __restrict__ out, const uint8_t* __restrict__ q,
                                                   const int* __restrict__ all_server_exps, size_t shard_size, int world_size,
                                                   GeoFP8Units t) {
     int u;
@@ -438,16 +439,16 @@ __global__ void geofp8_twophase_dequantize_kernel(float* __restrict__ out, const
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         size_t j = i / shard_size;  // the rank whose server quantized element i
         float s = geofp8_scale_from_exponent_bits(all_server_exps[j * (size_t)t.num_units + u]);
-        out[i] = __fdiv_rn(fp8_e4m3_decode(q[i]), __fmul_rn(s, world));
+        out[i] = __fdiv_rn(fp8_decode(f, q[i]), __fmul_rn(s, world));
     }
 }
 
 // out (buffer) = decode(q) / (2^e N) on every unit, e = all_server_exps[j][u] of the rank j that
 // re-quantized element i (j = i / shard_size): the end of gradcomm_twophase after the all-gathers.
-static inline void geofp8_twophase_dequantize(float* out, const uint8_t* q, const int* all_server_exps, size_t shard_size,
+static inline void geofp8_twophase_dequantize(Fp8Format f, float* out, const uint8_t* q, const int* all_server_exps, size_t shard_size,
                                               int world_size, const GeoFP8UnitTable* t, cudaStream_t stream) {
     if (t->dev.num_chunks == 0) return;
-    geofp8_twophase_dequantize_kernel<<<t->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(out, q, all_server_exps, shard_size,
+    geofp8_twophase_dequantize_kernel<<<t->dev.num_chunks, GEOFP8_THREADS, 0, stream>>>(f, out, q, all_server_exps, shard_size,
                                                                                         world_size, t->dev);
     KERNEL_CHECK();
 }
@@ -581,6 +582,7 @@ typedef struct {
     int world_size, rank;
     int block_mode;              // fp8block: one scale per 512-block
     int twophase;                // --fp8-reduce twophase
+    Fp8Format fmt;               // --fp8-format
     int num_groups;              // scale groups: units, or 512-blocks in block mode
     uint8_t* q;                  // (num_params, padded to world_size * shard_size in twophase) codes
     float* amax;                 // (num_groups)
@@ -1129,7 +1131,7 @@ static inline void geofp8_kfac_unwhiten(GeoFP8Device* g, float* Gt, int d_out, i
 //   comm_gpu_allreduce_f32_max(grid, g->amax, g->amax, g->num_groups)
 //   geofp8_device_scales(g, s)                           scales; g->skip
 //   geofp8_device_quantize(g, grads, geometry, s)        codes into g->q, residuals, counts
-//   comm_gpu_allreduce_e4m3_sum(grid, g->q, g->q, g->num_params)
+//   comm_gpu_allreduce_fp8_sum(grid, g->q, g->q, g->num_params, g->fmt)
 //   geofp8_device_finish(g, grads, geometry, s)          = geofp8_device_dequantize (decode / (s N),
 //                                                          sum_saturated) + geofp8_device_unwhiten (when geometry)
 // (the trainer, llmc/gradcomm.cuh, calls the four parts itself, one timer span each)
@@ -1141,9 +1143,10 @@ static inline void geofp8_kfac_unwhiten(GeoFP8Device* g, float* Gt, int d_out, i
 // The refresh (geofp8_device_refresh_*) runs before `begin` on refresh steps.
 
 // Sets up the unit table and the FP8 buffers. offset/size: every unit of the flat buffer (for
-// the trainer, llama_units(): unit indices then match the CPU engine's). block_mode: fp8block.
+// the trainer, llama_units(): unit indices then match the CPU engine's). block_mode: fp8block;
+// fmt: the FP8 format of the codes (--fp8-format).
 static inline void geofp8_device_init(GeoFP8Device* g, const std::vector<size_t>& offset, const std::vector<size_t>& size,
-                                      size_t num_params, int world_size, int rank, int block_mode, int twophase) {
+                                      size_t num_params, int world_size, int rank, int block_mode, int twophase, Fp8Format fmt) {
     if (block_mode && twophase) {  // gradcomm_init refuses it too: per-block scales are synchronized
         fprintf(stderr, "geofp8_device_init: fp8block works with the native reduction only\n");
         exit(1);
@@ -1159,6 +1162,7 @@ static inline void geofp8_device_init(GeoFP8Device* g, const std::vector<size_t>
     g->rank = rank;
     g->block_mode = block_mode;
     g->twophase = twophase;
+    g->fmt = fmt;
     g->num_groups = block_mode ? g->units.num_blocks : U;
     g->shard_size = (num_params + world_size - 1) / world_size;
     size_t qbytes = twophase ? g->shard_size * world_size : num_params;
@@ -1459,20 +1463,20 @@ static inline void geofp8_device_begin(GeoFP8Device* g, float* x, int geometry, 
 // g->scale, g->exps, g->skip from g->amax: with N = world_size after the MAX all-reduce (native),
 // with N = 1 on the local amax (twophase).
 static inline void geofp8_device_scales(GeoFP8Device* g, cudaStream_t stream) {
-    geofp8_block_scales(g->scale, g->exps, g->skip, g->amax, (size_t)g->num_groups, g->twophase ? 1 : g->world_size, stream);
+    geofp8_block_scales(g->fmt, g->scale, g->exps, g->skip, g->amax, (size_t)g->num_groups, g->twophase ? 1 : g->world_size, stream);
 }
 
 // g->q = codes of x; with error_feedback, the geometry units' residuals are rewritten; the
 // counts (saturated, underflow, nonzero) accumulate. Nothing happens when *g->skip != 0.
 static inline void geofp8_device_quantize(GeoFP8Device* g, const float* x, int error_feedback, cudaStream_t stream) {
-    geofp8_quantize_ef_units(g->q, error_feedback ? g->residual_table : NULL, x, g->scale, g->block_mode, &g->units, g->counts, g->skip,
+    geofp8_quantize_ef_units(g->fmt, g->q, error_feedback ? g->residual_table : NULL, x, g->scale, g->block_mode, &g->units, g->counts, g->skip,
                              stream);
 }
 
-// After the E4M3 SUM all-reduce of g->q: x = decode(q) / (s N), sum_saturated counts; with
+// After the FP8 SUM all-reduce of g->q: x = decode(q) / (s N), sum_saturated counts; with
 // `geometry`, every geometry unit is mapped back with T⁻¹.
 static inline void geofp8_device_dequantize(GeoFP8Device* g, float* x, cudaStream_t stream) {
-    geofp8_dequantize_units(x, g->q, g->scale, g->block_mode, g->world_size, &g->units, g->counts + 3 * (size_t)g->units.dev.num_units,
+    geofp8_dequantize_units(g->fmt, x, g->q, g->scale, g->block_mode, g->world_size, &g->units, g->counts + 3 * (size_t)g->units.dev.num_units,
                             stream);
 }
 
@@ -1495,20 +1499,20 @@ static inline void geofp8_device_finish(GeoFP8Device* g, float* x, int geometry,
 // server exponents (g->server_exps, 0 for units outside the shard).
 static inline void geofp8_device_twophase_server(GeoFP8Device* g, cudaStream_t stream) {
     const int U = g->units.dev.num_units, S = g->shard.dev.num_units;
-    geofp8_twophase_sum(g->server_sum, g->recv, g->shard_size, g->exps_all, g->world_size, U, g->server_residual, &g->shard, g->seg_unit,
+    geofp8_twophase_sum(g->fmt, g->server_sum, g->recv, g->shard_size, g->exps_all, g->world_size, U, g->server_residual, &g->shard, g->seg_unit,
                         stream);
     geofp8_amax_units(g->seg_amax, g->server_sum, &g->shard, stream);
     // every input is finite (the local amax were), so server_skip stays 0 (gradcomm_twophase's
     // "cannot happen"); it has its own slot so that g->skip keeps the step's decision
-    geofp8_block_scales(g->seg_scale, g->seg_exps, g->server_skip, g->seg_amax, (size_t)S, 1, stream);
-    geofp8_quantize_ef_units(g->mine, g->server_residual_table, g->server_sum, g->seg_scale, 0, &g->shard, NULL, NULL, stream);
+    geofp8_block_scales(g->fmt, g->seg_scale, g->seg_exps, g->server_skip, g->seg_amax, (size_t)S, 1, stream);
+    geofp8_quantize_ef_units(g->fmt, g->mine, g->server_residual_table, g->server_sum, g->seg_scale, 0, &g->shard, NULL, NULL, stream);
     geofp8_scatter_exps(g->server_exps, U, g->seg_exps, g->seg_unit, S, stream);
 }
 
 // twophase, after the all-gathers of g->mine into g->q and g->server_exps into
 // g->server_exps_all: x = decode(q) / (s N) with the server scales; unwhiten as in finish.
 static inline void geofp8_device_twophase_finish(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
-    geofp8_twophase_dequantize(x, g->q, g->server_exps_all, g->shard_size, g->world_size, &g->units, stream);
+    geofp8_twophase_dequantize(g->fmt, x, g->q, g->server_exps_all, g->shard_size, g->world_size, &g->units, stream);
     if (!geometry) return;
     for (const GeoFP8DeviceUnit& gu : g->geo) {
         float* xu = geofp8_device_unit_ptr(g, x, gu);

@@ -2,7 +2,8 @@
 //
 // What it defines, in the order a step uses it:
 //   1. FP8 scales and quantization (§5.1): geofp8_amax, geofp8_scale_exponent (s = 2^e with
-//      e = floor(log2(448/a)) - ceil(log2 N) - 1), geofp8_quantize_ef (q = e4m3(s x), optional
+//      e = floor(log2(max/a)) - ceil(log2 N) - 1, max = 448 for E4M3, 57344 for E5M2),
+//      geofp8_quantize_ef (q = fp8(s x) in the run's format, optional
 //      error-feedback residual x - decode(q)/s), geofp8_dequantize (decode(q_sum)/(s N)), the
 //      per-block variants of fp8block (GEOFP8_BLOCK = 512) and the saturation / underflow
 //      counts behind the layer-selection score.
@@ -92,26 +93,28 @@ static inline float geofp8_amax(const float* x, size_t n) {
 }
 
 // Exponent e of the power-of-two scale s = 2^e for a tensor with max magnitude amax that is
-// summed over world_size ranks:
-//   e = floor(log2(448 / amax)) - ceil(log2 N) - 1
-// so s·amax <= 224 / 2^ceil(log2 N) <= 224 / N and the exact sum of N codes is at most 224.
-// The SUM all-reduce rounds every partial sum back to E4M3 (relative error <= 2^-4 per
-// combine), so the rounded sum stays <= 224 (1 + 2^-4)^(N-1) <= 448 (no saturation) for
-// N <= 12; beyond 12 ranks saturation is possible and must be counted.
-// floor(log2(448/amax)) is found exactly (ldexp comparisons, no rounded logarithm).
+// summed over world_size ranks, in format f with largest finite value M (448 E4M3, 57344 E5M2):
+//   e = floor(log2(M / amax)) - ceil(log2 N) - 1
+// so s·amax <= M/2 / 2^ceil(log2 N) <= M/2 / N and the exact sum of N codes is at most M/2.
+// The SUM all-reduce rounds every partial sum back to the format (relative error <= 2^-4 per
+// combine in E4M3, 2^-3 in E5M2), so the rounded sum stays <= M/2 (1 + u)^(N-1) <= M (no
+// saturation) for N <= 12 in E4M3 and N <= 6 in E5M2; beyond, saturation is possible and must
+// be counted.
+// floor(log2(M/amax)) is found exactly (ldexp comparisons, no rounded logarithm).
 // amax == 0 (the zero tensor) returns 0, so s = 1 and zeros encode to zeros.
 // amax non-finite (or negative) returns GEOFP8_EXP_SKIP: the caller skips the step.
 // The result is clamped to [GEOFP8_EXP_MIN, GEOFP8_EXP_MAX].
-static inline int geofp8_scale_exponent(float amax, int world_size) {
+static inline int geofp8_scale_exponent(Fp8Format f, float amax, int world_size) {
     assert(world_size >= 1);
     if (!(amax >= 0.0f) || !(amax <= FLT_MAX)) return GEOFP8_EXP_SKIP;
     if (amax == 0.0f) return 0;
     const double a = (double)amax;  // ldexp of a double is exact over the whole float range
     int e;
-    frexp(E4M3_MAX / a, &e);  // 448/a in [2^(e-1), 2^e), up to the rounding of the division
+    const double top = (double)fp8_format_max(f);
+    frexp(top / a, &e);  // M/a in [2^(e-1), 2^e), up to the rounding of the division
     e -= 1;
-    while (ldexp(a, e) > (double)E4M3_MAX) e--;
-    while (ldexp(a, e + 1) <= (double)E4M3_MAX) e++;
+    while (ldexp(a, e) > top) e--;
+    while (ldexp(a, e + 1) <= top) e++;
     e -= geofp8_ceil_log2(world_size) + 1;
     if (e < GEOFP8_EXP_MIN) e = GEOFP8_EXP_MIN;
     if (e > GEOFP8_EXP_MAX) e = GEOFP8_EXP_MAX;
@@ -121,29 +124,29 @@ static inline int geofp8_scale_exponent(float amax, int world_size) {
 // s = 2^e (exact; e in [GEOFP8_EXP_MIN, GEOFP8_EXP_MAX])
 static inline float geofp8_scale_from_exponent(int e) { return ldexpf(1.0f, e); }
 
-// q (n) = e4m3_satfinite(scale * x (n)). If residual is not NULL:
+// q (n) = fp8_encode(f, scale * x (n)) (satfinite). If residual is not NULL:
 //   residual (n) = x - decode(q) / scale        (the local error-feedback residual)
 // x is the error-fed input (G T + R_old for a whitened unit). residual may alias x (each
 // element is read before it is written). With a power-of-two scale and no saturation the
 // residual is exact (decode(q)/scale is within a factor 2 of x, Sterbenz), so
 // decode(q)/scale + residual == x bit for bit; a saturated element rounds once.
-static inline void geofp8_quantize_ef(uint8_t* q, float* residual, const float* x, size_t n, float scale) {
+static inline void geofp8_quantize_ef(Fp8Format f, uint8_t* q, float* residual, const float* x, size_t n, float scale) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
-        uint8_t code = fp8_e4m3_encode(scale * v);
+        uint8_t code = fp8_encode(f, scale * v);
         q[i] = code;
-        if (residual) residual[i] = v - fp8_e4m3_decode(code) / scale;
+        if (residual) residual[i] = v - fp8_decode(f, code) / scale;
     }
 }
 
 // out (n) = decode(q (n)) / (scale * world_size): the average of a SUM all-reduce of codes that
 // were made with the same scale on every rank. scale * N is exact (power of two times an
 // integer < 2^24), so there is one rounding. out is fp32; it may not alias q.
-static inline void geofp8_dequantize(float* out, const uint8_t* q, size_t n, float scale, int world_size) {
+static inline void geofp8_dequantize(Fp8Format f, float* out, const uint8_t* q, size_t n, float scale, int world_size) {
     const float denom = scale * (float)world_size;
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(q[i]) / denom;
+    for (size_t i = 0; i < n; i++) out[i] = fp8_decode(f, q[i]) / denom;
 }
 
 // Number of blocks of `block` elements covering n (the last one may be short).
@@ -168,10 +171,10 @@ static inline void geofp8_block_amax(float* amax, const float* x, size_t n, int 
 
 // scale (nb) = 2^geofp8_scale_exponent(amax (nb), N). Returns the number of blocks whose amax
 // is non-finite (their scale is set to 1); a nonzero answer means: skip the step.
-static inline size_t geofp8_block_scales(float* scale, const float* amax, size_t nb, int world_size) {
+static inline size_t geofp8_block_scales(Fp8Format f, float* scale, const float* amax, size_t nb, int world_size) {
     size_t bad = 0;
     for (size_t b = 0; b < nb; b++) {
-        int e = geofp8_scale_exponent(amax[b], world_size);
+        int e = geofp8_scale_exponent(f, amax[b], world_size);
         if (e == GEOFP8_EXP_SKIP) { bad++; e = 0; }
         scale[b] = geofp8_scale_from_exponent(e);
     }
@@ -179,35 +182,38 @@ static inline size_t geofp8_block_scales(float* scale, const float* amax, size_t
 }
 
 // geofp8_quantize_ef with one scale per block: scale (geofp8_num_blocks(n, block)).
-static inline void geofp8_quantize_ef_block(uint8_t* q, float* residual, const float* x, size_t n, int block, const float* scale) {
+static inline void geofp8_quantize_ef_block(Fp8Format f, uint8_t* q, float* residual, const float* x, size_t n, int block, const float* scale) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float s = scale[i / (size_t)block];
         float v = x[i];
-        uint8_t code = fp8_e4m3_encode(s * v);
+        uint8_t code = fp8_encode(f, s * v);
         q[i] = code;
-        if (residual) residual[i] = v - fp8_e4m3_decode(code) / s;
+        if (residual) residual[i] = v - fp8_decode(f, code) / s;
     }
 }
 
 // geofp8_dequantize with one scale per block.
-static inline void geofp8_dequantize_block(float* out, const uint8_t* q, size_t n, int block, const float* scale, int world_size) {
+static inline void geofp8_dequantize_block(Fp8Format f, float* out, const uint8_t* q, size_t n, int block, const float* scale, int world_size) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(q[i]) / (scale[i / (size_t)block] * (float)world_size);
+    for (size_t i = 0; i < n; i++) out[i] = fp8_decode(f, q[i]) / (scale[i / (size_t)block] * (float)world_size);
 }
 
 // Boundary hits of x (n) encoded with `scale`, the raw material of the vulnerability score:
-//   *saturated = #{i : |code_i| == 448}   (the code sits at the top of the range; this includes
-//                                           every |scale x| >= 448 and values that round to 448)
+//   *saturated = #{i : |code_i| == max}   (the code sits at the top of the range, 448 or 57344;
+//                                           this includes every |scale x| >= max and values
+//                                           that round to max)
 //   *underflow = #{i : x_i != 0 and code_i == ±0}
 //   *nonzero   = #{i : x_i != 0}           (optional, NULL to skip)
 // NaN elements count in neither (and as nonzero).
-static inline void geofp8_count_saturated_underflow(const float* x, size_t n, float scale, long* saturated, long* underflow, long* nonzero = NULL) {
+static inline void geofp8_count_saturated_underflow(Fp8Format f, const float* x, size_t n, float scale, long* saturated, long* underflow,
+                                                    long* nonzero = NULL) {
+    const uint8_t max_code = fp8_format_max_code(f);
     long sat = 0, und = 0, nz = 0;
     #pragma omp parallel for reduction(+ : sat, und, nz) schedule(static)
     for (size_t i = 0; i < n; i++) {
-        uint8_t mag = fp8_e4m3_encode(scale * x[i]) & 0x7Fu;
-        if (mag == E4M3_MAX_CODE) sat++;
+        uint8_t mag = fp8_encode(f, scale * x[i]) & 0x7Fu;
+        if (mag == max_code) sat++;
         if (x[i] != 0.0f) {
             nz++;
             if (mag == 0) und++;
@@ -741,18 +747,18 @@ static inline void geofp8_fidelity_metrics(GeoFP8Fidelity* m, const float* ghat,
     m->mse = n ? ee / (double)n : 0.0;
 }
 
-// out (n) = decode(encode(s x)) / s with one per-tensor power-of-two scale for one rank
-// (geofp8_scale_exponent(amax, 1)): a single-rank FP8 round trip. out may equal x. A
+// out (n) = decode(encode(s x)) / s in format f with one per-tensor power-of-two scale for one
+// rank (geofp8_scale_exponent(f, amax, 1)): a single-rank FP8 round trip. out may equal x. A
 // non-finite x gives an all-NaN out.
-static inline void geofp8_fp8_roundtrip(float* out, const float* x, size_t n) {
-    int e = geofp8_scale_exponent(geofp8_amax(x, n), 1);
+static inline void geofp8_fp8_roundtrip(Fp8Format f, float* out, const float* x, size_t n) {
+    int e = geofp8_scale_exponent(f, geofp8_amax(x, n), 1);
     if (e == GEOFP8_EXP_SKIP) {
         for (size_t i = 0; i < n; i++) out[i] = NAN;
         return;
     }
     const float s = geofp8_scale_from_exponent(e);
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = fp8_e4m3_decode(fp8_e4m3_encode(s * x[i])) / s;
+    for (size_t i = 0; i < n; i++) out[i] = fp8_decode(f, fp8_encode(f, s * x[i])) / s;
 }
 
 // A low-rank (or full symmetric) method name of the fidelity analysis:
@@ -803,12 +809,13 @@ static inline bool geofp8_parse_lowrank(const std::string& m, int d_in, GeoFP8Lo
 // A (d_in, d_in) and Gs (d_out, d_out) upper triangles of E[hhᵀ] and E[δδᵀ] (Gs may be NULL
 // unless the method is output_side or kfac). Returns 0, or -1 for an unknown method name.
 static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* method, const float* G, int d_out, int d_in,
-                                               const float* A, const float* Gs, const float* h, int n, int lowrank_exact, uint64_t seed) {
+                                               const float* A, const float* Gs, const float* h, int n, int lowrank_exact, uint64_t seed,
+                                               Fp8Format fmt) {
     const std::string m(method);
     const size_t nn = (size_t)d_out * d_in;
     std::vector<float> x(nn);
     if (m == "euclidean") {
-        geofp8_fp8_roundtrip(x.data(), G, nn);
+        geofp8_fp8_roundtrip(fmt, x.data(), G, nn);
     } else if (m == "output_side" || m == "kfac" || m == "input_full" || m == "diag_A" || m.rfind("block_A_", 0) == 0) {
         std::vector<float> LA, LG;
         if (m == "output_side" || m == "kfac") {
@@ -827,7 +834,7 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
         const float* lg = LG.empty() ? NULL : LG.data();
         const float* la = LA.empty() ? NULL : LA.data();
         geofp8_kfac_whiten(x.data(), G, d_out, d_in, lg, la);
-        geofp8_fp8_roundtrip(x.data(), x.data(), nn);
+        geofp8_fp8_roundtrip(fmt, x.data(), x.data(), nn);
         geofp8_kfac_unwhiten(x.data(), x.data(), d_out, d_in, lg, la);
     } else if (m.rfind("lowrank_A_", 0) == 0 || m.rfind("sym_A", 0) == 0) {
         GeoFP8LowrankSpec spec;
@@ -863,7 +870,7 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
         GeoFP8Factor f;
         geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, tr, d_in, r, power, spec.damping);
         geofp8_whiten(x.data(), G, d_out, d_in, &f, NULL);
-        geofp8_fp8_roundtrip(x.data(), x.data(), nn);
+        geofp8_fp8_roundtrip(fmt, x.data(), x.data(), nn);
         geofp8_unwhiten(x.data(), x.data(), d_out, d_in, &f, NULL);
     } else {
         return -1;
@@ -886,11 +893,13 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
 //   sym_A        FP8(G T) T⁻¹ with the full symmetric T = (A + εI)^(-p/2) (suffixes as above)
 // h (n, d_in) and delta (n, d_out) are the batch's activations and output gradients (delta may
 // be NULL unless output_side or kfac); A = hᵀh / n, E[δδᵀ] = δᵀδ / n, ε = 1e-3 tr / d. The FP8
-// scale is one per-tensor power of two, geofp8_scale_exponent(amax, 1). Returns 0, or -1 for an
+// format is fmt, its scale one per-tensor power of two, geofp8_scale_exponent(fmt, amax, 1).
+// Returns 0, or -1 for an
 // unknown method. To run every method on one gradient use geofp8_fidelity_all, which forms A
 // and E[δδᵀ] once.
 static inline int geofp8_fidelity_roundtrip(GeoFP8Fidelity* out, const char* method, const float* G, int d_out, int d_in,
-                                            const float* h, const float* delta, int n, int lowrank_exact, uint64_t seed) {
+                                            const float* h, const float* delta, int n, int lowrank_exact, uint64_t seed,
+                                            Fp8Format fmt) {
     const std::string m(method);
     std::vector<float> A((size_t)d_in * d_in, 0.0f), Gs;
     geofp8_kfac_accumulate(A.data(), h, n, d_in, 1.0f / (float)n);
@@ -898,14 +907,14 @@ static inline int geofp8_fidelity_roundtrip(GeoFP8Fidelity* out, const char* met
         Gs.assign((size_t)d_out * d_out, 0.0f);
         geofp8_kfac_accumulate(Gs.data(), delta, n, d_out, 1.0f / (float)n);
     }
-    return geofp8_fidelity_method_stats(out, method, G, d_out, d_in, A.data(), Gs.empty() ? NULL : Gs.data(), h, n, lowrank_exact, seed);
+    return geofp8_fidelity_method_stats(out, method, G, d_out, d_in, A.data(), Gs.empty() ? NULL : Gs.data(), h, n, lowrank_exact, seed, fmt);
 }
 
 // out (GEOFP8_FIDELITY_NUM_METHODS), in the order of GEOFP8_FIDELITY_METHODS. delta may be NULL:
 // then output_side and kfac are NaN. Methods that need more columns than d_in (block_A_128 on a
 // narrow unit) degrade gracefully (a block wider than d_in is the full A; lowrank r > d_in is NaN).
 static inline void geofp8_fidelity_all(GeoFP8Fidelity* out, const float* G, int d_out, int d_in, const float* h, const float* delta, int n,
-                                       int lowrank_exact, uint64_t seed) {
+                                       int lowrank_exact, uint64_t seed, Fp8Format fmt) {
     std::vector<float> A((size_t)d_in * d_in, 0.0f), Gs;
     geofp8_kfac_accumulate(A.data(), h, n, d_in, 1.0f / (float)n);
     if (delta) {
@@ -914,7 +923,7 @@ static inline void geofp8_fidelity_all(GeoFP8Fidelity* out, const float* G, int 
     }
     for (int i = 0; i < GEOFP8_FIDELITY_NUM_METHODS; i++) {
         if (geofp8_fidelity_method_stats(&out[i], GEOFP8_FIDELITY_METHODS[i], G, d_out, d_in, A.data(), Gs.empty() ? NULL : Gs.data(), h, n,
-                                         lowrank_exact, seed) != 0)
+                                         lowrank_exact, seed, fmt) != 0)
             out[i].rel_l2 = out[i].cos = out[i].max_err = out[i].mse = NAN;
     }
 }

@@ -116,6 +116,7 @@ typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_common.h
 typedef struct {
     std::string mode;                 // -c
     bool twophase;                    // --fp8-reduce twophase
+    Fp8Format fmt;                    // --fp8-format
     std::vector<LlamaUnit> units;
     size_t num_params;
     int world_size, rank;
@@ -159,6 +160,7 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
                                      int max_tokens) {
     gc->mode = tc->comm;
     gc->twophase = tc->fp8_reduce == "twophase";
+    gc->fmt = train_config_fp8_format(tc);
     gc->units = llama_units(c);
     gc->num_params = llama_num_params(c);
     gc->world_size = world_size;
@@ -188,15 +190,15 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->output_dir = tc->output_dir;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
-    if (world_size > 1 && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native E4M3 sum in NCCL
+    if (world_size > 1 && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native FP8 sum in NCCL
         int dev = 0, major = 0, minor = 0, nccl = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
         NCCL_CHECK(ncclGetVersion(&nccl));
         if (major < 9)
-            user_error("-c %s: the native FP8 sum needs an sm_90 or newer GPU (NCCL's ncclFloat8e4m3), found sm_%d%d; "
-                       "use --fp8-reduce twophase (any GPU) or -c bf16", gc->mode.c_str(), major, minor);
+            user_error("-c %s: the native FP8 sum needs an sm_90 or newer GPU (NCCL's ncclFloat8%s), found sm_%d%d; "
+                       "use --fp8-reduce twophase (any GPU) or -c bf16", gc->mode.c_str(), fp8_format_name(gc->fmt), major, minor);
         if (nccl < 22400)
             user_error("-c %s: the native FP8 sum needs NCCL 2.24 or newer at run time, found %d.%d.%d; "
                        "use a newer libnccl or --fp8-reduce twophase", gc->mode.c_str(), nccl / 10000, nccl / 100 % 100, nccl % 100);
@@ -212,7 +214,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
         gc->fid_scratch = cuda_malloc<double>(4 * (size_t)std::max(gc->fid_units.dev.num_chunks, 1));
     }
     if (!gradcomm_gpu_is_fp8(gc)) return;
-    geofp8_device_init(&gc->dev, off, size, gc->num_params, world_size, rank, gc->mode == "fp8block" ? 1 : 0, gc->twophase ? 1 : 0);
+    geofp8_device_init(&gc->dev, off, size, gc->num_params, world_size, rank, gc->mode == "fp8block" ? 1 : 0, gc->twophase ? 1 : 0,
+                       gc->fmt);
     gc->has_device = true;
     if (gc->mode == "geofp8") {
         if (tc->geofp8_layers == "auto") gc->profiling = true;
@@ -339,7 +342,7 @@ static inline double gradcomm_gpu_native(GradCommGPU* gc, CommGridGPU* grid, flo
     geofp8_device_quantize(g, grads, geometry ? 1 : 0, s);
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin(t, GC_T_NCCL);
-    comm_gpu_allreduce_e4m3_sum(grid, g->q, g->q, gc->num_params);
+    comm_gpu_allreduce_fp8_sum(grid, g->q, g->q, gc->num_params, gc->fmt);
     gradcomm_timer_end(t, sp);
     bytes += comm_gpu_ring_bytes(grid, (double)gc->num_params);
     sp = gradcomm_timer_begin(t, GC_T_DECODE);
@@ -385,7 +388,7 @@ static inline double gradcomm_gpu_twophase(GradCommGPU* gc, CommGridGPU* grid, f
     gradcomm_timer_end(t, sp);
     bytes += (N > 1 ? (double)(N - 1) / N * P : 0.0) + (N - 1) * 4.0 * U;
     sp = gradcomm_timer_begin(t, GC_T_DECODE);
-    geofp8_twophase_dequantize(grads, g->q, g->server_exps_all, g->shard_size, g->world_size, &g->units, s);
+    geofp8_twophase_dequantize(g->fmt, grads, g->q, g->server_exps_all, g->shard_size, g->world_size, &g->units, s);
     gradcomm_timer_end(t, sp);
     return bytes;
 }
@@ -404,7 +407,7 @@ static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
 // On a fidelity step of the geometry path (native sum): gradcomm_plain_fp8_geo of the CPU engine
 // on the device, what plain fp8 would have given on the geometry units for this step's gradient.
 // raw (device, consumed) holds their G concatenated in gc->dev.geo order: per-unit amax, MAX
-// all-reduce, scales, quantize without error feedback, E4M3 SUM all-reduce, decode; RelL2 against
+// all-reduce, scales, quantize without error feedback, FP8 SUM all-reduce, decode; RelL2 against
 // gc->ref over the units together. NaN if an amax is non-finite (every rank alike).
 static inline double gradcomm_gpu_plain_fp8_geo(GradCommGPU* gc, CommGridGPU* grid, float* raw, cudaStream_t s) {
     std::vector<size_t> off, size;
@@ -425,15 +428,15 @@ static inline double gradcomm_gpu_plain_fp8_geo(GradCommGPU* gc, CommGridGPU* gr
     double* scratch = cuda_malloc<double>(4 * (size_t)std::max(t.dev.num_chunks, 1));
     geofp8_amax_units(amax, raw, &t, s);
     comm_gpu_allreduce_f32_max(grid, amax, amax, ng);
-    geofp8_block_scales(scale, NULL, skip, amax, ng, gc->world_size, s);
+    geofp8_block_scales(gc->fmt, scale, NULL, skip, amax, ng, gc->world_size, s);
     float hskip = 0.0f;
     CUDA_CHECK(cudaMemcpyAsync(&hskip, skip, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     double rel = NAN;
     if (hskip == 0.0f) {
-        geofp8_quantize_ef_units(q, NULL, raw, scale, 0, &t, NULL, NULL, s);
-        comm_gpu_allreduce_e4m3_sum(grid, q, q, total);
-        geofp8_dequantize_units(raw, q, scale, 0, gc->world_size, &t, NULL, s);
+        geofp8_quantize_ef_units(gc->fmt, q, NULL, raw, scale, 0, &t, NULL, NULL, s);
+        comm_gpu_allreduce_fp8_sum(grid, q, q, total, gc->fmt);
+        geofp8_dequantize_units(gc->fmt, raw, q, scale, 0, gc->world_size, &t, NULL, s);
         for (size_t i = 0; i < ng; i++)
             CUDA_CHECK(cudaMemcpyAsync(ref + off[i], gc->ref + gc->units[gc->dev.geo[i].unit].offset, size[i] * sizeof(float),
                                        cudaMemcpyDeviceToDevice, s));

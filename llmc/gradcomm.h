@@ -6,7 +6,8 @@
 //   fp32      MPI SUM all-reduce in fp32, divided by N
 //   bf16      bf16 codes, SUM with bf16 rounding at every combine, decoded, divided by N
 //   fp8       one power-of-two scale per unit, synchronized by one MAX all-reduce of all units'
-//             amax; E4M3 codes SUM-reduced with E4M3 rounding at every combine (native) or
+//             amax; FP8 codes (--fp8-format e4m3 or e5m2) SUM-reduced with rounding to the
+//             format at every combine (native) or
 //             through the two-phase reduction (twophase)
 //   fp8block  as fp8 with one scale per 512-element block of each unit (native only)
 //   geofp8    fp8 for every unit, except the selected ones, which go through the geometry path:
@@ -63,6 +64,7 @@ struct GeoUnit {
 typedef struct {
     std::string mode;              // -c
     bool twophase;                 // --fp8-reduce twophase
+    Fp8Format fmt;                 // --fp8-format
     std::vector<LlamaUnit> units;
     std::vector<int> unit_to_geo;  // (units) index into geo, or -1
     size_t num_params;
@@ -125,6 +127,7 @@ static inline void gradcomm_add_geo(GradComm* gc, int u) {
 static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const LlamaConfig* c, const CommGrid* g) {
     gc->mode = tc->comm;
     gc->twophase = tc->fp8_reduce == "twophase";
+    gc->fmt = train_config_fp8_format(tc);
     gc->units = llama_units(c);
     gc->unit_to_geo.assign(gc->units.size(), -1);
     gc->num_params = llama_num_params(c);
@@ -341,14 +344,15 @@ static inline void gradcomm_unwhiten(const GradComm* gc, const GeoUnit& g, float
 
 static inline size_t gradcomm_unit_size(const LlamaUnit& u) { return (size_t)u.rows * u.cols; }
 
-// Counts codes at ±448 in q (n).
-static inline long gradcomm_count_max_codes(const uint8_t* q, size_t n) {
+// Counts codes at ± the format's largest finite value in q (n).
+static inline long gradcomm_count_max_codes(Fp8Format f, const uint8_t* q, size_t n) {
+    const uint8_t max_code = fp8_format_max_code(f);
     long c = 0;
-    for (size_t i = 0; i < n; i++) c += (q[i] & 0x7Fu) == E4M3_MAX_CODE;
+    for (size_t i = 0; i < n; i++) c += (q[i] & 0x7Fu) == max_code;
     return c;
 }
 
-// native: one MAX all-reduce of every scale's amax, E4M3 SUM all-reduce, decode / (s N).
+// native: one MAX all-reduce of every scale's amax, FP8 SUM all-reduce, decode / (s N).
 // Returns false if the step must be skipped.
 static inline bool gradcomm_native(GradComm* gc, CommGrid* grid, float* grads) {
     GradCommStats& st = gc->stats;
@@ -368,7 +372,7 @@ static inline bool gradcomm_native(GradComm* gc, CommGrid* grid, float* grads) {
     comm_max_floats(grid, amax.data(), amax.size());
     st.bytes += gradcomm_ring_bytes(gc, 4.0 * amax.size());
     std::vector<float> scale(amax.size());
-    if (geofp8_block_scales(scale.data(), amax.data(), amax.size(), N) > 0) return false;
+    if (geofp8_block_scales(gc->fmt, scale.data(), amax.data(), amax.size(), N) > 0) return false;
     for (size_t u = 0; u < gc->units.size(); u++) {
         const LlamaUnit& lu = gc->units[u];
         size_t n = gradcomm_unit_size(lu);
@@ -381,27 +385,27 @@ static inline bool gradcomm_native(GradComm* gc, CommGrid* grid, float* grads) {
             for (size_t b = 0; b * GEOFP8_BLOCK < n; b++) {
                 size_t off = b * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - off);
                 long s, und, nz;
-                geofp8_count_saturated_underflow(x + off, len, sc[b], &s, &und, &nz);
+                geofp8_count_saturated_underflow(gc->fmt, x + off, len, sc[b], &s, &und, &nz);
                 st.saturated[u] += s; st.underflow[u] += und; st.nonzero[u] += nz;
             }
-            geofp8_quantize_ef_block(q, NULL, x, n, GEOFP8_BLOCK, sc);
+            geofp8_quantize_ef_block(gc->fmt, q, NULL, x, n, GEOFP8_BLOCK, sc);
         } else {
             long s, und, nz;
-            geofp8_count_saturated_underflow(x, n, sc[0], &s, &und, &nz);
+            geofp8_count_saturated_underflow(gc->fmt, x, n, sc[0], &s, &und, &nz);
             st.saturated[u] += s; st.underflow[u] += und; st.nonzero[u] += nz;
-            geofp8_quantize_ef(q, ef ? gc->geo[gi].residual.data() : NULL, x, n, sc[0]);
+            geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual.data() : NULL, x, n, sc[0]);
         }
     }
-    comm_sum_e4m3(grid, gc->q.data(), gc->num_params);
+    comm_sum_fp8(grid, gc->q.data(), gc->num_params, gc->fmt);
     st.bytes += gradcomm_ring_bytes(gc, (double)gc->num_params);
     for (size_t u = 0; u < gc->units.size(); u++) {
         const LlamaUnit& lu = gc->units[u];
         size_t n = gradcomm_unit_size(lu);
         const uint8_t* q = gc->q.data() + lu.offset;
-        st.sum_saturated[u] += gradcomm_count_max_codes(q, n);
+        st.sum_saturated[u] += gradcomm_count_max_codes(gc->fmt, q, n);
         const float* sc = scale.data() + first_group[u];
-        if (block) geofp8_dequantize_block(grads + lu.offset, q, n, GEOFP8_BLOCK, sc, N);
-        else geofp8_dequantize(grads + lu.offset, q, n, sc[0], N);
+        if (block) geofp8_dequantize_block(gc->fmt, grads + lu.offset, q, n, GEOFP8_BLOCK, sc, N);
+        else geofp8_dequantize(gc->fmt, grads + lu.offset, q, n, sc[0], N);
     }
     return true;
 }
@@ -417,7 +421,7 @@ static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads)
     std::vector<int> exps(U), bad(1, 0);
     for (int u = 0; u < U; u++) {
         const LlamaUnit& lu = gc->units[u];
-        int e = geofp8_scale_exponent(geofp8_amax(gc->x.data() + lu.offset, gradcomm_unit_size(lu)), 1);
+        int e = geofp8_scale_exponent(gc->fmt, geofp8_amax(gc->x.data() + lu.offset, gradcomm_unit_size(lu)), 1);
         if (e == GEOFP8_EXP_SKIP) { bad[0] = 1; e = 0; }
         exps[u] = e;
     }
@@ -427,10 +431,10 @@ static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads)
         size_t n = gradcomm_unit_size(lu);
         float s = geofp8_scale_from_exponent(exps[u]);
         long sat, und, nz;
-        geofp8_count_saturated_underflow(gc->x.data() + lu.offset, n, s, &sat, &und, &nz);
+        geofp8_count_saturated_underflow(gc->fmt, gc->x.data() + lu.offset, n, s, &sat, &und, &nz);
         st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
         int gi = gc->unit_to_geo[u];
-        geofp8_quantize_ef(gc->q.data() + lu.offset, gi >= 0 ? gc->geo[gi].residual.data() : NULL, gc->x.data() + lu.offset, n, s);
+        geofp8_quantize_ef(gc->fmt, gc->q.data() + lu.offset, gi >= 0 ? gc->geo[gi].residual.data() : NULL, gc->x.data() + lu.offset, n, s);
     }
     std::vector<int> shard_off(N), shard_len(N);
     for (int j = 0; j < N; j++) {
@@ -456,13 +460,13 @@ static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads)
         for (size_t i = a; i < b; i++) {
             float acc = 0.0f;
             for (int r = 0; r < N; r++)
-                acc += fp8_e4m3_decode(recv[(size_t)r * len + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
+                acc += fp8_decode(gc->fmt, recv[(size_t)r * len + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
             sum[i - lo] = acc + gc->server_residual[i - lo];
         }
-        int e = geofp8_scale_exponent(geofp8_amax(sum.data() + (a - lo), b - a), 1);
+        int e = geofp8_scale_exponent(gc->fmt, geofp8_amax(sum.data() + (a - lo), b - a), 1);
         if (e == GEOFP8_EXP_SKIP) e = 0;  // cannot happen: every input was finite
         server_exps[u] = e;
-        geofp8_quantize_ef(mine.data() + (a - lo), gc->server_residual.data() + (a - lo), sum.data() + (a - lo), b - a,
+        geofp8_quantize_ef(gc->fmt, mine.data() + (a - lo), gc->server_residual.data() + (a - lo), sum.data() + (a - lo), b - a,
                            geofp8_scale_from_exponent(e));
     }
     std::vector<uint8_t> gathered(P);
@@ -476,7 +480,7 @@ static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads)
         for (int j = 0; j < N; j++) {
             size_t a = std::max(lu.offset, (size_t)shard_off[j]), b = std::min(end, (size_t)shard_off[j] + shard_len[j]);
             if (a >= b) continue;
-            geofp8_dequantize(grads + a, gathered.data() + a, b - a, geofp8_scale_from_exponent(all_server[(size_t)j * U + u]), N);
+            geofp8_dequantize(gc->fmt, grads + a, gathered.data() + a, b - a, geofp8_scale_from_exponent(all_server[(size_t)j * U + u]), N);
         }
     }
     return true;
@@ -495,7 +499,7 @@ static inline void gradcomm_profile(GradComm* gc, int step) {
 
 // On a fidelity step of the geometry path (native sum): what plain fp8 would have given on the
 // geometry units for this step's gradient. raw holds their G as the backward left it (units in
-// gc->geo order, concatenated); each gets one scale from a MAX all-reduce of its amax, E4M3 SUM
+// gc->geo order, concatenated); each gets one scale from a MAX all-reduce of its amax, FP8 SUM
 // all-reduce, decode, no transform and no error feedback; the result is RelL2 against the fp32
 // average over the units together. One extra round trip of the geometry units' size, on these
 // steps only (not counted in the bytes of the step). NaN if an amax is non-finite.
@@ -508,19 +512,19 @@ static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const 
     comm_max_floats(grid, amax.data(), ng);
     std::vector<float> scale(ng);
     for (size_t i = 0; i < ng; i++) {
-        int e = geofp8_scale_exponent(amax[i], gc->world_size);
+        int e = geofp8_scale_exponent(gc->fmt, amax[i], gc->world_size);
         if (e == GEOFP8_EXP_SKIP) return NAN;  // every rank sees the same amax: every rank returns here
         scale[i] = geofp8_scale_from_exponent(e);
     }
     std::vector<uint8_t> q(off[ng]);
-    for (size_t i = 0; i < ng; i++) geofp8_quantize_ef(q.data() + off[i], NULL, raw.data() + off[i], off[i + 1] - off[i], scale[i]);
-    comm_sum_e4m3(grid, q.data(), q.size());
+    for (size_t i = 0; i < ng; i++) geofp8_quantize_ef(gc->fmt, q.data() + off[i], NULL, raw.data() + off[i], off[i + 1] - off[i], scale[i]);
+    comm_sum_fp8(grid, q.data(), q.size(), gc->fmt);
     std::vector<double> sums(4 * ng, 0.0);
     std::vector<float> got;
     for (size_t i = 0; i < ng; i++) {
         const size_t n = off[i + 1] - off[i];
         got.resize(n);
-        geofp8_dequantize(got.data(), q.data() + off[i], n, scale[i], gc->world_size);
+        geofp8_dequantize(gc->fmt, got.data(), q.data() + off[i], n, scale[i], gc->world_size);
         const float* ref = gc->ref.data() + gc->units[gc->geo[i].unit].offset;
         for (size_t j = 0; j < n; j++) {
             double d = (double)got[j] - (double)ref[j];

@@ -18,10 +18,10 @@ typedef struct {
     double bytes;                  // sent by this rank
     bool skipped;                  // a non-finite amax: the step must be skipped by every rank
     bool refreshed;                // the geometry factors were refreshed this step
-    std::vector<long> saturated;   // (units) codes at ±448 after local quantization
+    std::vector<long> saturated;   // (units) codes at ± the format's max (448 / 57344) after local quantization
     std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
     std::vector<long> nonzero;     // (units)
-    std::vector<long> sum_saturated;  // (units) codes at ±448 after the native FP8 sum
+    std::vector<long> sum_saturated;  // (units) codes at ± the format's max after the native FP8 sum
     bool has_fidelity;
     std::vector<double> rel_l2, cos;  // (units) against the fp32 average
     double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together

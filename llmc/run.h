@@ -341,7 +341,7 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
     snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
              tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); run_print_row("optimizer", b);
     std::string mode = tc.comm;
-    if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_reduce + ")";
+    if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_format + ", " + tc.fp8_reduce + ")";
     if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
     run_print_row("grad communication", mode + ", " + transport);
     if (tc.comm == "geofp8") {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include "fp8.h"
 #include "utils.h"
 
 #define TRAIN_DEFAULT_TRAIN_DATA "data/kjv/kjv_train_*.bin"
@@ -45,6 +46,7 @@ typedef struct {
     int gen_tokens;            // -g
     std::string comm;          // -c  fp32 | bf16 | fp8 | fp8block | geofp8 | kfac
     std::string fp8_reduce;    // --fp8-reduce native | twophase
+    std::string fp8_format;    // --fp8-format e4m3 | e5m2
     std::string geofp8_layers; // --geofp8-layers auto | FILE | comma list
     int geofp8_rank;           // --geofp8-rank
     int geofp8_refresh;        // --geofp8-refresh
@@ -86,6 +88,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->gen_tokens = 64;
     c->comm = "fp32";
     c->fp8_reduce = "native";
+    c->fp8_format = "e4m3";
     c->geofp8_layers = "auto";
     c->geofp8_rank = 32;
     c->geofp8_refresh = 50;
@@ -151,6 +154,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-g", "--gen-tokens", OPT_INT, gen_tokens, 1, 1 << 20, NULL, OPT_RANKS, "tokens to generate per sample"),
     TOPT("-c", "--comm", OPT_STR, comm, 0, 0, "fp32,bf16,fp8,fp8block,geofp8,kfac", OPT_RUN, "gradient communication mode"),
     TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", OPT_RUN, "FP8 reduction"),
+    TOPT(NULL, "--fp8-format", OPT_STR, fp8_format, 0, 0, "e4m3,e5m2", OPT_RUN, "FP8 code format of the fp8 modes"),
     TOPT(NULL, "--geofp8-layers", OPT_STR, geofp8_layers, 0, 0, NULL, OPT_RUN, "auto, a file, or a comma list of layer names"),
     TOPT(NULL, "--geofp8-rank", OPT_INT, geofp8_rank, 1, 4096, NULL, OPT_RUN, "low-rank r of the input-side factor"),
     TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, OPT_RUN, "refresh the factor every K steps"),
@@ -267,6 +271,9 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
     }
     if (cfg->resume && cfg->output_dir.empty())
         user_error("-y 1: resuming needs the checkpoint directory, but -o is not set (hint: add -o DIR)");
+    if (cfg->fp8_format != "e4m3" && (cfg->comm == "fp32" || cfg->comm == "bf16"))
+        user_error("--fp8-format %s: sets the codes of the FP8 modes (fp8, fp8block, geofp8, kfac), found -c %s",
+                   cfg->fp8_format.c_str(), cfg->comm.c_str());
     if (cfg->geofp8_ema > 0.0f && cfg->comm == "kfac")
         user_error("--geofp8-ema: averages the sketch of -c geofp8; -c kfac accumulates explicit statistics (use --geofp8-ema 0)");
     if (cfg->geofp8_power != "auto") {  // a number, written back in one spelling (1.0 and 1 are one setting)
@@ -281,6 +288,9 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
         cfg->geofp8_power = b;
     }
 }
+
+// --fp8-format as the codec's enum.
+static inline Fp8Format train_config_fp8_format(const TrainConfig* cfg) { return cfg->fp8_format == "e5m2" ? FP8_E5M2 : FP8_E4M3; }
 
 // --geofp8-power as a number; -1 for auto.
 static inline double train_config_geofp8_power(const TrainConfig* cfg) {

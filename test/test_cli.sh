@@ -61,6 +61,9 @@ expect_error cli_geofp8_power_garbage "--geofp8-power: expected auto or a number
 expect_error cli_geofp8_power_negative "--geofp8-power" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power -0.5
 expect_error cli_geofp8_ema_with_kfac "--geofp8-ema: averages the sketch of -c geofp8" "${FAST[@]}" -x 1 -c kfac --geofp8-ema 0.9
 expect_error cli_geofp8_ema_one "--geofp8-ema: expected a number in \[0, 0.999\], found 1" "${FAST[@]}" -x 1 -c geofp8 --geofp8-ema 1
+# the FP8 format: one of the two, and only with a mode that sends FP8 codes
+expect_error cli_fp8_format_unknown "--fp8-format" "${FAST[@]}" -x 1 -c fp8 --fp8-format e4m2
+expect_error cli_fp8_format_with_fp32 "--fp8-format e5m2: sets the codes of the FP8 modes (fp8, fp8block, geofp8, kfac), found -c fp32" "${FAST[@]}" -x 1 -c fp32 --fp8-format e5m2
 expect_error cli_geofp8_damping_zero "--geofp8-damping: expected a number in" "${FAST[@]}" -x 1 -c geofp8 --geofp8-damping 0
 # a layer list that names nothing is refused (it would run plain fp8); a garbage layer file is
 # named with its line, its bytes escaped, on one line
@@ -185,6 +188,20 @@ if [ -x "$FID" ]; then
     rc=$?
     if [ $rc -eq 1 ] && grep -q "^error: -k: expected a number of batches in \[1, 100000\], found 0" "$TMP/fid0.err"; then pass fidelity_tool_bad_k
     else fail fidelity_tool_bad_k "rc=$rc $(cat "$TMP/fid0.err")"; fi
+    # --fp8-format e5m2: the Euclidean round trip's RelL2 doubles (one mantissa bit less; measured
+    # 2.001 on these two batches' fc2 units, bound [1.8, 2.2]); at 5.3e-2 it is the paper's figure
+    timeout 300 "$FID" -e tiny -b 1 -t 32 -k 2 --fp8-format e5m2 >"$TMP/fid5.out" 2>"$TMP/fid5.err"
+    rc=$?
+    r4=$(grep -m1 '^| Euclidean baseline |' "$TMP/fid.out" | awk -F'|' '{print $3}' | awk '{print $1}')
+    r5=$(grep -m1 '^| Euclidean baseline |' "$TMP/fid5.out" | awk -F'|' '{print $3}' | awk '{print $1}')
+    if [ $rc -eq 0 ] && grep -q "FP8 format e5m2" "$TMP/fid5.out" &&
+       python3 -c "import sys; r = float(sys.argv[2]) / float(sys.argv[1]); print(f'  fidelity e5m2 / e4m3 Euclidean fc2: {r:.3f}'); sys.exit(0 if 1.8 <= r <= 2.2 else 1)" "$r4" "$r5"; then
+        pass fidelity_tool_e5m2_doubles_euclidean
+    else fail fidelity_tool_e5m2_doubles_euclidean "rc=$rc e4m3 '$r4' e5m2 '$r5' $(tail -1 "$TMP/fid5.err")"; fi
+    "$FID" -e tiny --fp8-format e4m2 >/dev/null 2>"$TMP/fid6.err"
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q "^error: --fp8-format: expected e4m3 or e5m2, found 'e4m2'" "$TMP/fid6.err"; then pass fidelity_tool_bad_format
+    else fail fidelity_tool_bad_format "rc=$rc $(cat "$TMP/fid6.err")"; fi
 else fail fidelity_tool_tables "build/fidelity is missing (make build/fidelity)"; fi
 
 # -n -1: logs but never a checkpoint

@@ -3,7 +3,9 @@
 # GPU model test and dev/cuda/geofp8.cu for the CPU (kernels run thread by thread, cuBLAS /
 # cuSOLVER emulated, NCCL over MPI with one rank per emulated GPU), then
 #   - test_llama_gpu: the GPU model against the PyTorch fixture and the CPU engine;
-#   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise);
+#   - test_fp8_device: the codecs in kernels against CUDA's conversions on all 2^32 float32
+#     patterns (E4M3, E5M2, BF16) and the ml_dtypes fixture;
+#   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise, E4M3 and E5M2);
 #   - test_blas_shim: the CBLAS / LAPACKE calls of the CPU references, served by cuBLAS / cuSOLVER
 #     in CUDA builds, against their definitions;
 #   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
@@ -51,6 +53,13 @@ timeout 300 "$EMU/test_blas_shim" >"$TMP/shim.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/shim.out"
 [ $rc -eq 0 ] || fail emu.test_blas_shim_exit "rc=$rc $(tail -2 "$TMP/shim.out")"
+# the FP8 / BF16 codecs as kernels: every float32 bit pattern against CUDA's own conversions
+# (__nv_cvt_float_to_fp8 satfinite E4M3 and E5M2, __float2bfloat16_rn; their host implementations
+# here, the cvt instructions on a GPU) and the fixture's ml_dtypes codes; about 35 s
+timeout 600 "$EMU/test_fp8_device" >"$TMP/fp8dev.out" 2>&1
+rc=$?
+sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/fp8dev.out"
+[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/fp8dev.out")" -eq 10 ] || fail emu.test_fp8_device_exit "rc=$rc $(tail -2 "$TMP/fp8dev.out")"
 timeout 900 "$EMU/dev_geofp8" --small >"$TMP/geofp8.out" 2>&1
 rc=$?
 np=$(grep -c '^PASS dev_geofp8' "$TMP/geofp8.out"); nf=$(grep -c '^FAIL' "$TMP/geofp8.out")
@@ -61,13 +70,16 @@ else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(tail -1 "$TMP/
 # --- every mode, 2 ranks, against the CPU engine
 RUN=(-e tiny -b 1 -t 32 -d 64 -x 8 -v 0 -s 0 -n -1 -l 3e-3 -u 2 --seed 1337 --fidelity-every 1 --geofp8-refresh 3)
 GEO=(--geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2 --geofp8-rank 8)
-# (geofp8:auto and geofp8:ema: the native sum with --geofp8-power auto / --geofp8-ema 0.9)
-for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto geofp8:ema; do
+# (geofp8:auto and geofp8:ema: the native sum with --geofp8-power auto / --geofp8-ema 0.9; the
+# :e5m2 modes: the native sum of E5M2 codes, --fp8-format e5m2, whose RelL2 is about twice E4M3's,
+# so a run that kept E4M3 misses the RelL2 bound below)
+for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto geofp8:ema fp8:e5m2 geofp8:e5m2; do
     mode=${m%%:*}; red=native; [[ $m == *:* ]] && red=${m#*:}
     t=${mode}_$red
     extra=(); [ "$mode" = geofp8 ] && extra=("${GEO[@]}")
     if [ "$red" = auto ]; then red=native; extra+=(--geofp8-power auto); fi
     if [ "$red" = ema ]; then red=native; extra+=(--geofp8-ema 0.9); fi
+    if [ "$red" = e5m2 ]; then red=native; extra+=(--fp8-format e5m2); t=${mode}_e5m2; fi
     "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_runs" "$(tail -2 "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||

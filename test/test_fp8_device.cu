@@ -1,19 +1,21 @@
 // test_fp8_device.cu — the llmc/fp8.h codecs compiled for and run on the GPU.
 //
 // Pairs each device result with the CPU reference (the same header compiled by the host
-// compiler) and with CUDA's own conversions (__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3),
-// the cvt.rn.satfinite.e4m3x2.f32 instruction on sm_89+, and __float2bfloat16_rn):
-//   - all 256 E4M3 decodes, against the host and against CUDA's fp8 -> float;
-//   - the fixture's hand-picked E4M3 inputs, its 2^20 generated inputs and its BF16 inputs
-//     (test/fixtures/fp8.fix), against the fixture codes;
-//   - every one of the 2^32 float32 bit patterns, fp8_e4m3_encode and fp8_bf16_encode against
-//     CUDA's conversions (counts and the first mismatch).
+// compiler) and with CUDA's own conversions (__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3 /
+// __NV_E5M2), the cvt.rn.satfinite.{e4m3,e5m2}x2.f32 instructions on sm_89+, and
+// __float2bfloat16_rn):
+//   - all 256 decodes of each FP8 format, against the host and against CUDA's fp8 -> float;
+//   - the fixture's hand-picked inputs and 2^20 generated inputs of each format and its BF16
+//     inputs (test/fixtures/fp8.fix), against the fixture codes;
+//   - every one of the 2^32 float32 bit patterns, fp8_e4m3_encode, fp8_e5m2_encode and
+//     fp8_bf16_encode against CUDA's conversions (counts and the first mismatch).
 // Exits 77 after printing a SKIP line when there is no CUDA device.
 // Build: nvcc -O2 -arch=sm_90 -std=c++17 test/test_fp8_device.cu -o build/test_fp8_device
 // Run from the repository root.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -39,12 +41,14 @@
 static const char* FIXTURE_PATH = "test/fixtures/fp8.fix";
 static const size_t RANDOM_COUNT = (size_t)1 << 20;
 
+__host__ __device__ static inline __nv_fp8_interpretation_t cuda_kind(Fp8Format f) { return f == FP8_E5M2 ? __NV_E5M2 : __NV_E4M3; }
+
 // out (n) ours, ref (n) CUDA's; x (n)
-__global__ void fp8_encode_kernel(uint8_t* out, uint8_t* ref, const float* x, size_t n) {
+__global__ void fp8_encode_kernel(uint8_t* out, uint8_t* ref, const float* x, size_t n, Fp8Format f) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    out[i] = fp8_e4m3_encode(x[i]);
-    ref[i] = (uint8_t)__nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, __NV_E4M3);
+    out[i] = fp8_encode(f, x[i]);
+    ref[i] = (uint8_t)__nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, cuda_kind(f));
 }
 
 // out (n) ours, ref (n) CUDA's; x (n)
@@ -57,16 +61,22 @@ __global__ void fp8_bf16_encode_kernel(uint16_t* out, uint16_t* ref, const float
 }
 
 // out (256) ours, ref (256) CUDA's
-__global__ void fp8_decode_kernel(float* out, float* ref) {
+__global__ void fp8_decode_kernel(float* out, float* ref, Fp8Format f) {
     int c = threadIdx.x;
-    out[c] = fp8_e4m3_decode((uint8_t)c);
-    __nv_fp8_e4m3 v;
-    v.__x = (__nv_fp8_storage_t)c;
-    ref[c] = (float)v;
+    out[c] = fp8_decode(f, (uint8_t)c);
+    if (f == FP8_E5M2) {
+        __nv_fp8_e5m2 v;
+        v.__x = (__nv_fp8_storage_t)c;
+        ref[c] = (float)v;
+    } else {
+        __nv_fp8_e4m3 v;
+        v.__x = (__nv_fp8_storage_t)c;
+        ref[c] = (float)v;
+    }
 }
 
 // Every float32 bit pattern in [base, base + n): counts encodes that differ from CUDA's and keeps
-// the smallest differing pattern. counters: [0] fp8 count, [1] bf16 count; first: [0] fp8, [1] bf16
+// the smallest differing pattern. counters and first: [0] e4m3, [1] bf16, [2] e5m2
 __global__ void fp8_sweep_kernel(unsigned long long* counters, unsigned int* first, uint64_t base, uint64_t n) {
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -82,14 +92,20 @@ __global__ void fp8_sweep_kernel(unsigned long long* counters, unsigned int* fir
             atomicAdd(&counters[1], 1ull);
             atomicMin(&first[1], bits);
         }
+        uint8_t ref5 = (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+        if (fp8_e5m2_encode(x) != ref5) {
+            atomicAdd(&counters[2], 1ull);
+            atomicMin(&first[2], bits);
+        }
     }
 }
 
 static uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-// The generator documented in test/reference/make_fp8_fixtures.py (same as test/test_fp8.cpp).
-static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n) {
+// The generator documented in test/reference/make_fp8_fixtures.py (same as test/test_fp8.cpp);
+// exponents e0 .. e0 + span - 1.
+static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n, int e0, int span) {
     Rng rng;
     rand_init(&rng, seed);
     x->resize(n);
@@ -102,7 +118,7 @@ static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n) {
             bits = raw;
         } else {
             uint32_t sign = (uint32_t)((r >> 4) & 1u);
-            int e = -14 + (int)(((r >> 8) & 0xFFFFu) % 25u);
+            int e = e0 + (int)(((r >> 8) & 0xFFFFu) % (uint64_t)span);
             uint32_t m = raw & 0x7FFFFFu;
             if (lo == 1) m &= 0x780000u;
             bits = (sign << 31) | ((uint32_t)(e + 127) << 23) | m;
@@ -112,7 +128,7 @@ static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n) {
 }
 
 // Encodes x on the device with ours and CUDA's; both must equal the expected codes and the host.
-static void check_e4m3_device(const char* name, const std::vector<float>& x, const std::vector<uint8_t>& want) {
+static void check_fp8_device(const std::string& name, Fp8Format f, const std::vector<float>& x, const std::vector<uint8_t>& want) {
     size_t n = x.size();
     float* d_x;
     uint8_t *d_out, *d_ref;
@@ -120,18 +136,18 @@ static void check_e4m3_device(const char* name, const std::vector<float>& x, con
     CUDA_CHECK(cudaMalloc(&d_out, n));
     CUDA_CHECK(cudaMalloc(&d_ref, n));
     CUDA_CHECK(cudaMemcpy(d_x, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    fp8_encode_kernel<<<(unsigned)((n + 255) / 256), 256>>>(d_out, d_ref, d_x, n);
+    fp8_encode_kernel<<<(unsigned)((n + 255) / 256), 256>>>(d_out, d_ref, d_x, n, f);
     KERNEL_CHECK();
     std::vector<uint8_t> out(n), ref(n);
     CUDA_CHECK(cudaMemcpy(out.data(), d_out, n, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(ref.data(), d_ref, n, cudaMemcpyDeviceToHost));
     size_t bad = 0, bad_cuda = 0, first = 0;
     for (size_t i = 0; i < n; i++) {
-        bool ok = out[i] == want[i] && out[i] == fp8_e4m3_encode(x[i]);
+        bool ok = out[i] == want[i] && out[i] == fp8_encode(f, x[i]);
         if (!ok && bad++ == 0) first = i;
         bad_cuda += ref[i] != want[i];
     }
-    test_check(name, bad == 0 && bad_cuda == 0,
+    test_check(name.c_str(), bad == 0 && bad_cuda == 0,
                "%zu device codes differ from fixture/host (first x=0x%08x device 0x%02x want 0x%02x), "
                "%zu CUDA satfinite codes differ", bad, f2u(x[first]), out[first], want[first], bad_cuda);
     CUDA_CHECK(cudaFree(d_x));
@@ -146,49 +162,52 @@ static void test_fixture_cases(void) {
         return;
     }
 
-    // decode: device == host == fixture, and CUDA's decode agrees
-    {
-        float *d_out, *d_ref;
-        CUDA_CHECK(cudaMalloc(&d_out, 256 * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&d_ref, 256 * sizeof(float)));
-        fp8_decode_kernel<<<1, 256>>>(d_out, d_ref);
-        KERNEL_CHECK();
-        float out[256], ref[256];
-        CUDA_CHECK(cudaMemcpy(out, d_out, sizeof(out), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(ref, d_ref, sizeof(ref), cudaMemcpyDeviceToHost));
-        const float* want = fx.f("e4m3.decode");
-        int bad = 0;
-        for (int c = 0; c < 256; c++) {
-            float host = fp8_e4m3_decode((uint8_t)c);
-            bool ok = std::isnan(want[c])
-                ? std::isnan(out[c]) && std::isnan(ref[c]) && std::isnan(host)
-                : f2u(out[c]) == f2u(want[c]) && f2u(ref[c]) == f2u(want[c]) && f2u(host) == f2u(want[c]);
-            bad += !ok;
+    for (Fp8Format f : {FP8_E4M3, FP8_E5M2}) {
+        const std::string t = fp8_format_name(f), p = "fp8.device." + t;
+        // decode: device == host == fixture, and CUDA's decode agrees
+        {
+            float *d_out, *d_ref;
+            CUDA_CHECK(cudaMalloc(&d_out, 256 * sizeof(float)));
+            CUDA_CHECK(cudaMalloc(&d_ref, 256 * sizeof(float)));
+            fp8_decode_kernel<<<1, 256>>>(d_out, d_ref, f);
+            KERNEL_CHECK();
+            float out[256], ref[256];
+            CUDA_CHECK(cudaMemcpy(out, d_out, sizeof(out), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(ref, d_ref, sizeof(ref), cudaMemcpyDeviceToHost));
+            const float* want = fx.f(t + ".decode");
+            int bad = 0;
+            for (int c = 0; c < 256; c++) {
+                float host = fp8_decode(f, (uint8_t)c);
+                bool ok = std::isnan(want[c])
+                    ? std::isnan(out[c]) && std::isnan(ref[c]) && std::isnan(host)
+                    : f2u(out[c]) == f2u(want[c]) && f2u(ref[c]) == f2u(want[c]) && f2u(host) == f2u(want[c]);
+                bad += !ok;
+            }
+            test_check((p + "_decode_all_256").c_str(), bad == 0, "%d codes differ", bad);
+            CUDA_CHECK(cudaFree(d_out));
+            CUDA_CHECK(cudaFree(d_ref));
         }
-        test_check("fp8.device.e4m3_decode_all_256", bad == 0, "%d codes differ", bad);
-        CUDA_CHECK(cudaFree(d_out));
-        CUDA_CHECK(cudaFree(d_ref));
-    }
 
-    {
-        const FixtureTensor& tx = fx.get("e4m3.special_x");
-        const int32_t* code = fx.i("e4m3.special_code");
-        std::vector<uint8_t> want(tx.numel());
-        for (size_t i = 0; i < want.size(); i++) want[i] = (uint8_t)code[i];
-        check_e4m3_device("fp8.device.e4m3_special_cases", tx.f, want);
-    }
+        {
+            const FixtureTensor& tx = fx.get(t + ".special_x");
+            const int32_t* code = fx.i(t + ".special_code");
+            std::vector<uint8_t> want(tx.numel());
+            for (size_t i = 0; i < want.size(); i++) want[i] = (uint8_t)code[i];
+            check_fp8_device(p + "_special_cases", f, tx.f, want);
+        }
 
-    {
-        const FixtureTensor& tc = fx.get("e4m3.random_code");
-        std::vector<float> x;
-        random_inputs(&x, (uint64_t)fx.i("e4m3.random_seed")[0], RANDOM_COUNT);
-        std::vector<uint8_t> want(RANDOM_COUNT);
-        if (tc.numel() * 4 != RANDOM_COUNT) {
-            test_check("fp8.device.e4m3_random_2^20", false, "fixture holds %zu packed words", tc.numel());
-        } else {
-            for (size_t j = 0; j < tc.numel(); j++)
-                for (int b = 0; b < 4; b++) want[4 * j + b] = (uint8_t)((uint32_t)tc.i[j] >> (8 * b));
-            check_e4m3_device("fp8.device.e4m3_random_2^20", x, want);
+        {
+            const FixtureTensor& tc = fx.get(t + ".random_code");
+            std::vector<float> x;
+            random_inputs(&x, (uint64_t)fx.i(t + ".random_seed")[0], RANDOM_COUNT, f == FP8_E5M2 ? -20 : -14, f == FP8_E5M2 ? 38 : 25);
+            std::vector<uint8_t> want(RANDOM_COUNT);
+            if (tc.numel() * 4 != RANDOM_COUNT) {
+                test_check((p + "_random_2^20").c_str(), false, "fixture holds %zu packed words", tc.numel());
+            } else {
+                for (size_t j = 0; j < tc.numel(); j++)
+                    for (int b = 0; b < 4; b++) want[4 * j + b] = (uint8_t)((uint32_t)tc.i[j] >> (8 * b));
+                check_fp8_device(p + "_random_2^20", f, x, want);
+            }
         }
     }
 
@@ -223,23 +242,25 @@ static void test_fixture_cases(void) {
 static void test_exhaustive_vs_cuda(void) {
     unsigned long long* d_counters;
     unsigned int* d_first;
-    CUDA_CHECK(cudaMalloc(&d_counters, 2 * sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMalloc(&d_first, 2 * sizeof(unsigned int)));
-    CUDA_CHECK(cudaMemset(d_counters, 0, 2 * sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMemset(d_first, 0xFF, 2 * sizeof(unsigned int)));
+    CUDA_CHECK(cudaMalloc(&d_counters, 3 * sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMalloc(&d_first, 3 * sizeof(unsigned int)));
+    CUDA_CHECK(cudaMemset(d_counters, 0, 3 * sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMemset(d_first, 0xFF, 3 * sizeof(unsigned int)));
     const uint64_t chunk = (uint64_t)1 << 30;  // four launches keep each one short
     for (uint64_t base = 0; base < ((uint64_t)1 << 32); base += chunk) {
         fp8_sweep_kernel<<<4096, 256>>>(d_counters, d_first, base, chunk);
         KERNEL_CHECK();
     }
-    unsigned long long counters[2];
-    unsigned int first[2];
+    unsigned long long counters[3];
+    unsigned int first[3];
     CUDA_CHECK(cudaMemcpy(counters, d_counters, sizeof(counters), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(first, d_first, sizeof(first), cudaMemcpyDeviceToHost));
     test_check("fp8.device.e4m3_all_2^32_vs_cuda_satfinite", counters[0] == 0,
                "%llu of 2^32 float32 patterns differ, first 0x%08x", counters[0], first[0]);
     test_check("fp8.device.bf16_all_2^32_vs_float2bfloat16_rn", counters[1] == 0,
                "%llu of 2^32 float32 patterns differ, first 0x%08x", counters[1], first[1]);
+    test_check("fp8.device.e5m2_all_2^32_vs_cuda_satfinite", counters[2] == 0,
+               "%llu of 2^32 float32 patterns differ, first 0x%08x", counters[2], first[2]);
     CUDA_CHECK(cudaFree(d_counters));
     CUDA_CHECK(cudaFree(d_first));
 }

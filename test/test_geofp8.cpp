@@ -151,10 +151,10 @@ static double lowrank_err(const Exact& e, const Sketch& s, int r) {
 // ---------------------------------------------------------------------------------------------
 // 1. scales
 
-// Sums N E4M3 codes as the all-reduce would: each combine adds in float and rounds back to
-// E4M3. ring: sequential left to right; otherwise a pairwise tree. Returns the largest
-// magnitude any combine produced before rounding (> 448 means the combine saturated).
-static float fp8_sum_worst(const std::vector<float>& vals, bool ring) {
+// Sums N FP8 codes of format f as the all-reduce would: each combine adds in float and rounds
+// back to f. ring: sequential left to right; otherwise a pairwise tree. Returns the largest
+// magnitude any combine produced before rounding (> the format's max means it saturated).
+static float fp8_sum_worst(Fp8Format f, const std::vector<float>& vals, bool ring) {
     float worst = 0.0f;
     std::vector<float> cur = vals;
     if (ring) {
@@ -162,7 +162,7 @@ static float fp8_sum_worst(const std::vector<float>& vals, bool ring) {
         for (size_t i = 1; i < cur.size(); i++) {
             float t = s + cur[i];
             worst = std::max(worst, fabsf(t));
-            s = fp8_e4m3_decode(fp8_e4m3_encode(t));
+            s = fp8_decode(f, fp8_encode(f, t));
         }
         return std::max(worst, fabsf(cur[0]));
     }
@@ -171,7 +171,7 @@ static float fp8_sum_worst(const std::vector<float>& vals, bool ring) {
         for (size_t i = 0; i + 1 < cur.size(); i += 2) {
             float t = cur[i] + cur[i + 1];
             worst = std::max(worst, fabsf(t));
-            nxt.push_back(fp8_e4m3_decode(fp8_e4m3_encode(t)));
+            nxt.push_back(fp8_decode(f, fp8_encode(f, t)));
         }
         if (cur.size() % 2) nxt.push_back(cur.back());
         cur.swap(nxt);
@@ -188,10 +188,20 @@ static void test_scales() {
         {nextafterf(224.0f, 1e9f), 1, -1}, {3.5f, 1, 6}, {1e-3f, 8, 14}};
     bool ok = true;
     for (auto& kv : known) {
-        int e = geofp8_scale_exponent(kv.a, kv.N);
+        int e = geofp8_scale_exponent(FP8_E4M3, kv.a, kv.N);
         if (e != kv.e) { ok = false; printf("  a=%.9g N=%d: e=%d, want %d\n", kv.a, kv.N, e, kv.e); }
     }
     test_check("scale_exponent_known_values", ok);
+    // E5M2: e = floor(log2(57344/a)) - ceil(log2 N) - 1 (57344 = 1.75 * 2^15)
+    struct { float a; int N; int e; } known5[] = {
+        {57344.0f, 1, -1}, {57344.0f, 2, -2}, {1.0f, 1, 14}, {1.0f, 2, 13}, {1.0f, 6, 11}, {1.0f, 8, 11},
+        {28672.0f, 1, 0}, {nextafterf(28672.0f, 1e9f), 1, -1}, {448.0f, 1, 6}, {1e-3f, 4, 22}};
+    ok = true;
+    for (auto& kv : known5) {
+        int e = geofp8_scale_exponent(FP8_E5M2, kv.a, kv.N);
+        if (e != kv.e) { ok = false; printf("  e5m2 a=%.9g N=%d: e=%d, want %d\n", kv.a, kv.N, e, kv.e); }
+    }
+    test_check("scale_exponent_known_values_e5m2", ok);
 
     // over a sweep of amax (log-uniform over 1e-30..1e30) and N = 1..64: s is a power of two,
     // s*a <= 448 / 2^(m+1) and the floor is tight (2 s a > 448 / 2^(m+1)), scaling is exact
@@ -202,7 +212,7 @@ static void test_scales() {
         float a = (float)pow(10.0, -30.0 + 60.0 * rand_uniform(&rng));
         int N = 1 + (int)(rand_u64(&rng) % 64);
         int m = geofp8_ceil_log2(N);
-        int e = geofp8_scale_exponent(a, N);
+        int e = geofp8_scale_exponent(FP8_E4M3, a, N);
         float s = geofp8_scale_from_exponent(e);
         int ex;
         double mant = frexp((double)s, &ex);
@@ -218,57 +228,64 @@ static void test_scales() {
     test_check("scale_floor_is_tight", tight);
     test_check("scaling_is_exact", exact);
 
-    // N-rank sums of the codes never saturate for N <= 12 (adversarial: every rank holds +-amax
-    // at the same positions, with amax swept so s*amax covers every mantissa; random: uniform
-    // values with one shared extreme position), in ring and tree order
-    bool nosat = true;
-    float worst_le12 = 0.0f, worst_gt12 = 0.0f;
-    int first_sat_N = 0;
-    for (int N = 1; N <= 64; N++) {
-        float worst = 0.0f;
-        for (int ai = 0; ai < 200; ai++) {
-            float a = ldexpf(1.0f + ai / 200.0f, -3 + ai % 7);
-            float s = geofp8_scale_from_exponent(geofp8_scale_exponent(a, N));
-            float c = fp8_e4m3_decode(fp8_e4m3_encode(s * a));
-            std::vector<float> vals(N, c);
-            worst = std::max(worst, fp8_sum_worst(vals, true));
-            worst = std::max(worst, fp8_sum_worst(vals, false));
-        }
-        // random: each rank n values uniform in [-a, a]; position 0 is +a on every rank
-        const int n = 512;
-        const float a = 3.7f;
-        float s = geofp8_scale_from_exponent(geofp8_scale_exponent(a, N));
-        Rng rr;
-        rand_init(&rr, 100 + N);
-        std::vector<std::vector<float>> codes(n, std::vector<float>(N));
-        for (int rk = 0; rk < N; rk++)
-            for (int i = 0; i < n; i++) {
-                float x = i == 0 ? a : a * (float)(2.0 * rand_uniform(&rr) - 1.0);
-                codes[i][rk] = fp8_e4m3_decode(fp8_e4m3_encode(s * x));
+    // N-rank sums of the codes never saturate for N <= 12 in E4M3 and N <= 6 in E5M2 (geofp8.h:
+    // M/2 (1 + u)^(N-1) <= M with u = 2^-4 / 2^-3) (adversarial: every rank holds +-amax at the
+    // same positions, with amax swept so s*amax covers every mantissa; random: uniform values with
+    // one shared extreme position), in ring and tree order
+    for (Fp8Format f : {FP8_E4M3, FP8_E5M2}) {
+        const int nmax = f == FP8_E5M2 ? 6 : 12;
+        const float top = fp8_format_max(f);
+        bool nosat = true;
+        float worst_le = 0.0f, worst_gt = 0.0f;
+        int first_sat_N = 0;
+        for (int N = 1; N <= 64; N++) {
+            float worst = 0.0f;
+            for (int ai = 0; ai < 200; ai++) {
+                float a = ldexpf(1.0f + ai / 200.0f, -3 + ai % 7);
+                float s = geofp8_scale_from_exponent(geofp8_scale_exponent(f, a, N));
+                float c = fp8_decode(f, fp8_encode(f, s * a));
+                std::vector<float> vals(N, c);
+                worst = std::max(worst, fp8_sum_worst(f, vals, true));
+                worst = std::max(worst, fp8_sum_worst(f, vals, false));
             }
-        for (int i = 0; i < n; i++) {
-            worst = std::max(worst, fp8_sum_worst(codes[i], true));
-            worst = std::max(worst, fp8_sum_worst(codes[i], false));
+            // random: each rank n values uniform in [-a, a]; position 0 is +a on every rank
+            const int n = 512;
+            const float a = 3.7f;
+            float s = geofp8_scale_from_exponent(geofp8_scale_exponent(f, a, N));
+            Rng rr;
+            rand_init(&rr, 100 + N);
+            std::vector<std::vector<float>> codes(n, std::vector<float>(N));
+            for (int rk = 0; rk < N; rk++)
+                for (int i = 0; i < n; i++) {
+                    float x = i == 0 ? a : a * (float)(2.0 * rand_uniform(&rr) - 1.0);
+                    codes[i][rk] = fp8_decode(f, fp8_encode(f, s * x));
+                }
+            for (int i = 0; i < n; i++) {
+                worst = std::max(worst, fp8_sum_worst(f, codes[i], true));
+                worst = std::max(worst, fp8_sum_worst(f, codes[i], false));
+            }
+            if (N <= nmax) {
+                worst_le = std::max(worst_le, worst);
+                if (worst > top) nosat = false;
+            } else {
+                worst_gt = std::max(worst_gt, worst);
+                if (worst > top && !first_sat_N) first_sat_N = N;
+            }
         }
-        if (N <= 12) {
-            worst_le12 = std::max(worst_le12, worst);
-            if (worst > E4M3_MAX) nosat = false;
-        } else {
-            worst_gt12 = std::max(worst_gt12, worst);
-            if (worst > E4M3_MAX && !first_sat_N) first_sat_N = N;
-        }
+        const std::string name = f == FP8_E5M2 ? "fp8_e5m2_sum_no_saturation_N_le_6" : "fp8_sum_no_saturation_N_le_12";
+        test_check(name.c_str(), nosat, "largest partial sum %g > %g", worst_le, top);
+        printf("  note (%s): largest partial sum before rounding: %g for N <= %d, %g for N up to 64 (%s); "
+               "the guarantee holds only up to %d ranks, beyond it saturation must be counted\n",
+               fp8_format_name(f), worst_le, nmax, worst_gt,
+               first_sat_N ? ("saturation from N = " + std::to_string(first_sat_N)).c_str() : "no saturation observed on these inputs", nmax);
     }
-    test_check("fp8_sum_no_saturation_N_le_12", nosat, "largest partial sum %g > 448", worst_le12);
-    printf("  note: largest partial sum before rounding: %g for N <= 12, %g for 13 <= N <= 64 (%s); "
-           "the guarantee holds only up to 12 ranks, beyond it saturation must be counted\n",
-           worst_le12, worst_gt12, first_sat_N ? "saturation observed" : "no saturation observed on these inputs");
 
     // zero tensor: exponent 0, every code +0, residual 0
     std::vector<float> z(1000, 0.0f), res(1000, 1.0f);
     std::vector<uint8_t> q(1000, 0xFF);
     float az = geofp8_amax(z.data(), z.size());
-    int ez = geofp8_scale_exponent(az, 8);
-    geofp8_quantize_ef(q.data(), res.data(), z.data(), z.size(), geofp8_scale_from_exponent(ez));
+    int ez = geofp8_scale_exponent(FP8_E4M3, az, 8);
+    geofp8_quantize_ef(FP8_E4M3, q.data(), res.data(), z.data(), z.size(), geofp8_scale_from_exponent(ez));
     bool zok = az == 0.0f && ez == 0;
     for (size_t i = 0; i < z.size(); i++) zok = zok && q[i] == 0 && res[i] == 0.0f;
     test_check("zero_tensor_encodes_to_zeros", zok);
@@ -280,11 +297,11 @@ static void test_scales() {
     nf = nf && geofp8_amax(x.data(), x.size()) == INFINITY;
     x[1234] = -INFINITY;
     nf = nf && geofp8_amax(x.data(), x.size()) == INFINITY;
-    nf = nf && geofp8_scale_exponent(INFINITY, 4) == GEOFP8_EXP_SKIP && geofp8_scale_exponent(NAN, 1) == GEOFP8_EXP_SKIP;
+    nf = nf && geofp8_scale_exponent(FP8_E4M3, INFINITY, 4) == GEOFP8_EXP_SKIP && geofp8_scale_exponent(FP8_E4M3, NAN, 1) == GEOFP8_EXP_SKIP;
     std::vector<float> bam(geofp8_num_blocks(x.size(), GEOFP8_BLOCK)), bs(bam.size());
     geofp8_block_amax(bam.data(), x.data(), x.size(), GEOFP8_BLOCK);
     nf = nf && bam.size() == 4 && bam[2] == INFINITY && bam[0] < INFINITY && bam[3] < INFINITY;
-    nf = nf && geofp8_block_scales(bs.data(), bam.data(), bam.size(), 2) == 1;
+    nf = nf && geofp8_block_scales(FP8_E4M3, bs.data(), bam.data(), bam.size(), 2) == 1;
     test_check("nonfinite_amax_skips", nf);
 }
 
@@ -308,15 +325,15 @@ static void test_error_feedback() {
             sum_g[i] += g;
             x[i] = g + r[i];
         }
-        int e = geofp8_scale_exponent(geofp8_amax(x.data(), n), 1);
+        int e = geofp8_scale_exponent(FP8_E4M3, geofp8_amax(x.data(), n), 1);
         float s = geofp8_scale_from_exponent(e);
         // residual written over x itself (the aliasing the header allows) into r2
         std::vector<float> xa = x;
-        geofp8_quantize_ef(q.data(), xa.data(), xa.data(), n, s);
-        geofp8_quantize_ef(q.data(), r.data(), x.data(), n, s);
-        geofp8_dequantize(deq.data(), q.data(), n, s, 1);
+        geofp8_quantize_ef(FP8_E4M3, q.data(), xa.data(), xa.data(), n, s);
+        geofp8_quantize_ef(FP8_E4M3, q.data(), r.data(), x.data(), n, s);
+        geofp8_dequantize(FP8_E4M3, deq.data(), q.data(), n, s, 1);
         long sat, und;
-        geofp8_count_saturated_underflow(x.data(), n, s, &sat, &und);
+        geofp8_count_saturated_underflow(FP8_E4M3, x.data(), n, s, &sat, &und);
         und_total += und;
         for (size_t i = 0; i < n; i++) {
             // decode(q)/s + new residual == error-fed input, bit for bit (no saturation here)
@@ -340,9 +357,9 @@ static void test_error_feedback() {
     std::vector<uint8_t> qy(y.size());
     std::vector<float> ry(y.size());
     float s = 64.0f;  // |s y| up to ~2500: many saturate
-    geofp8_quantize_ef(qy.data(), ry.data(), y.data(), y.size(), s);
+    geofp8_quantize_ef(FP8_E4M3, qy.data(), ry.data(), y.data(), y.size(), s);
     long sat, und;
-    geofp8_count_saturated_underflow(y.data(), y.size(), s, &sat, &und);
+    geofp8_count_saturated_underflow(FP8_E4M3, y.data(), y.size(), s, &sat, &und);
     bool one_round = sat > 100;
     for (size_t i = 0; i < y.size(); i++) {
         float back = fp8_e4m3_decode(qy[i]) / s + ry[i];
@@ -353,7 +370,7 @@ static void test_error_feedback() {
     // dequantize of an N-rank code sum: decode / (s N)
     std::vector<uint8_t> qs = {fp8_e4m3_encode(96.0f), fp8_e4m3_encode(-3.0f), 0x00};
     std::vector<float> dq(3);
-    geofp8_dequantize(dq.data(), qs.data(), 3, 8.0f, 3);
+    geofp8_dequantize(FP8_E4M3, dq.data(), qs.data(), 3, 8.0f, 3);
     test_check("dequantize_divides_by_s_times_N", dq[0] == 4.0f && dq[1] == -0.125f && dq[2] == 0.0f, "%g %g %g", dq[0], dq[1], dq[2]);
 
     // per-block: block scales follow each block's amax; conservation as above
@@ -364,15 +381,15 @@ static void test_error_feedback() {
     std::vector<float> am(nb), sc(nb), rb(nb_n), db(nb_n);
     std::vector<uint8_t> qb(nb_n);
     geofp8_block_amax(am.data(), xb.data(), nb_n, GEOFP8_BLOCK);
-    size_t bad = geofp8_block_scales(sc.data(), am.data(), nb, 4);
-    geofp8_quantize_ef_block(qb.data(), rb.data(), xb.data(), nb_n, GEOFP8_BLOCK, sc.data());
-    geofp8_dequantize_block(db.data(), qb.data(), nb_n, GEOFP8_BLOCK, sc.data(), 1);
+    size_t bad = geofp8_block_scales(FP8_E4M3, sc.data(), am.data(), nb, 4);
+    geofp8_quantize_ef_block(FP8_E4M3, qb.data(), rb.data(), xb.data(), nb_n, GEOFP8_BLOCK, sc.data());
+    geofp8_dequantize_block(FP8_E4M3, db.data(), qb.data(), nb_n, GEOFP8_BLOCK, sc.data(), 1);
     bool bok = nb == 4 && bad == 0;
     for (size_t b = 0; b < nb; b++) {
         size_t i0 = b * GEOFP8_BLOCK, i1 = std::min(nb_n, i0 + GEOFP8_BLOCK);
         float m = 0.0f;
         for (size_t i = i0; i < i1; i++) m = std::max(m, fabsf(xb[i]));
-        bok = bok && am[b] == m && sc[b] == geofp8_scale_from_exponent(geofp8_scale_exponent(m, 4));
+        bok = bok && am[b] == m && sc[b] == geofp8_scale_from_exponent(geofp8_scale_exponent(FP8_E4M3, m, 4));
     }
     for (size_t i = 0; i < nb_n; i++) bok = bok && db[i] + rb[i] == xb[i];
     test_check("block_scales_and_error_feedback", bok);
@@ -381,7 +398,7 @@ static void test_error_feedback() {
     // 448) hit the top; 420 rounds to 416; 1e-4 and 2^-10 (tie with 0) underflow; 1e-3 -> 2^-9
     std::vector<float> cv = {500.0f, -460.0f, 448.0f, 440.0f, 432.0f, 420.0f, 1e-4f, 0.0f, -1e-3f, 0.0009765625f, 1.0f};
     long cs, cu, cn;
-    geofp8_count_saturated_underflow(cv.data(), cv.size(), 1.0f, &cs, &cu, &cn);
+    geofp8_count_saturated_underflow(FP8_E4M3, cv.data(), cv.size(), 1.0f, &cs, &cu, &cn);
     test_check("count_saturated_underflow", cs == 5 && cu == 2 && cn == 10, "sat %ld und %ld nz %ld", cs, cu, cn);
     double v = geofp8_vulnerability(cs, cu, cn, cv.size());
     test_check("vulnerability_score", fabs(v - (5.0 / 11.0 + 2.0 / 10.0)) < 1e-15, "%g", v);
@@ -901,7 +918,7 @@ static void test_power() {
                 GeoFP8Factor f;  // the full transform: r = d, exact eigenvectors
                 geofp8_factor_from_nystrom(&f, Q.data(), lam2.data(), 0.0f, tr2, d, d, ps[b], 1e-6);
                 geofp8_whiten(x.data(), Gq.data(), dout, d, &f, NULL);
-                geofp8_fp8_roundtrip(x.data(), x.data(), x.size());
+                geofp8_fp8_roundtrip(FP8_E4M3, x.data(), x.data(), x.size());
                 geofp8_unwhiten(x.data(), x.data(), dout, d, &f, NULL);
                 err[a][b] = test_rel_l2(x.data(), Gq.data(), x.size());
             }
@@ -1032,8 +1049,8 @@ static void test_fidelity() {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dout, din, n, 1.0f / n, dl.data(), dout, h.data(), din, 0.0f, G.data(), din);
 
     std::vector<GeoFP8Fidelity> fs(GEOFP8_FIDELITY_NUM_METHODS), fx(GEOFP8_FIDELITY_NUM_METHODS);
-    geofp8_fidelity_all(fs.data(), G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
-    geofp8_fidelity_all(fx.data(), G.data(), dout, din, h.data(), dl.data(), n, 1, 114);
+    geofp8_fidelity_all(fs.data(), G.data(), dout, din, h.data(), dl.data(), n, 0, 114, FP8_E4M3);
+    geofp8_fidelity_all(fx.data(), G.data(), dout, din, h.data(), dl.data(), n, 1, 114, FP8_E4M3);
     print_fidelity("least-squares layer, low rank from the sketch", fs.data());
     printf("  note: low rank from the exact eigendecomposition: r=8 %.4e, r=16 %.4e, r=32 %.4e\n", fx[method_index("lowrank_A_8")].rel_l2,
            fx[method_index("lowrank_A_16")].rel_l2, fx[method_index("lowrank_A_32")].rel_l2);
@@ -1050,9 +1067,9 @@ static void test_fidelity() {
 
     // the single-method entry point agrees with the batch one
     GeoFP8Fidelity one;
-    int st = geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
-    int bad = geofp8_fidelity_roundtrip(&one, "no_such_method", G.data(), dout, din, h.data(), dl.data(), n, 0, 114);
-    geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), NULL, n, 0, 114);
+    int st = geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), dl.data(), n, 0, 114, FP8_E4M3);
+    int bad = geofp8_fidelity_roundtrip(&one, "no_such_method", G.data(), dout, din, h.data(), dl.data(), n, 0, 114, FP8_E4M3);
+    geofp8_fidelity_roundtrip(&one, "block_A_64", G.data(), dout, din, h.data(), NULL, n, 0, 114, FP8_E4M3);
     test_check("fidelity_roundtrip_single_method", st == 0 && bad == -1 && one.rel_l2 == fs[method_index("block_A_64")].rel_l2);
     // the method names with a power, damping or refresh count; p = 0 is the Euclidean round trip
     {
@@ -1067,10 +1084,10 @@ static void test_fidelity() {
         std::vector<float> A2((size_t)din * din, 0.0f);
         geofp8_kfac_accumulate(A2.data(), h.data(), n, din, 1.0f / (float)n);
         Ap = A2.data();
-        geofp8_fidelity_method_stats(&e0, "euclidean", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
-        geofp8_fidelity_method_stats(&p0, "sym_A_p0", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
-        geofp8_fidelity_method_stats(&s1, "lowrank_A_16", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
-        geofp8_fidelity_method_stats(&l1, "lowrank_A_16_p1_d1e-3_it1", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5);
+        geofp8_fidelity_method_stats(&e0, "euclidean", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5, FP8_E4M3);
+        geofp8_fidelity_method_stats(&p0, "sym_A_p0", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5, FP8_E4M3);
+        geofp8_fidelity_method_stats(&s1, "lowrank_A_16", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5, FP8_E4M3);
+        geofp8_fidelity_method_stats(&l1, "lowrank_A_16_p1_d1e-3_it1", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5, FP8_E4M3);
         test_check("fidelity_method_suffixes", parse && p0.rel_l2 == e0.rel_l2 && l1.rel_l2 == s1.rel_l2,
                    "parse %d, sym p0 %.6e vs euclidean %.6e, explicit defaults %.6e vs %.6e", (int)parse, p0.rel_l2, e0.rel_l2, l1.rel_l2, s1.rel_l2);
     }
@@ -1078,7 +1095,7 @@ static void test_fidelity() {
     // For contrast (not asserted): with an output gradient independent of h (δ = y only), the
     // whitened gradient is isotropic on average and the geometry gives little or nothing.
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dout, din, n, 1.0f / n, y.data(), dout, h.data(), din, 0.0f, G.data(), din);
-    geofp8_fidelity_all(fs.data(), G.data(), dout, din, h.data(), y.data(), n, 0, 114);
+    geofp8_fidelity_all(fs.data(), G.data(), dout, din, h.data(), y.data(), n, 0, 114, FP8_E4M3);
     print_fidelity("output gradient independent of the inputs (contrast, not asserted)", fs.data());
 }
 

@@ -103,7 +103,7 @@ else
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
-    for k in libraries refs binaries test_blas_shim tiny mode_geofp8 bitwise; do
+    for k in libraries refs binaries test_blas_shim test_fp8_device tiny mode_geofp8 bitwise; do
         check "gpu_check.emulated_$k" '[ "$(result_of $k "$R")" = PASS ]' "$(row_of $k "$R")"
     done
     # the loss rows print their measurement against their bound
@@ -112,7 +112,7 @@ else
         pass "gpu_check.emulated_tiny_measured: max rel $tiny_rel, bound 5e-3 (4 steps, bf16 against fp32)"
     else fail gpu_check.emulated_tiny_measured "no max rel in: $(detail_of tiny "$R")"; fi
     check gpu_check.emulated_mode_labelled 'detail_of mode_geofp8 "$R" | grep -q "^orchestration only (1 rank): max rel"' "$(detail_of mode_geofp8 "$R")"
-    for k in dev_matmul test_fp8_device memcheck racecheck bench_d12 bench_llama600m torch_llama300m; do
+    for k in dev_matmul memcheck racecheck bench_d12 bench_llama600m torch_llama300m; do
         check "gpu_check.emulated_${k}_skipped_with_reason" '[ "$(result_of $k "$R")" = SKIP ] && detail_of $k "$R" | grep -q "^emulated: ."' "$(row_of $k "$R")"
     done
     check gpu_check.results_in_out_while_running '[ "$seen_live" -ge 5 ]' "$seen_live rows seen in \$OUT before the end"

@@ -4,14 +4,15 @@
 // What must be bitwise the CPU's (compared bit for bit; a NaN equals any NaN, since the GPU's
 // arithmetic returns the canonical NaN where x86 keeps the payload):
 //   amax per unit and per 512-block, exponents and scales (also a sweep over special and random
-//   amax values and world sizes 1..1000), E4M3 codes, error-feedback residuals, saturation /
-//   underflow / nonzero counts, dequantized averages and the ±448 count after the sum, the
+//   amax values and world sizes 1..1000), FP8 codes (E4M3, and E5M2 on the smaller cases),
+//   error-feedback residuals, saturation / underflow / nonzero counts, dequantized averages and
+//   the count of codes at the format's max after the sum, the
 //   two-phase server sum / re-quantization / server residual / dequantization, the skip rule on
 //   non-finite gradients (nothing written), the bf16 and fp32 averages, the residual add.
 //   Unit tables: an "odd" table (unit sizes 0, 1, 3, 513, a chunk + 7, several chunks; offsets not
 //   multiples of 4; gaps between units that must stay untouched; a few exact zeros so that the
 //   nonzero count is exercised), tiny and llama600m from llama_units(). Ranks are simulated on one
-//   GPU: the MAX and E4M3 SUM all-reduces are done on the host exactly as comm.h's MPI operators.
+//   GPU: the MAX and FP8 SUM all-reduces are done on the host exactly as comm.h's MPI operators.
 // Within fp32 tolerance (max |gpu - cpu| / max |cpu|; cuBLAS and OpenBLAS sum in different orders):
 //   whiten, unwhiten, carry of the residual, sketch Y, K-FAC accumulate / whiten / unwhiten:  TOL_GEMM 1e-4
 //     (measured rounding is ~1e-6; a wrong transpose or operand gives O(1))
@@ -215,16 +216,19 @@ static Layout layout_odd() {
     return L;
 }
 
-// the host side of one E4M3 SUM all-reduce: acc = e4m3(decode(q_r) + decode(acc)), ranks in order
-static void host_e4m3_sum(std::vector<uint8_t>& acc, const std::vector<uint8_t>& q) {
+// the host side of one FP8 SUM all-reduce: acc = fp8(decode(q_r) + decode(acc)), ranks in order
+static void host_fp8_sum(Fp8Format f, std::vector<uint8_t>& acc, const std::vector<uint8_t>& q) {
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < acc.size(); i++) acc[i] = fp8_e4m3_encode(fp8_e4m3_decode(q[i]) + fp8_e4m3_decode(acc[i]));
+    for (size_t i = 0; i < acc.size(); i++) acc[i] = fp8_sum_codes(f, q[i], acc[i]);
 }
+
+// the tag suffix of a format: none for E4M3 (the default), ".e5m2" for E5M2
+static std::string fmt_tag(Fp8Format f) { return f == FP8_E4M3 ? "" : std::string(".") + fp8_format_name(f); }
 
 // ----------------------------------------------------------------------------
 // 1. scale exponents: a sweep against geofp8_scale_exponent
 
-static void validate_scales() {
+static void validate_scales(Fp8Format f) {
     std::vector<float> amax = {0.0f, -0.0f, FLT_MIN, FLT_MAX, INFINITY, -INFINITY, NAN, -1.0f, 1e-45f, 1.4e-45f, 448.0f, 224.0f, 896.0f,
                                447.99997f, 448.00003f, 1.0f, 3.0f, 0.5f, 1e-38f, 1e38f, 7.0e-39f, 2.0f, 1.17549435e-38f};
     for (int e = -149; e <= 127; e++) {
@@ -232,9 +236,10 @@ static void validate_scales() {
         amax.push_back(p);
         amax.push_back(nextafterf(p, 0.0f));
         amax.push_back(nextafterf(p, INFINITY));
-        amax.push_back(448.0f * p);
-        amax.push_back(nextafterf(448.0f * p, INFINITY));
-        amax.push_back(nextafterf(448.0f * p, 0.0f));
+        const float top = fp8_format_max(f);
+        amax.push_back(top * p);
+        amax.push_back(nextafterf(top * p, INFINITY));
+        amax.push_back(nextafterf(top * p, 0.0f));
     }
     const size_t nrand = 1 << 20;
     for (size_t i = 0; i < nrand; i++) {
@@ -248,17 +253,17 @@ static void validate_scales() {
     float* d_skip = cuda_malloc<float>(1);
     int worlds[] = {1, 2, 3, 4, 7, 8, 12, 13, 16, 32, 64, 1000};
     for (int N : worlds) {
-        geofp8_block_scales(d_scale, d_exps, d_skip, d_amax, n, N, 0);
+        geofp8_block_scales(f, d_scale, d_exps, d_skip, d_amax, n, N, 0);
         std::vector<float> gs = cuda_download(d_scale, n), gskip = cuda_download(d_skip, 1);
         std::vector<int> ge = cuda_download(d_exps, n);
         std::vector<float> cs(n);
-        size_t bad = geofp8_block_scales(cs.data(), amax.data(), n, N);
+        size_t bad = geofp8_block_scales(f, cs.data(), amax.data(), n, N);
         std::vector<int> ce(n);
         for (size_t i = 0; i < n; i++) {
-            int e = geofp8_scale_exponent(amax[i], N);
+            int e = geofp8_scale_exponent(f, amax[i], N);
             ce[i] = e == GEOFP8_EXP_SKIP ? 0 : e;
         }
-        std::string tag = "dev_geofp8.scales.N" + std::to_string(N);
+        std::string tag = "dev_geofp8.scales" + fmt_tag(f) + ".N" + std::to_string(N);
         check_bits(tag + ".exponents", ge.data(), ce.data(), n);
         check_bits(tag + ".scales", gs.data(), cs.data(), n);
         check(tag + ".skip", (gskip[0] != 0.0f) == (bad > 0), "gpu %g, cpu %zu non-finite", gskip[0], bad);
@@ -270,11 +275,11 @@ static void validate_scales() {
 // ----------------------------------------------------------------------------
 // 2. the native FP8 path on a unit table: amax, scales, quantize + EF + counts, sum, dequantize
 
-static void validate_native(const Layout& L, int world, int block_mode, uint64_t seed) {
-    const std::string tag = "dev_geofp8.native." + L.name + (block_mode ? ".block" : ".unit") + ".N" + std::to_string(world);
+static void validate_native(const Layout& L, int world, int block_mode, uint64_t seed, Fp8Format f) {
+    const std::string tag = "dev_geofp8.native" + fmt_tag(f) + "." + L.name + (block_mode ? ".block" : ".unit") + ".N" + std::to_string(world);
     const size_t P = L.total, U = L.offset.size();
     GeoFP8Device g;
-    geofp8_device_init(&g, L.offset, L.size, P, world, 0, block_mode, 0);
+    geofp8_device_init(&g, L.offset, L.size, P, world, 0, block_mode, 0, f);
     for (int u : L.ef_units) geofp8_device_add_unit(&g, u, L.rows[u], L.cols[u], 32, 0);
     const GeoFP8UnitTable& t = g.units;
     const size_t G = (size_t)g.num_groups;
@@ -302,8 +307,8 @@ static void validate_native(const Layout& L, int world, int block_mode, uint64_t
     geofp8_device_scales(&g, 0);
     std::vector<float> gs = cuda_download(g.scale, G), cs(G);
     std::vector<int> ge = cuda_download(g.exps, G), ce(G);
-    size_t bad = geofp8_block_scales(cs.data(), gmax.data(), G, world);
-    for (size_t i = 0; i < G; i++) ce[i] = geofp8_scale_exponent(gmax[i], world);
+    size_t bad = geofp8_block_scales(f, cs.data(), gmax.data(), G, world);
+    for (size_t i = 0; i < G; i++) ce[i] = geofp8_scale_exponent(f, gmax[i], world);
     check_bits(tag + ".scales", gs.data(), cs.data(), G);
     check_bits(tag + ".exponents", ge.data(), ce.data(), G);
     check(tag + ".no_skip", bad == 0 && cuda_download(g.skip, 1)[0] == 0.0f, "");
@@ -329,19 +334,19 @@ static void validate_native(const Layout& L, int world, int block_mode, uint64_t
             long cs_ = 0, cu_ = 0, cn_ = 0;
             if (block_mode) {
                 const float* sc = cs.data() + t.first_block[u];
-                geofp8_quantize_ef_block(q_cpu.data() + off, gi >= 0 ? res.data() : NULL, x.data() + off, n, GEOFP8_BLOCK, sc);
+                geofp8_quantize_ef_block(f, q_cpu.data() + off, gi >= 0 ? res.data() : NULL, x.data() + off, n, GEOFP8_BLOCK, sc);
                 // gradcomm_native's per-block counting; parallel over blocks (each inner call then runs serially)
                 const long nb = (long)geofp8_num_blocks(n, GEOFP8_BLOCK);
                 #pragma omp parallel for reduction(+ : cs_, cu_, cn_) schedule(static)
                 for (long b = 0; b < nb; b++) {
                     size_t o = (size_t)b * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - o);
                     long s1, u1, n1;
-                    geofp8_count_saturated_underflow(x.data() + off + o, len, sc[b], &s1, &u1, &n1);
+                    geofp8_count_saturated_underflow(f, x.data() + off + o, len, sc[b], &s1, &u1, &n1);
                     cs_ += s1; cu_ += u1; cn_ += n1;
                 }
             } else {
-                geofp8_quantize_ef(q_cpu.data() + off, gi >= 0 ? res.data() : NULL, x.data() + off, n, cs[u]);
-                geofp8_count_saturated_underflow(x.data() + off, n, cs[u], &cs_, &cu_, &cn_);
+                geofp8_quantize_ef(f, q_cpu.data() + off, gi >= 0 ? res.data() : NULL, x.data() + off, n, cs[u]);
+                geofp8_count_saturated_underflow(f, x.data() + off, n, cs[u], &cs_, &cu_, &cn_);
             }
             codes_ok &= bit_mismatches(gq.data() + off, q_cpu.data() + off, n) == 0;
             counts_ok &= sat[u] == cs_ && und[u] == cu_ && nz[u] == cn_;
@@ -353,7 +358,7 @@ static void validate_native(const Layout& L, int world, int block_mode, uint64_t
         for (size_t i = 0; i < P; i++)
             if (!in_unit[i]) { gaps_ok &= gq[i] == 0xAB; q_cpu[i] = 0; gq[i] = 0; }
         if (r == 0) sum = gq;
-        else host_e4m3_sum(sum, gq);
+        else host_fp8_sum(f, sum, gq);
     }
     long und_total = 0, nz_total = 0;
     for (size_t u = 0; u < U; u++) { und_total += und[u]; nz_total += nz[u]; }
@@ -366,7 +371,7 @@ static void validate_native(const Layout& L, int world, int block_mode, uint64_t
     CUDA_CHECK(cudaMemset(d_out, 0x7F, P * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(g.q, sum.data(), P, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(g.counts, 0, 4 * U * sizeof(unsigned long long)));
-    geofp8_dequantize_units(d_out, g.q, g.scale, block_mode, world, &t, g.counts + 3 * U, 0);
+    geofp8_dequantize_units(f, d_out, g.q, g.scale, block_mode, world, &t, g.counts + 3 * U, 0);
     std::vector<float> go = cuda_download(d_out, P), co(P);
     std::vector<long> ssat(U);
     geofp8_device_read_stats(&g, NULL, NULL, NULL, ssat.data(), 0);
@@ -376,18 +381,18 @@ static void validate_native(const Layout& L, int world, int block_mode, uint64_t
     for (size_t u = 0; u < U; u++) {
         const size_t off = L.offset[u], n = L.size[u];
         memset(in_unit.data() + off, 1, n);
-        if (block_mode) geofp8_dequantize_block(co.data() + off, sum.data() + off, n, GEOFP8_BLOCK, cs.data() + t.first_block[u], world);
-        else geofp8_dequantize(co.data() + off, sum.data() + off, n, cs[u], world);
+        if (block_mode) geofp8_dequantize_block(f, co.data() + off, sum.data() + off, n, GEOFP8_BLOCK, cs.data() + t.first_block[u], world);
+        else geofp8_dequantize(f, co.data() + off, sum.data() + off, n, cs[u], world);
         out_ok &= bit_mismatches(go.data() + off, co.data() + off, n) == 0;
         long c = 0;
-        for (size_t i = off; i < off + n; i++) c += (sum[i] & 0x7Fu) == E4M3_MAX_CODE;
+        for (size_t i = off; i < off + n; i++) c += (sum[i] & 0x7Fu) == fp8_format_max_code(f);
         ssat_ok &= c == ssat[u];
         ssat_total += c;
     }
     bool out_gaps = true;
     for (size_t i = 0; i < P; i++) if (!in_unit[i]) out_gaps &= fp8_float_bits(go[i]) == 0x7F7F7F7Fu;
     check(tag + ".dequantize", out_ok, "");
-    check(tag + ".sum_saturated", ssat_ok, "%ld codes at +-448", ssat_total);
+    check(tag + ".sum_saturated", ssat_ok, "%ld codes at +-max", ssat_total);
     check(tag + ".dequantize_gaps_untouched", out_gaps, "");
     CUDA_CHECK(cudaFree(d_x));
     CUDA_CHECK(cudaFree(d_out));
@@ -395,17 +400,17 @@ static void validate_native(const Layout& L, int world, int block_mode, uint64_t
 }
 
 // Saturation on purpose (scales 2^8 too large), every code byte through the decoder, the skip rule.
-static void validate_edges(const Layout& L) {
-    const std::string tag = "dev_geofp8.edges." + L.name;
+static void validate_edges(const Layout& L, Fp8Format f) {
+    const std::string tag = "dev_geofp8.edges" + fmt_tag(f) + "." + L.name;
     const size_t P = L.total, U = L.offset.size();
     GeoFP8Device g;
-    geofp8_device_init(&g, L.offset, L.size, P, 1, 0, 0, 0);
+    geofp8_device_init(&g, L.offset, L.size, P, 1, 0, 0, 0, f);
     for (int u : L.ef_units) geofp8_device_add_unit(&g, u, L.rows[u], L.cols[u], 8, 0);
     std::vector<float> x(P);
     fill_grad(x.data(), g.units, 77, L.zero_every);
     float* d_x = cuda_upload(x.data(), P);
     std::vector<float> sc(U);
-    for (size_t u = 0; u < U; u++) sc[u] = ldexpf(1.0f, geofp8_scale_exponent(geofp8_amax(x.data() + L.offset[u], L.size[u]), 1) + 8);
+    for (size_t u = 0; u < U; u++) sc[u] = ldexpf(1.0f, geofp8_scale_exponent(f, geofp8_amax(x.data() + L.offset[u], L.size[u]), 1) + 8);
     CUDA_CHECK(cudaMemcpy(g.scale, sc.data(), U * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(g.skip, 0, sizeof(float)));
     CUDA_CHECK(cudaMemset(g.counts, 0, 4 * U * sizeof(unsigned long long)));
@@ -419,9 +424,9 @@ static void validate_edges(const Layout& L) {
         const size_t off = L.offset[u], n = L.size[u];
         int gi = g.unit_to_geo[u];
         std::vector<float> res(n);
-        geofp8_quantize_ef(cq.data() + off, gi >= 0 ? res.data() : NULL, x.data() + off, n, sc[u]);
+        geofp8_quantize_ef(f, cq.data() + off, gi >= 0 ? res.data() : NULL, x.data() + off, n, sc[u]);
         long s1, u1, n1;
-        geofp8_count_saturated_underflow(x.data() + off, n, sc[u], &s1, &u1, &n1);
+        geofp8_count_saturated_underflow(f, x.data() + off, n, sc[u], &s1, &u1, &n1);
         ok &= bit_mismatches(gq.data() + off, cq.data() + off, n) == 0 && s1 == sat[u] && u1 == und[u] && n1 == nz[u];
         if (gi >= 0) {
             std::vector<float> gr = cuda_download(g.geo[gi].residual, n);
@@ -429,23 +434,23 @@ static void validate_edges(const Layout& L) {
         }
         sat_total += s1;
     }
-    check(tag + ".saturating_scales", ok && sat_total > 0, "%ld codes at +-448, codes / residuals / counts bitwise", sat_total);
+    check(tag + ".saturating_scales", ok && sat_total > 0, "%ld codes at +-max, codes / residuals / counts bitwise", sat_total);
     // every byte value (NaN codes included) through the dequantizer
     std::vector<uint8_t> codes(P);
     for (size_t i = 0; i < P; i++) codes[i] = (uint8_t)(mix64(i + 5) >> 56);
     CUDA_CHECK(cudaMemcpy(g.q, codes.data(), P, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(g.counts, 0, 4 * U * sizeof(unsigned long long)));
     float* d_out = cuda_malloc<float>(P);
-    geofp8_dequantize_units(d_out, g.q, g.scale, 0, 7, &g.units, g.counts + 3 * U, 0);
+    geofp8_dequantize_units(f, d_out, g.q, g.scale, 0, 7, &g.units, g.counts + 3 * U, 0);
     std::vector<float> go = cuda_download(d_out, P), co(P, 0.0f);
     std::vector<long> ssat(U);
     geofp8_device_read_stats(&g, NULL, NULL, NULL, ssat.data(), 0);
     ok = true;
     for (size_t u = 0; u < U; u++) {
         const size_t off = L.offset[u], n = L.size[u];
-        geofp8_dequantize(co.data() + off, codes.data() + off, n, sc[u], 7);
+        geofp8_dequantize(f, co.data() + off, codes.data() + off, n, sc[u], 7);
         long c = 0;
-        for (size_t i = off; i < off + n; i++) c += (codes[i] & 0x7Fu) == E4M3_MAX_CODE;
+        for (size_t i = off; i < off + n; i++) c += (codes[i] & 0x7Fu) == fp8_format_max_code(f);
         ok &= bit_mismatches(go.data() + off, co.data() + off, n) == 0 && c == ssat[u];
     }
     check(tag + ".dequantize_every_code", ok, "");
@@ -464,7 +469,7 @@ static void validate_edges(const Layout& L) {
     std::vector<uint8_t> after = cuda_download(g.q, P);
     std::vector<float> res_after = cuda_download(g.geo[0].residual, res_before.size());
     std::vector<float> cs(U);
-    size_t bad = geofp8_block_scales(cs.data(), ga.data(), U, 1);
+    size_t bad = geofp8_block_scales(f, cs.data(), ga.data(), U, 1);
     check(tag + ".nonfinite_amax", std::isinf(ga[u_nan]) && ga[u_nan] > 0 && std::isinf(ga[u_inf]) && ga[u_inf] > 0, "");
     check(tag + ".nonfinite_skips_and_writes_nothing",
           skip && bad == 2 && bit_mismatches(before.data(), after.data(), P) == 0 && bit_mismatches(res_before.data(), res_after.data(), res_before.size()) == 0,
@@ -477,8 +482,8 @@ static void validate_edges(const Layout& L) {
 // ----------------------------------------------------------------------------
 // 3. the two-phase reduction (gradcomm_twophase), every server rank simulated in turn
 
-static void validate_twophase(const Layout& L, int world) {
-    const std::string tag = "dev_geofp8.twophase." + L.name + ".N" + std::to_string(world);
+static void validate_twophase(const Layout& L, int world, Fp8Format f) {
+    const std::string tag = "dev_geofp8.twophase" + fmt_tag(f) + "." + L.name + ".N" + std::to_string(world);
     const size_t P = L.total, U = L.offset.size();
     const size_t shard = (P + world - 1) / world;
     // every rank's local quantization (local scales, error feedback on ef_units), on the GPU
@@ -487,7 +492,7 @@ static void validate_twophase(const Layout& L, int world) {
     bool local_ok = true;
     for (int r = 0; r < world; r++) {
         GeoFP8Device g;
-        geofp8_device_init(&g, L.offset, L.size, P, world, r, 0, 1);
+        geofp8_device_init(&g, L.offset, L.size, P, world, r, 0, 1, f);
         for (int u : L.ef_units) geofp8_device_add_unit(&g, u, L.rows[u], L.cols[u], 8, 0);
         std::vector<float> x(P);
         fill_grad(x.data(), g.units, 500 + r, L.zero_every);
@@ -499,11 +504,11 @@ static void validate_twophase(const Layout& L, int world) {
         std::vector<int> ge = cuda_download(g.exps, U);
         for (size_t u = 0; u < U; u++) {
             const size_t off = L.offset[u], n = L.size[u];
-            int e = geofp8_scale_exponent(geofp8_amax(x.data() + off, n), 1);
+            int e = geofp8_scale_exponent(f, geofp8_amax(x.data() + off, n), 1);
             std::vector<uint8_t> cq(n);
             std::vector<float> res(n);
             int gi = g.unit_to_geo[u];
-            geofp8_quantize_ef(cq.data(), gi >= 0 ? res.data() : NULL, x.data() + off, n, geofp8_scale_from_exponent(e));
+            geofp8_quantize_ef(f, cq.data(), gi >= 0 ? res.data() : NULL, x.data() + off, n, geofp8_scale_from_exponent(e));
             local_ok &= e == ge[u] && bit_mismatches(cq.data(), q[r].data() + off, n) == 0;
             if (gi >= 0) {
                 std::vector<float> gr = cuda_download(g.geo[gi].residual, n);
@@ -521,7 +526,7 @@ static void validate_twophase(const Layout& L, int world) {
     bool sum_ok = true, mine_ok = true, sres_ok = true, sexp_ok = true;
     for (int me = 0; me < world; me++) {
         GeoFP8Device g;
-        geofp8_device_init(&g, L.offset, L.size, P, world, me, 0, 1);
+        geofp8_device_init(&g, L.offset, L.size, P, world, me, 0, 1, f);
         const size_t lo = std::min(P, (size_t)me * shard), len = std::min(P, (size_t)(me + 1) * shard) - lo;
         std::vector<uint8_t> recv(world * shard, 0);
         for (int r = 0; r < world; r++) memcpy(recv.data() + (size_t)r * shard, q[r].data() + (size_t)me * shard, shard);
@@ -543,13 +548,13 @@ static void validate_twophase(const Layout& L, int world) {
             for (size_t i = a; i < b; i++) {
                 float acc = 0.0f;
                 for (int r = 0; r < world; r++)
-                    acc += fp8_e4m3_decode(recv[(size_t)r * shard + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
+                    acc += fp8_decode(f, recv[(size_t)r * shard + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
                 sum[i - lo] = acc + sres0[i - lo];
             }
-            int e = geofp8_scale_exponent(geofp8_amax(sum.data() + (a - lo), b - a), 1);
+            int e = geofp8_scale_exponent(f, geofp8_amax(sum.data() + (a - lo), b - a), 1);
             if (e == GEOFP8_EXP_SKIP) e = 0;
             sexp[u] = e;
-            geofp8_quantize_ef(mine.data() + (a - lo), sres0.data() + (a - lo), sum.data() + (a - lo), b - a, geofp8_scale_from_exponent(e));
+            geofp8_quantize_ef(f, mine.data() + (a - lo), sres0.data() + (a - lo), sum.data() + (a - lo), b - a, geofp8_scale_from_exponent(e));
             sum_ok &= bit_mismatches(gsum.data() + (a - lo), sum.data() + (a - lo), b - a) == 0;
             mine_ok &= bit_mismatches(gmine.data() + (a - lo), mine.data() + (a - lo), b - a) == 0;
             sres_ok &= bit_mismatches(gsres.data() + (a - lo), sres0.data() + (a - lo), b - a) == 0;
@@ -565,7 +570,7 @@ static void validate_twophase(const Layout& L, int world) {
     check(tag + ".server_exponents", sexp_ok, "");
     // the final decode with the server scales
     GeoFP8Device g;
-    geofp8_device_init(&g, L.offset, L.size, P, world, 1 % world, 0, 1);
+    geofp8_device_init(&g, L.offset, L.size, P, world, 1 % world, 0, 1, f);
     CUDA_CHECK(cudaMemcpy(g.q, gathered.data(), gathered.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(g.server_exps_all, all_server.data(), all_server.size() * sizeof(int), cudaMemcpyHostToDevice));
     float* d_out = cuda_malloc<float>(P);
@@ -577,7 +582,7 @@ static void validate_twophase(const Layout& L, int world) {
         for (int j = 0; j < world; j++) {
             size_t a = std::max(L.offset[u], (size_t)j * shard), b = std::min(end, (size_t)(j + 1) * shard);
             if (a >= b) continue;
-            geofp8_dequantize(co.data() + a, gathered.data() + a, b - a, geofp8_scale_from_exponent(all_server[(size_t)j * U + u]), world);
+            geofp8_dequantize(f, co.data() + a, gathered.data() + a, b - a, geofp8_scale_from_exponent(all_server[(size_t)j * U + u]), world);
             ok &= bit_mismatches(go.data() + a, co.data() + a, b - a) == 0;
         }
     }
@@ -955,7 +960,7 @@ static void validate_phases() {
     const int N = 2, rank_r = 32, ntok = 512;
     GeoFP8Device g[2];
     for (int r = 0; r < N; r++) {
-        geofp8_device_init(&g[r], L.offset, L.size, P, N, r, 0, 0);
+        geofp8_device_init(&g[r], L.offset, L.size, P, N, r, 0, 0, FP8_E4M3);
         for (int u : L.ef_units) geofp8_device_add_unit(&g[r], u, L.rows[u], L.cols[u], rank_r, 0);
         geofp8_device_reserve_tokens(&g[r], ntok);
     }
@@ -1031,7 +1036,7 @@ static void validate_phases() {
             geofp8_device_quantize(&g[r], d_x[r], 1, 0);
             std::vector<uint8_t> q = cuda_download(g[r].q, P);
             if (r == 0) sum = q;
-            else host_e4m3_sum(sum, q);
+            else host_fp8_sum(FP8_E4M3, sum, q);
         }
         std::vector<float> out[2];
         for (int r = 0; r < N; r++) {
@@ -1044,21 +1049,21 @@ static void validate_phases() {
         std::vector<float> cmax(U, 0.0f), cs(U);
         for (int r = 0; r < N; r++)
             for (size_t u = 0; u < U; u++) cmax[u] = std::max(cmax[u], geofp8_amax(xc[r].data() + L.offset[u], L.size[u]));
-        geofp8_block_scales(cs.data(), cmax.data(), U, N);
+        geofp8_block_scales(FP8_E4M3, cs.data(), cmax.data(), U, N);
         std::vector<uint8_t> csum;
         for (int r = 0; r < N; r++) {
             std::vector<uint8_t> q(P, 0);
             for (size_t u = 0; u < U; u++) {
                 int gi = g[r].unit_to_geo[u];
                 float* res = gi >= 0 ? Rc[r * F.size() + gi].data() : NULL;
-                geofp8_quantize_ef(q.data() + L.offset[u], res, xc[r].data() + L.offset[u], L.size[u], cs[u]);
+                geofp8_quantize_ef(FP8_E4M3, q.data() + L.offset[u], res, xc[r].data() + L.offset[u], L.size[u], cs[u]);
             }
             if (r == 0) csum = q;
-            else host_e4m3_sum(csum, q);
+            else host_fp8_sum(FP8_E4M3, csum, q);
         }
         bool codes_ok = bit_mismatches(sum.data(), csum.data(), P) == 0;
         std::vector<float> cout(P, 0.0f);
-        for (size_t u = 0; u < U; u++) geofp8_dequantize(cout.data() + L.offset[u], csum.data() + L.offset[u], L.size[u], cs[u], N);
+        for (size_t u = 0; u < U; u++) geofp8_dequantize(FP8_E4M3, cout.data() + L.offset[u], csum.data() + L.offset[u], L.size[u], cs[u], N);
         for (size_t gi = 0; gi < F.size(); gi++) {
             int u = g[0].geo[gi].unit;
             float* xu = cout.data() + L.offset[u];
@@ -1109,9 +1114,11 @@ static void validate_nccl_single() {
     ok &= bit_mismatches(cuda_download(d_y, n).data(), x.data(), n) == 0;
     comm_gpu_allreduce_f32_max(&grid, d_x, d_y, n);
     ok &= bit_mismatches(cuda_download(d_y, n).data(), x.data(), n) == 0;
-    comm_gpu_allreduce_e4m3_sum(&grid, d_q, d_q2, n);
+    comm_gpu_allreduce_fp8_sum(&grid, d_q, d_q2, n, FP8_E4M3);
     ok &= bit_mismatches(cuda_download(d_q2, n).data(), q.data(), n) == 0;
-    comm_gpu_allreduce_e4m3_sum(&grid, d_q, d_q, n);  // in place
+    comm_gpu_allreduce_fp8_sum(&grid, d_q, d_q2, n, FP8_E5M2);
+    ok &= bit_mismatches(cuda_download(d_q2, n).data(), q.data(), n) == 0;
+    comm_gpu_allreduce_fp8_sum(&grid, d_q, d_q, n, FP8_E4M3);  // in place
     ok &= bit_mismatches(cuda_download(d_q, n).data(), q.data(), n) == 0;
     bf16* d_h = cuda_upload_bf16(x.data(), n);
     bf16* d_h2 = cuda_malloc<bf16>(n);
@@ -1150,10 +1157,10 @@ static void bench() {
     float* x = cuda_malloc<float>(P);
     cuda_fill_uniform(x, P, 11, 1e-3f);
     GeoFP8Device g;
-    geofp8_device_init(&g, L.offset, L.size, P, 32, 0, 0, 0);
+    geofp8_device_init(&g, L.offset, L.size, P, 32, 0, 0, 0, FP8_E4M3);
     for (int u : L.ef_units) geofp8_device_add_unit(&g, u, L.rows[u], L.cols[u], 32, 0);
     GeoFP8Device gb;
-    geofp8_device_init(&gb, L.offset, L.size, P, 32, 0, 1, 0);
+    geofp8_device_init(&gb, L.offset, L.size, P, 32, 0, 1, 0, FP8_E4M3);
     size_t ef_elems = 0;
     for (int u : L.ef_units) ef_elems += L.size[u];
     const int W = 3, I = 20;
@@ -1173,7 +1180,7 @@ static void bench() {
     ms = cuda_bench_ms([&] { geofp8_device_quantize(&gb, x, 0, 0); }, W, I);
     cuda_print_bench("geofp8_quantize_ef_units (fp8block)", ms, 5.0 * Pd + 4.0 * Pd / GEOFP8_BLOCK, 0);
     float* out = cuda_malloc<float>(P);
-    ms = cuda_bench_ms([&] { geofp8_dequantize_units(out, g.q, g.scale, 0, 32, &g.units, g.counts + 3 * g.units.dev.num_units, 0); }, W, I);
+    ms = cuda_bench_ms([&] { geofp8_dequantize_units(FP8_E4M3, out, g.q, g.scale, 0, 32, &g.units, g.counts + 3 * g.units.dev.num_units, 0); }, W, I);
     cuda_print_bench("geofp8_dequantize_units", ms, 5.0 * Pd, 0);
     // transforms on one fc2 unit (1536 x 4096, r = 32)
     const int u = L.ef_units[0], d_out = L.rows[u], d_in = L.cols[u], r = 32;
@@ -1230,13 +1237,13 @@ static void bench() {
     }
     // two-phase server and decode at N = 8
     GeoFP8Device gt;
-    geofp8_device_init(&gt, L.offset, L.size, P, 8, 3, 0, 1);
+    geofp8_device_init(&gt, L.offset, L.size, P, 8, 3, 0, 1, FP8_E4M3);
     CUDA_CHECK(cudaMemset(gt.recv, 0x31, gt.shard_size * 8));
     CUDA_CHECK(cudaMemset(gt.exps_all, 0, 8 * L.offset.size() * sizeof(int)));
     CUDA_CHECK(cudaMemset(gt.server_exps_all, 0, 8 * L.offset.size() * sizeof(int)));
     ms = cuda_bench_ms([&] { geofp8_device_twophase_server(&gt, 0); }, W, I);
     cuda_print_bench("geofp8_device_twophase_server N8 (shard)", ms, 8.0 * gt.shard_size + 4.0 * 5.0 * gt.shard_size, 0);
-    ms = cuda_bench_ms([&] { geofp8_twophase_dequantize(out, gt.q, gt.server_exps_all, gt.shard_size, 8, &gt.units, 0); }, W, I);
+    ms = cuda_bench_ms([&] { geofp8_twophase_dequantize(FP8_E4M3, out, gt.q, gt.server_exps_all, gt.shard_size, 8, &gt.units, 0); }, W, I);
     cuda_print_bench("geofp8_twophase_dequantize N8", ms, 5.0 * Pd, 0);
     void* bufs[] = {x, out, d_f, h, hb};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
@@ -1258,29 +1265,35 @@ int main(int argc, char** argv) {
     }
     CudaDeviceInfo dev = cuda_device_info(0);
     printf("dev/cuda/geofp8 on %s (sm_%d%d, %d SMs)\n", dev.name, dev.major, dev.minor, dev.sm_count);
-    validate_scales();
+    validate_scales(FP8_E4M3);
+    validate_scales(FP8_E5M2);
     Layout odd = layout_odd(), tiny = layout_llama("tiny"), l600 = layout_llama("llama600m");
-    validate_native(odd, 3, 0, 1);
-    validate_native(odd, 5, 1, 2);
-    validate_native(tiny, 4, 0, 3);
-    validate_native(tiny, 16, 0, 4);
-    validate_native(tiny, 4, 1, 5);
+    validate_native(odd, 3, 0, 1, FP8_E4M3);
+    validate_native(odd, 5, 1, 2, FP8_E4M3);
+    validate_native(tiny, 4, 0, 3, FP8_E4M3);
+    validate_native(tiny, 16, 0, 4, FP8_E4M3);
+    validate_native(tiny, 4, 1, 5, FP8_E4M3);
+    validate_native(odd, 5, 0, 8, FP8_E5M2);
+    validate_native(odd, 3, 1, 9, FP8_E5M2);
+    validate_native(tiny, 4, 0, 10, FP8_E5M2);
     if (!small) {
-        validate_native(l600, 2, 0, 6);
-        validate_native(l600, 2, 1, 7);
+        validate_native(l600, 2, 0, 6, FP8_E4M3);
+        validate_native(l600, 2, 1, 7, FP8_E4M3);
     }
-    validate_edges(odd);
-    validate_edges(tiny);
-    validate_twophase(odd, 3);
-    validate_twophase(odd, 7);   // 64200 = 7 * 9171 + 3: a padded last shard
-    validate_twophase(tiny, 4);
+    validate_edges(odd, FP8_E4M3);
+    validate_edges(tiny, FP8_E4M3);
+    validate_edges(odd, FP8_E5M2);
+    validate_twophase(odd, 3, FP8_E4M3);
+    validate_twophase(odd, 7, FP8_E4M3);   // 64200 = 7 * 9171 + 3: a padded last shard
+    validate_twophase(tiny, 4, FP8_E4M3);
+    validate_twophase(odd, 7, FP8_E5M2);
     validate_plain_modes();
     validate_fidelity_sums(odd);
     validate_fidelity_sums(tiny);
     {
         GeoFP8Device g;
         std::vector<size_t> off = {0}, sz = {1};
-        geofp8_device_init(&g, off, sz, 1, 1, 0, 0, 0);
+        geofp8_device_init(&g, off, sz, 1, 1, 0, 0, 0, FP8_E4M3);
         validate_transforms(&g, 97, 61, 8, 3, 10);
         validate_transforms(&g, 40, 24, 24, 0, 11);      // r = k = d_in
         validate_transforms(&g, 128, 384, 32, 0, 12);    // tiny fc2

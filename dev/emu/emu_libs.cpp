@@ -2,7 +2,7 @@
 // level 3 in fp32 / fp64 (column-major, through CBLAS or plain loops), cuSOLVER potrf / syevd
 // (LAPACKE), warp reductions, a few runtime calls, and NCCL over MPI: each emulated GPU is one MPI
 // rank. The NCCL sums combine the ranks' buffers in rank order and round to the wire type after
-// every combine (bf16, E4M3 with satfinite), the model DESIGN §5.1 states for NCCL's own sums.
+// every combine (bf16, E4M3 and E5M2 with satfinite), the model DESIGN §5.1 states for NCCL's own sums.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <cusolverDn.h>
@@ -215,6 +215,7 @@ static double load_t(const void* p, ncclDataType_t t, size_t i) {
         case ncclUint64: return (double)((const uint64_t*)p)[i];
         case ncclBfloat16: return fp8_bf16_decode(((const uint16_t*)p)[i]);
         case ncclFloat8e4m3: return fp8_e4m3_decode(((const uint8_t*)p)[i]);
+        case ncclFloat8e5m2: return fp8_e5m2_decode(((const uint8_t*)p)[i]);
         default: xdie("nccl emu: type"); return 0;
     }
 }
@@ -225,6 +226,7 @@ static void store_t(void* p, ncclDataType_t t, size_t i, double v) {
         case ncclUint64: ((uint64_t*)p)[i] = (uint64_t)v; break;
         case ncclBfloat16: ((uint16_t*)p)[i] = fp8_bf16_encode((float)v); break;
         case ncclFloat8e4m3: ((uint8_t*)p)[i] = fp8_e4m3_encode((float)v); break;
+        case ncclFloat8e5m2: ((uint8_t*)p)[i] = fp8_e5m2_encode((float)v); break;
         default: xdie("nccl emu: type");
     }
 }
@@ -318,7 +320,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
             if (op == ncclSum) x = acc + v;
             else if (op == ncclMax) x = acc > v ? acc : (v != v ? v : (acc != acc ? acc : v));
             else { xdie("nccl emu: op"); x = 0; }
-            if (t == ncclFloat32 || t == ncclBfloat16 || t == ncclFloat8e4m3) x = (float)x;
+            if (t == ncclFloat32 || t == ncclBfloat16 || t == ncclFloat8e4m3 || t == ncclFloat8e5m2) x = (float)x;
             // round to the wire type
             char tmp[8]; store_t(tmp, t, 0, x); acc = load_t(tmp, t, 0);
         }
