@@ -15,7 +15,17 @@ powers 0.25 … 1.5 and auto (--geofp8-power) and for larger dampings (--geofp8-
 deployed low-rank path after 4 refreshes (subspace iteration, what a run converges to) next to
 the one-pass sketch.
 
+--ranks N1,N2,...: what a run on N ranks would communicate. For each N, K groups of N val
+micro-batches (one per rank, B x T tokens each) give N real gradients per unit; each mode reduces
+them the way it does with N ranks on one step (llmc/geofp8.h geofp8_reduce_*_ranks: bf16 and
+native fp8 with the rounding at every combine in rank order and the N-rank headroom scale,
+twophase, and geofp8 on every fc1/fc2 unit with the low-rank-32 factor of the activations pooled
+over the N micro-batches, exact eigenvectors, p 1 and auto), and the table gives the RelL2
+against the fp32 average, mean ± std over the K groups, with its change against native fp8 on
+the same group.
+
   make fidelity && ./build/fidelity -e out/tiny300/model_00000300.bin -b 8 -t 256 -k 8
+  ./build/fidelity -e out/tiny300/model_00000300.bin -b 1 -t 256 -k 4 --ranks 2,8,32,64
 */
 #define TRAIN_LLAMA_NO_MAIN
 #include "../train_llama_cpu.cpp"
@@ -63,11 +73,113 @@ static void mean_std(const std::vector<double>& v, double* mean, double* std) {
     *std = v.size() > 1 ? sqrt(ss / (double)(v.size() - 1)) : 0.0;
 }
 
+// The --ranks table: for each N, K groups of N micro-batches; one row per N and unit kind, printed
+// as soon as that N is done.
+static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const std::vector<int>& ranks_list, int K, int B, int T,
+                         Fp8Format fmt) {
+    const int BT = B * T;
+    const int kinds[2] = {T_FC2W, T_FC1W};
+    std::vector<int> geo_idx;  // gc->geo entries of the fc1 / fc2 units, and their offsets into a rank's copy
+    std::vector<size_t> copy_off;
+    size_t per_rank = 0;
+    for (size_t i = 0; i < gc->geo.size(); i++) {
+        const LlamaUnit& u = gc->units[gc->geo[i].unit];
+        if (u.tensor != T_FC1W && u.tensor != T_FC2W) continue;
+        geo_idx.push_back((int)i);
+        copy_off.push_back(per_rank);
+        per_rank += (size_t)u.rows * u.cols;
+    }
+    const int max_n = *std::max_element(ranks_list.begin(), ranks_list.end());
+    const double gib = (double)max_n * per_rank * sizeof(float) / (1u << 30);
+    if (gib > 16.0)
+        user_error("--ranks: %d ranks of this model's fc1/fc2 gradients need %.1f GiB, more than 16 GiB; use fewer ranks", max_n, gib);
+    static const char* MODES[] = {"bf16", "fp8 native", "fp8 twophase", "geofp8 r32 p 1", "geofp8 r32 p auto"};
+    const int NMODE = 5, FP8 = 1;
+    printf("### N-rank reduction (%s): RelL2 against the fp32 average over N ranks, mean ± std over %d groups of N micro-batches of "
+           "B=%d T=%d (a group's figure: the mean over the units of a kind); in brackets the change against native fp8 on the same group\n\n",
+           fp8_format_name(fmt), K, B, T);
+    printf("| N | units |");
+    for (int k = 0; k < NMODE; k++) printf(" %s |", MODES[k]);
+    printf("\n|---|---|");
+    for (int k = 0; k < NMODE; k++) printf("---|");
+    printf("\n");
+    fflush(stdout);
+    GeoFP8LowrankSpec spec_p1, spec_auto;
+    long long step = 1000000;  // begin_step numbers, apart from the batches of the tables above
+    for (int N : ranks_list) {
+        // rel[kind][mode][group]
+        std::vector<std::vector<std::vector<double>>> rel(2, std::vector<std::vector<double>>(NMODE));
+        std::vector<std::vector<float>> copies(N, std::vector<float>(per_rank));
+        for (int grp = 0; grp < K; grp++) {
+            gradcomm_begin_step(gc, (int)step++, (long long)N * BT);  // A and E[δδᵀ] pooled over the N micro-batches
+            for (int r = 0; r < N; r++) {
+                dataloader_next_batch(loader);
+                memset(m->grads, 0, m->num_params * sizeof(float));
+                llama_forward(m, loader->inputs, B, T);
+                llama_observe_inputs(m, gc, B, T);
+                llama_backward(m, loader->inputs, loader->targets, B, T, 1.0f, gc);
+                for (size_t j = 0; j < geo_idx.size(); j++) {
+                    const LlamaUnit& u = gc->units[gc->geo[geo_idx[j]].unit];
+                    memcpy(copies[r].data() + copy_off[j], m->grads + u.offset, (size_t)u.rows * u.cols * sizeof(float));
+                }
+            }
+            std::vector<std::vector<double>> sum(2, std::vector<double>(NMODE, 0.0));
+            int count[2] = {0, 0};
+            for (size_t j = 0; j < geo_idx.size(); j++) {
+                const GeoUnit& g = gc->geo[geo_idx[j]];
+                const LlamaUnit& u = gc->units[g.unit];
+                const int ki = u.tensor == T_FC2W ? 0 : 1;
+                const size_t n = (size_t)g.d_out * g.d_in;
+                std::vector<const float*> G(N);
+                for (int r = 0; r < N; r++) G[r] = copies[r].data() + copy_off[j];
+                std::vector<double> acc(n, 0.0);
+                for (int r = 0; r < N; r++)
+                    for (size_t i = 0; i < n; i++) acc[i] += G[r][i];
+                std::vector<float> ref(n), out(n);
+                for (size_t i = 0; i < n; i++) ref[i] = (float)(acc[i] / N);
+                if (!geofp8_parse_lowrank("lowrank_A_32", g.d_in, &spec_p1) || !geofp8_parse_lowrank("lowrank_A_32_pauto", g.d_in, &spec_auto))
+                    user_error("--ranks: unit %s has d_in %d < 32, too narrow for the low-rank-32 factor", u.name.c_str(), g.d_in);
+                GeoFP8Factor t1, ta;
+                geofp8_spec_factor(&t1, spec_p1, g.A.data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0);
+                geofp8_spec_factor(&ta, spec_auto, g.A.data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0);  // q from rank 0's own gradient
+                for (int k = 0; k < NMODE; k++) {
+                    bool ok = k == 0   ? geofp8_reduce_bf16_ranks(out.data(), G.data(), N, n)
+                              : k == 1 ? geofp8_reduce_native_ranks(fmt, out.data(), G.data(), N, n)
+                              : k == 2 ? geofp8_reduce_twophase_ranks(fmt, out.data(), G.data(), N, n)
+                                       : geofp8_reduce_geo_ranks(fmt, out.data(), G.data(), N, g.d_out, g.d_in, k == 3 ? &t1 : &ta);
+                    GeoFP8Fidelity f{NAN, NAN, NAN, NAN};
+                    if (ok) geofp8_fidelity_metrics(&f, out.data(), ref.data(), n);
+                    sum[ki][k] += f.rel_l2;
+                }
+                count[ki]++;
+            }
+            for (int ki = 0; ki < 2; ki++)
+                for (int k = 0; k < NMODE; k++) rel[ki][k].push_back(sum[ki][k] / count[ki]);
+            fprintf(stderr, "--ranks %d: group %d/%d done\n", N, grp + 1, K);
+        }
+        for (int ki = 0; ki < 2; ki++) {
+            printf("| %d | %s |", N, kinds[ki] == T_FC2W ? "fc2" : "fc1");
+            for (int k = 0; k < NMODE; k++) {
+                std::vector<double> ratio;
+                for (int grp = 0; grp < K; grp++) ratio.push_back(100.0 * (rel[ki][k][grp] / rel[ki][FP8][grp] - 1.0));
+                double rm, rs, qm, qs;
+                mean_std(rel[ki][k], &rm, &rs);
+                mean_std(ratio, &qm, &qs);
+                if (k == FP8) printf(" %.4e ± %.1e |", rm, rs);
+                else printf(" %.4e ± %.1e (%+.1f ± %.1f%%) |", rm, rs, qm, qs);
+            }
+            printf("\n");
+        }
+        fflush(stdout);
+    }
+    printf("\n");
+}
+
 int main(int argc, char** argv) {
     std::string model = "tiny", val = TRAIN_DEFAULT_VAL_DATA;
     int B = 8, T = 0, K = 8;
     unsigned long long seed = 1337;
-    std::string format = "e4m3";
+    std::string format = "e4m3", ranks_arg;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (i + 1 >= argc) user_error("%s: expected a value after the flag", a.c_str());
@@ -79,7 +191,9 @@ int main(int argc, char** argv) {
         else if (a == "-k") K = atoi(v);
         else if (a == "--seed") seed = strtoull(v, NULL, 10);
         else if (a == "--fp8-format") format = v;
-        else user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F)", a.c_str());
+        else if (a == "--ranks") ranks_arg = v;
+        else user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...)",
+                        a.c_str());
     }
     LlamaConfig lc;
     bool from_file = !llama_preset(model.c_str(), &lc);
@@ -90,6 +204,21 @@ int main(int argc, char** argv) {
     if (K < 1 || K > 100000) user_error("-k: expected a number of batches in [1, 100000], found %d", K);
     if (format != "e4m3" && format != "e5m2") user_error("--fp8-format: expected e4m3 or e5m2, found '%s'", format.c_str());
     const Fp8Format fmt = format == "e5m2" ? FP8_E5M2 : FP8_E4M3;
+    std::vector<int> ranks_list;
+    if (!ranks_arg.empty()) {
+        size_t pos = 0;
+        while (pos <= ranks_arg.size()) {
+            size_t end = ranks_arg.find(',', pos);
+            std::string tok = ranks_arg.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+            char* e = NULL;
+            long v = strtol(tok.c_str(), &e, 10);
+            if (tok.empty() || *e != '\0' || !isdigit((unsigned char)tok[0]) || v < 1 || v > 1024)
+                user_error("--ranks: expected a comma list of rank counts in [1, 1024], found '%s'", ranks_arg.c_str());
+            ranks_list.push_back((int)v);
+            if (end == std::string::npos) break;
+            pos = end + 1;
+        }
+    }
 
     DataLoader loader;
     dataloader_init(&loader, val.c_str(), "-j", B, T, 0, 1, lc.V);
@@ -170,6 +299,7 @@ int main(int argc, char** argv) {
         }
         printf("\n");
     }
+    if (!ranks_list.empty()) ranks_tables(&m, &gc, &loader, ranks_list, K, B, T, fmt);
     dataloader_free(&loader);
     llama_model_free(&m);
     return 0;

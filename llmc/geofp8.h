@@ -566,6 +566,20 @@ static inline double geofp8_auto_power(double q) {
     return std::min(1.0, std::max(0.0, 0.5 * q));
 }
 
+// --geofp8-power auto for one unit: q from the gradient G (d_out, d_in) along the factor's
+// eigenvectors U (d_in, r) with eigenvalues lambda (r) and residual level sigma2 of A, damped by
+// eps = damping tr(A) / d_in (geofp8_direction_energy, geofp8_estimate_q), and p = clamp(q/2, 0, 1).
+// Writes q to *q_out if not NULL. The GPU engine does the same with the energies from the device.
+static inline double geofp8_choose_power(const float* G, int d_out, int d_in, const float* U, const float* lambda, float sigma2, int r,
+                                         double eps, double* q_out) {
+    std::vector<double> e(r);
+    double total = 0.0;
+    geofp8_direction_energy(e.data(), &total, G, d_out, d_in, U, r);
+    const double q = geofp8_estimate_q(lambda, sigma2, eps, e.data(), total, d_in, r);
+    if (q_out) *q_out = q;
+    return geofp8_auto_power(q);
+}
+
 // Packed factor, for the broadcast from rank 0 and for checkpoints:
 // [U (d_in*r) | D (r) | c | eps], floats.
 static inline size_t geofp8_factor_floats(int d_in, int r) { return (size_t)d_in * r + (size_t)r + 2; }
@@ -805,6 +819,36 @@ static inline bool geofp8_parse_lowrank(const std::string& m, int d_in, GeoFP8Lo
     return true;
 }
 
+// The transform T of a low-rank or symmetric method (spec, geofp8_parse_lowrank) for a unit with
+// gradient G (d_out, d_in): from the exact top r eigenpairs of A (d_in, d_in, upper triangle of
+// E[hhᵀ]) when exact or spec.sym, else from spec.refreshes sketch refreshes of the activations h
+// (n, d_in) (the first from a Gaussian Ω drawn from seed, each further one with Ω ⊇ the previous
+// U: subspace iteration, the deployed path); power auto takes q from G (geofp8_choose_power).
+static inline void geofp8_spec_factor(GeoFP8Factor* f, const GeoFP8LowrankSpec& spec, const float* A, const float* h, int n, int d_in,
+                                      const float* G, int d_out, int exact, uint64_t seed) {
+    const int r = spec.r;
+    double tr = 0.0;
+    for (int i = 0; i < d_in; i++) tr += (double)A[(size_t)i * d_in + i];
+    std::vector<float> U((size_t)d_in * r), lam(r);
+    float s2 = 0.0f;
+    if (exact || spec.sym) {
+        geofp8_topr_exact(U.data(), lam.data(), &s2, A, d_in, r);
+    } else {
+        const int k = geofp8_sketch_width(r, d_in);
+        for (int it = 0; it < spec.refreshes; it++) {
+            std::vector<float> om((size_t)d_in * k), Y((size_t)d_in * k, 0.0f);
+            geofp8_test_matrix(om.data(), d_in, k, it ? U.data() : NULL, r, seed + (uint64_t)it);
+            double trs = 0.0;
+            geofp8_sketch_accumulate(Y.data(), &trs, h, n, d_in, om.data(), k, 1.0f / (float)n);
+            geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), trs, d_in, k, r);
+            tr = trs;
+        }
+    }
+    double power = spec.power;
+    if (power < 0.0) power = geofp8_choose_power(G, d_out, d_in, U.data(), lam.data(), s2, r, spec.damping * tr / d_in, NULL);
+    geofp8_factor_from_nystrom(f, U.data(), lam.data(), s2, tr, d_in, r, power, spec.damping);
+}
+
 // One method of the fidelity analysis on precomputed statistics:
 // A (d_in, d_in) and Gs (d_out, d_out) upper triangles of E[hhᵀ] and E[δδᵀ] (Gs may be NULL
 // unless the method is output_side or kfac). Returns 0, or -1 for an unknown method name.
@@ -839,36 +883,8 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
     } else if (m.rfind("lowrank_A_", 0) == 0 || m.rfind("sym_A", 0) == 0) {
         GeoFP8LowrankSpec spec;
         if (!geofp8_parse_lowrank(m, d_in, &spec)) return -1;
-        const int r = spec.r;
-        const bool exact = lowrank_exact || spec.sym;
-        double tr = 0.0;
-        for (int i = 0; i < d_in; i++) tr += (double)A[(size_t)i * d_in + i];
-        std::vector<float> U((size_t)d_in * r), lam(r);
-        float s2 = 0.0f;
-        if (exact) {
-            geofp8_topr_exact(U.data(), lam.data(), &s2, A, d_in, r);
-        } else {
-            // the deployed path: refreshes of the sketch from this batch's activations, the first
-            // from a Gaussian Ω, each further one with Ω ⊇ the previous U (subspace iteration)
-            const int k = geofp8_sketch_width(r, d_in);
-            for (int it = 0; it < spec.refreshes; it++) {
-                std::vector<float> om((size_t)d_in * k), Y((size_t)d_in * k, 0.0f);
-                geofp8_test_matrix(om.data(), d_in, k, it ? U.data() : NULL, r, seed + (uint64_t)it);
-                double trs = 0.0;
-                geofp8_sketch_accumulate(Y.data(), &trs, h, n, d_in, om.data(), k, 1.0f / (float)n);
-                geofp8_nystrom(U.data(), lam.data(), &s2, Y.data(), om.data(), trs, d_in, k, r);
-                tr = trs;
-            }
-        }
-        double power = spec.power;
-        if (power < 0.0) {  // auto: q from this gradient along the factor's eigenvectors
-            std::vector<double> e(r);
-            double total = 0.0;
-            geofp8_direction_energy(e.data(), &total, G, d_out, d_in, U.data(), r);
-            power = geofp8_auto_power(geofp8_estimate_q(lam.data(), s2, spec.damping * tr / d_in, e.data(), total, d_in, r));
-        }
         GeoFP8Factor f;
-        geofp8_factor_from_nystrom(&f, U.data(), lam.data(), s2, tr, d_in, r, power, spec.damping);
+        geofp8_spec_factor(&f, spec, A, h, n, d_in, G, d_out, lowrank_exact, seed);
         geofp8_whiten(x.data(), G, d_out, d_in, &f, NULL);
         geofp8_fp8_roundtrip(fmt, x.data(), x.data(), nn);
         geofp8_unwhiten(x.data(), x.data(), d_out, d_in, &f, NULL);
@@ -926,6 +942,82 @@ static inline void geofp8_fidelity_all(GeoFP8Fidelity* out, const float* G, int 
                                          lowrank_exact, seed, fmt) != 0)
             out[i].rel_l2 = out[i].cos = out[i].max_err = out[i].mse = NAN;
     }
+}
+
+// N-rank reductions of one tensor for the fidelity analysis (./build/fidelity --ranks): G holds
+// the N ranks' gradients (N pointers to n floats), out (n) gets the average the mode hands every
+// rank, the way gradcomm_reduce computes it with N ranks on one step (no residual from earlier
+// steps). Partial sums combine in rank order 0, 1, ..., N-1, as the CPU engine's MPI operator
+// and dev/emu's NCCL do; NCCL's ring starts each chunk at another rank, which changes which
+// partial sums round, not how coarsely. Each returns false (out untouched) if a gradient is not
+// finite.
+
+// native fp8: one scale from the amax over ranks with the N-rank headroom
+// (geofp8_scale_exponent(f, amax, N)), every rank's codes, the SUM rounding to f at every
+// combine (fp8_sum_codes), decode / (s N). With N = 1 this is geofp8_fp8_roundtrip.
+static inline bool geofp8_reduce_native_ranks(Fp8Format f, float* out, const float* const* G, int N, size_t n) {
+    float amax = 0.0f;
+    for (int r = 0; r < N; r++) amax = std::max(amax, geofp8_amax(G[r], n));  // Inf for a non-finite one
+    const int e = geofp8_scale_exponent(f, amax, N);
+    if (e == GEOFP8_EXP_SKIP) return false;
+    const float s = geofp8_scale_from_exponent(e);
+    std::vector<uint8_t> acc(n), q(n);
+    geofp8_quantize_ef(f, acc.data(), NULL, G[0], n, s);
+    for (int r = 1; r < N; r++) {
+        geofp8_quantize_ef(f, q.data(), NULL, G[r], n, s);
+        for (size_t i = 0; i < n; i++) acc[i] = fp8_sum_codes(f, q[i], acc[i]);
+    }
+    geofp8_dequantize(f, out, acc.data(), n, s, N);
+    return true;
+}
+
+// twophase (gradcomm_twophase with the tensor inside one shard): every rank's codes with its own
+// one-rank scale, decoded and summed in fp32 in rank order, re-quantized with the sum's one-rank
+// scale, decode / (s N).
+static inline bool geofp8_reduce_twophase_ranks(Fp8Format f, float* out, const float* const* G, int N, size_t n) {
+    std::vector<float> sum(n, 0.0f);
+    std::vector<uint8_t> q(n);
+    for (int r = 0; r < N; r++) {
+        const int e = geofp8_scale_exponent(f, geofp8_amax(G[r], n), 1);
+        if (e == GEOFP8_EXP_SKIP) return false;
+        const float s = geofp8_scale_from_exponent(e);
+        geofp8_quantize_ef(f, q.data(), NULL, G[r], n, s);
+        for (size_t i = 0; i < n; i++) sum[i] += fp8_decode(f, q[i]) / s;
+    }
+    int e = geofp8_scale_exponent(f, geofp8_amax(sum.data(), n), 1);
+    if (e == GEOFP8_EXP_SKIP) e = 0;  // cannot happen: every input was finite
+    const float s = geofp8_scale_from_exponent(e);
+    geofp8_quantize_ef(f, q.data(), NULL, sum.data(), n, s);
+    geofp8_dequantize(f, out, q.data(), n, s, N);
+    return true;
+}
+
+// bf16: every rank's bf16 codes, the SUM rounding to bf16 at every combine, decode / N.
+static inline bool geofp8_reduce_bf16_ranks(float* out, const float* const* G, int N, size_t n) {
+    for (int r = 0; r < N; r++)
+        if (!(geofp8_amax(G[r], n) <= FLT_MAX)) return false;
+    std::vector<uint16_t> acc(n);
+    for (size_t i = 0; i < n; i++) acc[i] = fp8_bf16_encode(G[0][i]);
+    for (int r = 1; r < N; r++)
+        for (size_t i = 0; i < n; i++) acc[i] = fp8_bf16_encode(fp8_bf16_decode(fp8_bf16_encode(G[r][i])) + fp8_bf16_decode(acc[i]));
+    for (size_t i = 0; i < n; i++) out[i] = fp8_bf16_decode(acc[i]) / (float)N;
+    return true;
+}
+
+// geofp8 on one unit: X_r = G_r T on every rank, native fp8 of the X_r, the average mapped back
+// with T⁻¹ (one step: a zero error-feedback residual).
+static inline bool geofp8_reduce_geo_ranks(Fp8Format f, float* out, const float* const* G, int N, int d_out, int d_in,
+                                           const GeoFP8Factor* T) {
+    const size_t n = (size_t)d_out * d_in;
+    std::vector<std::vector<float>> X(N, std::vector<float>(n));
+    std::vector<const float*> xp(N);
+    for (int r = 0; r < N; r++) {
+        geofp8_whiten(X[r].data(), G[r], d_out, d_in, T, NULL);
+        xp[r] = X[r].data();
+    }
+    if (!geofp8_reduce_native_ranks(f, out, xp.data(), N, n)) return false;
+    geofp8_unwhiten(out, out, d_out, d_in, T, NULL);
+    return true;
 }
 
 // ---------------------------------------------------------------------------------------------

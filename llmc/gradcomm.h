@@ -308,11 +308,9 @@ static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid, const float*
             geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y.data(), g.omega.data(), g.trA, g.d_in, k, r);
             double power = gc->power;
             if (power < 0.0) {
-                std::vector<double> e(r);
-                double total = 0.0;
-                geofp8_direction_energy(e.data(), &total, grads + gc->units[g.unit].offset, g.d_out, g.d_in, U.data(), r);
-                double q = geofp8_estimate_q(lambda.data(), sigma2, gc->damping * g.trA / g.d_in, e.data(), total, g.d_in, r);
-                power = geofp8_auto_power(q);
+                double q = 0.0;
+                power = geofp8_choose_power(grads + gc->units[g.unit].offset, g.d_out, g.d_in, U.data(), lambda.data(), sigma2, r,
+                                            gc->damping * g.trA / g.d_in, &q);
                 char b[96];
                 snprintf(b, sizeof(b), "%s%s p %.3f (q %.3f)", chosen.empty() ? "" : ", ", gc->units[g.unit].name.c_str(), power, q);
                 chosen += b;

@@ -198,6 +198,20 @@ if [ -x "$FID" ]; then
        python3 -c "import sys; r = float(sys.argv[2]) / float(sys.argv[1]); print(f'  fidelity e5m2 / e4m3 Euclidean fc2: {r:.3f}'); sys.exit(0 if 1.8 <= r <= 2.2 else 1)" "$r4" "$r5"; then
         pass fidelity_tool_e5m2_doubles_euclidean
     else fail fidelity_tool_e5m2_doubles_euclidean "rc=$rc e4m3 '$r4' e5m2 '$r5' $(tail -1 "$TMP/fid5.err")"; fi
+    # --ranks: one row per N and unit kind as each N completes; one rank is the one-rank round trip
+    # (twophase = native there, test_geofp8 checks it bitwise); rank lists are validated
+    timeout 300 "$FID" -e tiny -b 1 -t 32 -k 2 --ranks 1,4 >"$TMP/fidr.out" 2>"$TMP/fidr.err"
+    rc=$?
+    rrows=$(grep -cE '^\| [14] \| fc[12] \|' "$TMP/fidr.out")
+    same1=$(grep -E '^\| 1 \| fc2 \|' "$TMP/fidr.out" | awk -F'|' '{print ($5 == $6 || index($6, $5 " (")) ? "yes" : "no"}')
+    if [ $rc -eq 0 ] && [ "$rrows" -eq 4 ] && ! grep -qi nan "$TMP/fidr.out" && grep -q "N-rank reduction (e4m3)" "$TMP/fidr.out"; then
+        pass "fidelity_tool_ranks_table: $(grep -E '^\| 4 \| fc2 \|' "$TMP/fidr.out" | cut -c1-120)"
+    else fail fidelity_tool_ranks_table "rc=$rc, $rrows rows, N=1 twophase==native: $same1; $(tail -1 "$TMP/fidr.err")"; fi
+    "$FID" -e tiny --ranks 2,,8 >/dev/null 2>"$TMP/fid7.err"
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q "^error: --ranks: expected a comma list of rank counts in \[1, 1024\], found '2,,8'" "$TMP/fid7.err"; then
+        pass fidelity_tool_bad_ranks
+    else fail fidelity_tool_bad_ranks "rc=$rc $(cat "$TMP/fid7.err")"; fi
     "$FID" -e tiny --fp8-format e4m2 >/dev/null 2>"$TMP/fid6.err"
     rc=$?
     if [ $rc -eq 1 ] && grep -q "^error: --fp8-format: expected e4m3 or e5m2, found 'e4m2'" "$TMP/fid6.err"; then pass fidelity_tool_bad_format

@@ -1158,6 +1158,89 @@ static void test_layer_list_and_fidelity() {
     test_check("fidelity_from_sums", ok, "rel_l2 %.6e vs %.6e", st.rel_l2[1], sqrt(e2 / g2));
 }
 
+// The N-rank reductions of the fidelity tool (--ranks): one rank is the one-rank round trip of
+// each mode, bitwise; N ranks holding values whose scaled sums are exactly representable give
+// the exact average (so the scale, the rank-order combine and the decode / (s N) line up); a
+// non-finite gradient on any rank refuses the step.
+static void test_reduce_ranks() {
+    const int dout = 48, din = 40;
+    const size_t n = (size_t)dout * din;
+    std::vector<float> G = randn(n, 301, 0.02f), out(n), want(n);
+    const float* one[1] = {G.data()};
+    bool ok1 = true;
+    for (Fp8Format f : {FP8_E4M3, FP8_E5M2}) {
+        geofp8_fp8_roundtrip(f, want.data(), G.data(), n);
+        ok1 &= geofp8_reduce_native_ranks(f, out.data(), one, 1, n) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+        ok1 &= geofp8_reduce_twophase_ranks(f, out.data(), one, 1, n) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+        // geofp8: whiten, the one-rank round trip, unwhiten
+        std::vector<float> A((size_t)din * din, 0.0f), h = randn((size_t)256 * din, 302);
+        geofp8_kfac_accumulate(A.data(), h.data(), 256, din, 1.0f / 256);
+        GeoFP8LowrankSpec spec;
+        geofp8_parse_lowrank("lowrank_A_8", din, &spec);
+        GeoFP8Factor T;
+        geofp8_spec_factor(&T, spec, A.data(), NULL, 0, din, G.data(), dout, 1, 0);
+        geofp8_whiten(want.data(), G.data(), dout, din, &T, NULL);
+        geofp8_fp8_roundtrip(f, want.data(), want.data(), n);
+        geofp8_unwhiten(want.data(), want.data(), dout, din, &T, NULL);
+        ok1 &= geofp8_reduce_geo_ranks(f, out.data(), one, 1, dout, din, &T) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+    }
+    for (size_t i = 0; i < n; i++) want[i] = fp8_bf16_decode(fp8_bf16_encode(G[i]));
+    ok1 &= geofp8_reduce_bf16_ranks(out.data(), one, 1, n) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+    test_check("reduce_ranks_one_rank_is_the_round_trip", ok1, "native, twophase, geofp8 (E4M3 and E5M2), bf16");
+
+    // 4 ranks of values in {-1, 0, 1} * 2^-10: every code is ±s 2^-10 or 0 and every partial sum
+    // (at most 4 of them) has at most 3 significant bits, exact in E4M3 and E5M2 whatever the
+    // power-of-two scale (and in twophase's fp32 sum and re-quantization); the average comes back
+    // exactly
+    const int N = 4;
+    std::vector<std::vector<float>> R(N, std::vector<float>(n));
+    std::vector<const float*> rp(N);
+    Rng rng;
+    rand_init(&rng, 303);
+    for (int r = 0; r < N; r++) {
+        for (size_t i = 0; i < n; i++) R[r][i] = ldexpf((float)((int)(rand_u64(&rng) % 3) - 1), -10);
+        R[r][r] = ldexpf(1.0f, -10);  // amax on every rank
+        rp[r] = R[r].data();
+    }
+    for (size_t i = 0; i < n; i++) want[i] = (R[0][i] + R[1][i] + R[2][i] + R[3][i]) / 4.0f;  // exact
+    bool okN = true;
+    for (Fp8Format f : {FP8_E4M3, FP8_E5M2}) {
+        okN &= geofp8_reduce_native_ranks(f, out.data(), rp.data(), N, n) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+        okN &= geofp8_reduce_twophase_ranks(f, out.data(), rp.data(), N, n) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+    }
+    okN &= geofp8_reduce_bf16_ranks(out.data(), rp.data(), N, n) && memcmp(out.data(), want.data(), n * sizeof(float)) == 0;
+    test_check("reduce_ranks_exact_sums_give_the_average", okN, "4 ranks, native / twophase (E4M3, E5M2) and bf16");
+
+    // the rounding at every combine: with E4M3 and N = 8 ranks of random values, native's RelL2
+    // exceeds the one-rank round trip's, and twophase (one fp32 sum, two roundings) stays below native
+    const int N8 = 8;
+    std::vector<std::vector<float>> S(N8);
+    std::vector<const float*> sp(N8);
+    std::vector<double> avg(n, 0.0);
+    for (int r = 0; r < N8; r++) {
+        S[r] = randn(n, 400 + r, 0.02f);
+        sp[r] = S[r].data();
+        for (size_t i = 0; i < n; i++) avg[i] += S[r][i] / (double)N8;
+    }
+    std::vector<float> ref(n);
+    for (size_t i = 0; i < n; i++) ref[i] = (float)avg[i];
+    GeoFP8Fidelity fn, ft, f1;
+    geofp8_reduce_native_ranks(FP8_E4M3, out.data(), sp.data(), N8, n);
+    geofp8_fidelity_metrics(&fn, out.data(), ref.data(), n);
+    geofp8_reduce_twophase_ranks(FP8_E4M3, out.data(), sp.data(), N8, n);
+    geofp8_fidelity_metrics(&ft, out.data(), ref.data(), n);
+    geofp8_fp8_roundtrip(FP8_E4M3, out.data(), ref.data(), n);
+    geofp8_fidelity_metrics(&f1, out.data(), ref.data(), n);
+    test_check("reduce_ranks_native_rounds_at_every_combine", fn.rel_l2 > 1.2 * f1.rel_l2 && ft.rel_l2 < fn.rel_l2,
+               "RelL2 native %.3e, twophase %.3e, one round trip of the average %.3e", fn.rel_l2, ft.rel_l2, f1.rel_l2);
+    printf("  note: 8 ranks of N(0, 0.02): RelL2 native %.3e, twophase %.3e, one round trip %.3e\n", fn.rel_l2, ft.rel_l2, f1.rel_l2);
+
+    S[5][17] = NAN;
+    test_check("reduce_ranks_nonfinite_refused",
+               !geofp8_reduce_native_ranks(FP8_E4M3, out.data(), sp.data(), N8, n) &&
+               !geofp8_reduce_twophase_ranks(FP8_E4M3, out.data(), sp.data(), N8, n) && !geofp8_reduce_bf16_ranks(out.data(), sp.data(), N8, n));
+}
+
 int main() {
     test_scales();
     test_error_feedback();
@@ -1169,6 +1252,7 @@ int main() {
     test_power();
     test_kfac();
     test_fidelity();
+    test_reduce_ranks();
     test_select();
     test_layer_list_and_fidelity();
     return test_exit_code();
