@@ -113,6 +113,21 @@ static inline void gradcomm_timer_free(GradCommTimer* t) {
 // the fields of gradcomm.h's GradCommStats.
 typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_common.h
 
+// The buffers of gradcomm_gpu_plain_fp8_geo, made on the first fidelity step of the geometry path
+// (the geometry units are fixed by then) and kept: the units' G concatenated in dev.geo order.
+struct GradCommCounterfactual {
+    size_t num_units = 0, total = 0;
+    std::vector<size_t> off, size;    // (num_units) into the concatenation
+    GeoFP8UnitTable table;
+    float* raw = NULL;                // (total) G of the geometry units, then plain fp8's average
+    float* ref = NULL;                // (total) the fp32 average of the same units
+    uint8_t* q = NULL;                // (total)
+    float* amax = NULL;               // (num_units)
+    float* scale = NULL;              // (num_units)
+    float* skip = NULL;               // (1)
+    double* scratch = NULL;           // (4, table chunks)
+};
+
 typedef struct {
     std::string mode;                 // -c
     bool twophase;                    // --fp8-reduce twophase
@@ -139,6 +154,7 @@ typedef struct {
     float* ref;                       // (num_params) fp32 reference of the fidelity, or NULL
     GeoFP8UnitTable fid_units;        // every unit, for the fidelity sums (with ref)
     double* fid_scratch;              // (4, fid_units chunks)
+    GradCommCounterfactual cf;        // gradcomm_gpu_plain_fp8_geo
     std::string output_dir;
     GradCommGPUStats stats;
 } GradCommGPU;
@@ -187,6 +203,7 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->ref = NULL;
     gc->fid_units = GeoFP8UnitTable();
     gc->fid_scratch = NULL;
+    gc->cf = GradCommCounterfactual();
     gc->output_dir = tc->output_dir;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
@@ -238,6 +255,13 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
         CUDA_CHECK(cudaFree(gc->fid_scratch));
         geofp8_units_free(&gc->fid_units);
     }
+    GradCommCounterfactual& cf = gc->cf;
+    if (cf.num_units) {
+        void* bufs[] = {cf.raw, cf.ref, cf.q, cf.amax, cf.scale, cf.skip, cf.scratch};
+        for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+        geofp8_units_free(&cf.table);
+    }
+    gc->cf = GradCommCounterfactual();
     gc->has_device = false;
     gc->codes16 = NULL;
     gc->ref = NULL;
@@ -404,49 +428,53 @@ static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
         gradcomm_gpu_add_geo(gc, u);
 }
 
+// Copies the geometry units' G from grads into gc->cf.raw (making the buffers on first use).
+static inline void gradcomm_gpu_keep_raw_geo(GradCommGPU* gc, const float* grads, cudaStream_t s) {
+    GradCommCounterfactual& cf = gc->cf;
+    if (cf.num_units != gc->dev.geo.size()) {  // the first time: the geometry units never change afterwards
+        if (cf.num_units) { fprintf(stderr, "gradcomm_gpu_keep_raw_geo: the geometry units changed\n"); exit(1); }
+        for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
+            cf.off.push_back(cf.total);
+            cf.size.push_back((size_t)gu.d_out * gu.d_in);
+            cf.total += cf.size.back();
+        }
+        cf.num_units = cf.size.size();
+        geofp8_units_create(&cf.table, cf.off, cf.size);
+        cf.raw = cuda_malloc<float>(cf.total);
+        cf.ref = cuda_malloc<float>(cf.total);
+        cf.q = cuda_malloc<uint8_t>(cf.total);
+        cf.amax = cuda_malloc<float>(cf.num_units);
+        cf.scale = cuda_malloc<float>(cf.num_units);
+        cf.skip = cuda_malloc<float>(1);
+        cf.scratch = cuda_malloc<double>(4 * (size_t)std::max(cf.table.dev.num_chunks, 1));
+    }
+    for (size_t i = 0; i < cf.num_units; i++)
+        CUDA_CHECK(cudaMemcpyAsync(cf.raw + cf.off[i], grads + gc->units[gc->dev.geo[i].unit].offset, cf.size[i] * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+}
+
 // On a fidelity step of the geometry path (native sum): gradcomm_plain_fp8_geo of the CPU engine
 // on the device, what plain fp8 would have given on the geometry units for this step's gradient.
-// raw (device, consumed) holds their G concatenated in gc->dev.geo order: per-unit amax, MAX
-// all-reduce, scales, quantize without error feedback, FP8 SUM all-reduce, decode; RelL2 against
-// gc->ref over the units together. NaN if an amax is non-finite (every rank alike).
-static inline double gradcomm_gpu_plain_fp8_geo(GradCommGPU* gc, CommGridGPU* grid, float* raw, cudaStream_t s) {
-    std::vector<size_t> off, size;
-    size_t total = 0;
-    for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
-        off.push_back(total);
-        size.push_back((size_t)gu.d_out * gu.d_in);
-        total += size.back();
-    }
-    const size_t ng = size.size();
-    GeoFP8UnitTable t;
-    geofp8_units_create(&t, off, size);
-    float* amax = cuda_malloc<float>(ng);
-    float* scale = cuda_malloc<float>(ng);
-    float* skip = cuda_malloc<float>(1);
-    uint8_t* q = cuda_malloc<uint8_t>(total);
-    float* ref = cuda_malloc<float>(total);
-    double* scratch = cuda_malloc<double>(4 * (size_t)std::max(t.dev.num_chunks, 1));
-    geofp8_amax_units(amax, raw, &t, s);
-    comm_gpu_allreduce_f32_max(grid, amax, amax, ng);
-    geofp8_block_scales(gc->fmt, scale, NULL, skip, amax, ng, gc->world_size, s);
+// gc->cf.raw (consumed) holds their G (gradcomm_gpu_keep_raw_geo): per-unit amax, MAX all-reduce,
+// scales, quantize without error feedback, FP8 SUM all-reduce, decode; RelL2 against gc->ref over
+// the units together. NaN if an amax is non-finite (every rank alike).
+static inline double gradcomm_gpu_plain_fp8_geo(GradCommGPU* gc, CommGridGPU* grid, cudaStream_t s) {
+    GradCommCounterfactual& cf = gc->cf;
+    const size_t ng = cf.num_units;
+    geofp8_amax_units(cf.amax, cf.raw, &cf.table, s);
+    comm_gpu_allreduce_f32_max(grid, cf.amax, cf.amax, ng);
+    geofp8_block_scales(gc->fmt, cf.scale, NULL, cf.skip, cf.amax, ng, gc->world_size, s);
     float hskip = 0.0f;
-    CUDA_CHECK(cudaMemcpyAsync(&hskip, skip, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(&hskip, cf.skip, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    double rel = NAN;
-    if (hskip == 0.0f) {
-        geofp8_quantize_ef_units(gc->fmt, q, NULL, raw, scale, 0, &t, NULL, NULL, s);
-        comm_gpu_allreduce_fp8_sum(grid, q, q, total, gc->fmt);
-        geofp8_dequantize_units(gc->fmt, raw, q, scale, 0, gc->world_size, &t, NULL, s);
-        for (size_t i = 0; i < ng; i++)
-            CUDA_CHECK(cudaMemcpyAsync(ref + off[i], gc->ref + gc->units[gc->dev.geo[i].unit].offset, size[i] * sizeof(float),
-                                       cudaMemcpyDeviceToDevice, s));
-        rel = gradcomm_rel_l2_of_sums(geofp8_fidelity_sums(scratch, raw, ref, &t, s), ng);
-    }
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    void* bufs[] = {amax, scale, skip, q, ref, scratch};
-    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
-    geofp8_units_free(&t);
-    return rel;
+    if (hskip != 0.0f) return NAN;  // every rank saw the same amax: every rank returns here
+    geofp8_quantize_ef_units(gc->fmt, cf.q, NULL, cf.raw, cf.scale, 0, &cf.table, NULL, NULL, s);
+    comm_gpu_allreduce_fp8_sum(grid, cf.q, cf.q, cf.total, gc->fmt);
+    geofp8_dequantize_units(gc->fmt, cf.raw, cf.q, cf.scale, 0, gc->world_size, &cf.table, NULL, s);
+    for (size_t i = 0; i < ng; i++)
+        CUDA_CHECK(cudaMemcpyAsync(cf.ref + cf.off[i], gc->ref + gc->units[gc->dev.geo[i].unit].offset, cf.size[i] * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+    return gradcomm_rel_l2_of_sums(geofp8_fidelity_sums(cf.scratch, cf.raw, cf.ref, &cf.table, s), ng);
 }
 
 // RelL2 and cosine of grads (device) against gc->ref (device): per-unit sums on the device.
@@ -468,7 +496,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
     st.skipped = false;
     st.refreshed = false;
     st.has_fidelity = fidelity && gc->ref;
-    float* raw_geo = NULL;  // the geometry units' G on a fidelity step (gradcomm_gpu_plain_fp8_geo)
+    bool keep_raw_geo = false;  // the geometry units' G kept on a fidelity step (gradcomm_gpu_plain_fp8_geo)
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     if (st.has_fidelity) {
         CUDA_CHECK(cudaMemcpyAsync(gc->ref, grads, P * sizeof(float), cudaMemcpyDeviceToDevice, s));
@@ -506,15 +534,8 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         // X = G for Euclidean units; X = G T + R on the geometry path (in place: grads is overwritten anyway)
         bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
         if (st.has_fidelity && geometry && !gc->twophase) {  // the raw G of the geometry units, for gradcomm_gpu_plain_fp8_geo
-            size_t total = 0;
-            for (const GeoFP8DeviceUnit& gu : gc->dev.geo) total += (size_t)gu.d_out * gu.d_in;
-            raw_geo = cuda_malloc<float>(total);
-            total = 0;
-            for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
-                const size_t n = (size_t)gu.d_out * gu.d_in;
-                CUDA_CHECK(cudaMemcpyAsync(raw_geo + total, grads + gc->units[gu.unit].offset, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
-                total += n;
-            }
+            gradcomm_gpu_keep_raw_geo(gc, grads, s);
+            keep_raw_geo = true;
         }
         if (geometry) {
             int sp = gradcomm_timer_begin(t, GC_T_WHITEN);
@@ -523,7 +544,6 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         }
         double b = gc->twophase ? gradcomm_gpu_twophase(gc, grid, grads, geometry, t) : gradcomm_gpu_native(gc, grid, grads, geometry, t);
         if (b < 0) {
-            if (raw_geo) CUDA_CHECK(cudaFree(raw_geo));
             st.skipped = true;
             return;
         }
@@ -537,17 +557,13 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         comm_gpu_allreduce_u64_sum(grid, gc->dev.counts, gc->dev.counts, 3 * U);  // sum_saturated: already the same sum everywhere
         gradcomm_timer_end(t, sp);
         if (geofp8_device_read_stats(&gc->dev, st.saturated.data(), st.underflow.data(), st.nonzero.data(), st.sum_saturated.data(), s)) {
-            if (raw_geo) CUDA_CHECK(cudaFree(raw_geo));
             st.skipped = true;  // a non-finite amax (after the MAX all-reduce: on every rank alike)
             return;
         }
         if (gc->profiling) gradcomm_gpu_profile(gc, step);
     }
     if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads, s);
-    if (raw_geo) {
-        st.rel_l2_geo_fp8 = gradcomm_gpu_plain_fp8_geo(gc, grid, raw_geo, s);
-        CUDA_CHECK(cudaFree(raw_geo));
-    }
+    if (keep_raw_geo) st.rel_l2_geo_fp8 = gradcomm_gpu_plain_fp8_geo(gc, grid, s);
 }
 
 // ----------------------------------------------------------------------------

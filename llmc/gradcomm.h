@@ -523,12 +523,7 @@ static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const 
         const size_t n = off[i + 1] - off[i];
         got.resize(n);
         geofp8_dequantize(gc->fmt, got.data(), q.data() + off[i], n, scale[i], gc->world_size);
-        const float* ref = gc->ref.data() + gc->units[gc->geo[i].unit].offset;
-        for (size_t j = 0; j < n; j++) {
-            double d = (double)got[j] - (double)ref[j];
-            sums[i] += d * d;
-            sums[ng + i] += (double)ref[j] * (double)ref[j];
-        }
+        gradcomm_fidelity_accumulate(&sums, ng, i, got.data(), gc->ref.data() + gc->units[gc->geo[i].unit].offset, n);
     }
     return gradcomm_rel_l2_of_sums(sums, ng);
 }

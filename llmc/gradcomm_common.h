@@ -212,16 +212,22 @@ static inline double gradcomm_rel_l2_of_sums(const std::vector<double>& sums, si
     return gg > 0 ? sqrt(ee / gg) : NAN;
 }
 
+// Adds the sums of entry u of (4, U) sums for got and ref (n) on the host.
+static inline void gradcomm_fidelity_accumulate(std::vector<double>* sums, size_t U, size_t u, const float* got, const float* ref, size_t n) {
+    double* s = sums->data();
+    for (size_t i = 0; i < n; i++) {
+        double a = got[i], b = ref[i];
+        s[u] += (a - b) * (a - b); s[U + u] += b * b; s[2 * U + u] += a * a; s[3 * U + u] += a * b;
+    }
+}
+
 // The same from host buffers got and ref (num_params).
 static inline void gradcomm_fidelity(GradCommStats* st, const std::vector<LlamaUnit>& units, const std::vector<bool>& is_geo,
                                      const float* got, const float* ref) {
     const size_t U = units.size();
     std::vector<double> sums(4 * U, 0.0);
     for (size_t u = 0; u < U; u++)
-        for (size_t i = units[u].offset; i < units[u].offset + (size_t)units[u].rows * units[u].cols; i++) {
-            double a = got[i], b = ref[i];
-            sums[u] += (a - b) * (a - b); sums[U + u] += b * b; sums[2 * U + u] += a * a; sums[3 * U + u] += a * b;
-        }
+        gradcomm_fidelity_accumulate(&sums, U, u, got + units[u].offset, ref + units[u].offset, (size_t)units[u].rows * units[u].cols);
     gradcomm_fidelity_finish(st, sums, is_geo);
 }
 
