@@ -542,7 +542,11 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
         next_batch(ctx, &inputs, &targets);
         int sp = gradcomm_timer_begin(timer, GC_T_FORWARD);
         llama_forward(m, inputs, tc->B, tc->T);
-        if (gradcomm_gpu_wants_activations(gc)) llama_observe_inputs(m, gc, tc->B, tc->T);
+        if (gradcomm_gpu_wants_activations(gc)) {
+            int sk = gradcomm_timer_begin(timer, GC_T_SKETCH);  // inside the forward's span
+            llama_observe_inputs(m, gc, tc->B, tc->T);
+            gradcomm_timer_end(timer, sk);
+        }
         gradcomm_timer_end(timer, sp);
         sp = gradcomm_timer_begin(timer, GC_T_BACKWARD);
         loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc);

@@ -347,6 +347,7 @@ typedef struct {
     float lr;
     double comm_bytes;  // sent by this rank
     int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite on this rank, the highest such)
+    double sketch_seconds;  // handing the activations to the geometry path's sketches (this rank, wall clock)
 } StepStats;
 
 // Test hook: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at (1-based) STEP, to
@@ -372,17 +373,21 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     StepStats st;
     memset(m->grads, 0, m->num_params * sizeof(float));
     gradcomm_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size);
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, sketch_seconds = 0.0;
     for (int micro = 0; micro < accum_steps; micro++) {
         const int *inputs, *targets;
         next_batch(ctx, &inputs, &targets);
         llama_forward(m, inputs, tc->B, tc->T);
-        if (gradcomm_wants_activations(gc)) llama_observe_inputs(m, gc, tc->B, tc->T);
+        if (gradcomm_wants_activations(gc)) {
+            double t0 = run_now_seconds();
+            llama_observe_inputs(m, gc, tc->B, tc->T);
+            sketch_seconds += run_now_seconds() - t0;
+        }
         loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc);
     }
     if (test_inject_nan(step + 1, grid->rank)) m->grads[0] = NAN;
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
-    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0;
+    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.sketch_seconds = sketch_seconds;
     // a non-finite loss or gradient on any rank: every rank skips this step identically
     int bad_rank = (std::isfinite(loss_sum) && llama_all_finite(m->grads, m->num_params)) ? 0 : grid->rank + 1;
     bad_rank = comm_max_int(grid, bad_rank);
@@ -606,6 +611,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "lr", lr);
             logger_field(&line, "grad_norm", norm);
             logger_field(&line, "ms", dt * 1e3);
+            logger_field(&line, "t_sketch_ms", st.sketch_seconds * 1e3);
             logger_field(&line, "tokens_per_s", tok_s);
             logger_field(&line, "comm_bytes", comm_bytes);
             logger_field(&line, "eta_s", eta);

@@ -597,11 +597,11 @@ compare_curves() {
         s = field($0, "step"); l = field($0, "train_loss")
         if (file == 1) { ref[s] = l; nr++ } else {
             got[s] = l; ng++
-            if (s > 1) for (k = 1; k <= 5; k++) { v = field($0, ph[k]); if (v != "") { t[k] += v; nt[k]++ } }
+            if (s > 1) for (k = 1; k <= 6; k++) { v = field($0, ph[k]); if (v != "") { t[k] += v; nt[k]++ } }
         }
     }
     /"train_loss": null/ { if (file == 2) bad = bad " " field($0, "step") }
-    BEGIN { ph[1] = "t_forward_ms"; ph[2] = "t_backward_ms"; ph[3] = "t_comm_ms"; ph[4] = "t_nccl_ms"; ph[5] = "t_optimizer_ms" }
+    BEGIN { ph[1] = "t_forward_ms"; ph[2] = "t_backward_ms"; ph[3] = "t_comm_ms"; ph[4] = "t_nccl_ms"; ph[5] = "t_optimizer_ms"; ph[6] = "t_sketch_ms" }
     END {
         if (bad != "") { printf "FAIL non-finite loss at steps%s\n", bad; exit }
         if (nr != n) { printf "FAIL the reference holds %d steps, expected %d (hint: make gpu-refs)\n", nr, n; exit }
@@ -616,6 +616,7 @@ compare_curves() {
         ok = (mx <= tmax + 0 && mean <= tmean + 0)
         printf "%s max rel %.1e (step %d), mean %.1e (bounds %g, %g); final %.5f vs cpu %.5f", ok ? "PASS" : "FAIL", mx, at, mean, tmax, tmean, got[n], ref[n]
         if (nt[1] > 0) printf " | fwd %.1f bwd %.1f comm %.1f (nccl %.1f) opt %.1f ms", t[1]/nt[1], t[2]/nt[2], t[3]/nt[3], t[4]/nt[4], t[5]/nt[5]
+        if (nt[6] > 0 && t[6] > 0) printf " (sketch %.2f ms of fwd)", t[6]/nt[6]
         printf "\n"
     }' "$1" "$2"
 }

@@ -814,8 +814,8 @@ static inline size_t geofp8_nystrom_doubles(int d_in, int k, int r) {
 }
 
 // How a refresh turns (U, λ, σ²) into the transform (--geofp8-power, --geofp8-damping); with a
-// negative power (auto), p = geofp8_auto_power(q) with q from this rank's gradient G of the unit
-// (device, (d_out, d_in)) along the new eigenvectors, as the CPU engine does. chosen and q are
+// negative power (auto), p = geofp8_power_from_energy with the energies of this rank's gradient G
+// of the unit (device, (d_out, d_in)) along the new eigenvectors, as the CPU engine does. chosen and q are
 // written back for the log.
 struct GeoFP8Power {
     double power = 1.0, damping = GEOFP8_DAMPING;
@@ -869,8 +869,7 @@ static inline void geofp8_upload_factor(GeoFP8Device* g, float* factor, const fl
         std::vector<double> e(r);
         double total = 0.0;
         geofp8_direction_energy(g, e.data(), &total, pw->G, pw->d_out, d_in, U, r, stream);
-        pw->q = geofp8_estimate_q(lambda, sigma2, pw->damping * trA / d_in, e.data(), total, d_in, r);
-        pw->chosen = geofp8_auto_power(pw->q);
+        pw->chosen = geofp8_power_from_energy(e.data(), total, lambda, sigma2, d_in, r, pw->damping * trA / d_in, &pw->q);
     }
     GeoFP8Factor f;
     geofp8_factor_from_nystrom(&f, U, lambda, sigma2, trA, d_in, r, pw->chosen, pw->damping);

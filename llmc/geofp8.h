@@ -418,25 +418,50 @@ static inline int geofp8_nystrom(float* U, float* lambda, float* sigma2, const f
     return attempt;
 }
 
-// Exact counterpart of geofp8_nystrom from an explicit symmetric A (d, d) (only its upper
-// triangle is read): the top r eigenpairs (dsyevd in double) and σ² = mean of the other d - r
-// eigenvalues ((tr(A) - Σλ) / (d - r), with negative rounding clamped to 0). Used by the
-// fidelity analysis ("exact" low rank) and the tests. Returns 0, or -1 if dsyevd failed.
-static inline int geofp8_topr_exact(float* U, float* lambda, float* sigma2, const float* A, int d, int r) {
-    assert(r >= 1 && r <= d);
-    std::vector<double> a((size_t)d * d), w(d);
+// The full eigendecomposition of a symmetric A (d, d) (only its upper triangle is read), in
+// double (dsyevd): eigenvalues w ascending, eigenvector j in column j of V (row-major (d, d)),
+// and tr = Σ A_ii. The analyses that need several ranks or powers of one A compute it once
+// (geofp8_eigen_exact) and take each top r from it (geofp8_eigen_topr). Returns 0, or -1 if
+// dsyevd failed.
+struct GeoFP8Eigen {
+    int d = 0;
     double tr = 0.0;
+    std::vector<double> w, V;
+};
+static inline int geofp8_eigen_exact(GeoFP8Eigen* e, const float* A, int d) {
+    e->d = d;
+    e->tr = 0.0;
+    e->V.assign((size_t)d * d, 0.0);
+    e->w.assign(d, 0.0);
     for (int i = 0; i < d; i++) {
-        tr += (double)A[(size_t)i * d + i];
-        for (int j = i; j < d; j++) a[(size_t)i * d + j] = (double)A[(size_t)i * d + j];
+        e->tr += (double)A[(size_t)i * d + i];
+        for (int j = i; j < d; j++) e->V[(size_t)i * d + j] = (double)A[(size_t)i * d + j];
     }
-    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', d, a.data(), d, w.data()) != 0) return -1;
+    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', d, e->V.data(), d, e->w.data()) != 0) return -1;
+    return 0;
+}
+
+// The top r eigenpairs of e, descending (U (d, r), lambda (r), negative rounding clamped to 0)
+// and σ² = mean of the other d - r eigenvalues ((tr(A) - Σλ) / (d - r), clamped to 0).
+static inline void geofp8_eigen_topr(float* U, float* lambda, float* sigma2, const GeoFP8Eigen& e, int r) {
+    const int d = e.d;
+    assert(r >= 1 && r <= d);
     for (int t = 0; t < r; t++) {
         int j = d - 1 - t;
-        lambda[t] = (float)(w[j] > 0.0 ? w[j] : 0.0);
-        for (int i = 0; i < d; i++) U[(size_t)i * r + t] = (float)a[(size_t)i * d + j];
+        lambda[t] = (float)(e.w[j] > 0.0 ? e.w[j] : 0.0);
+        for (int i = 0; i < d; i++) U[(size_t)i * r + t] = (float)e.V[(size_t)i * d + j];
     }
-    *sigma2 = geofp8_residual_variance(tr, lambda, d, r);
+    *sigma2 = geofp8_residual_variance(e.tr, lambda, d, r);
+}
+
+// Exact counterpart of geofp8_nystrom from an explicit symmetric A (d, d) (upper triangle): the
+// top r eigenpairs and σ² as geofp8_eigen_topr. Used by the fidelity analysis ("exact" low rank)
+// and the tests. Returns 0, or -1 if dsyevd failed.
+static inline int geofp8_topr_exact(float* U, float* lambda, float* sigma2, const float* A, int d, int r) {
+    assert(r >= 1 && r <= d);
+    GeoFP8Eigen e;
+    if (geofp8_eigen_exact(&e, A, d) != 0) return -1;
+    geofp8_eigen_topr(U, lambda, sigma2, e, r);
     return 0;
 }
 
@@ -566,18 +591,25 @@ static inline double geofp8_auto_power(double q) {
     return std::min(1.0, std::max(0.0, 0.5 * q));
 }
 
-// --geofp8-power auto for one unit: q from the gradient G (d_out, d_in) along the factor's
-// eigenvectors U (d_in, r) with eigenvalues lambda (r) and residual level sigma2 of A, damped by
-// eps = damping tr(A) / d_in (geofp8_direction_energy, geofp8_estimate_q), and p = clamp(q/2, 0, 1).
-// Writes q to *q_out if not NULL. The GPU engine does the same with the energies from the device.
+// --geofp8-power auto for one unit from the gradient's energies e (r) along the factor's
+// eigenvectors and its total energy (geofp8_direction_energy), the eigenvalues lambda (r) and
+// residual level sigma2 of A, damped by eps = damping tr(A) / d_in: p = clamp(q/2, 0, 1) with q
+// from geofp8_estimate_q. Writes q to *q_out if not NULL. Both engines choose through this: the
+// CPU from its own energies (geofp8_choose_power), the GPU from the device's.
+static inline double geofp8_power_from_energy(const double* e, double total, const float* lambda, float sigma2, int d_in, int r, double eps,
+                                              double* q_out) {
+    const double q = geofp8_estimate_q(lambda, sigma2, eps, e, total, d_in, r);
+    if (q_out) *q_out = q;
+    return geofp8_auto_power(q);
+}
+
+// The same from the gradient G (d_out, d_in) and the eigenvectors U (d_in, r) on the host.
 static inline double geofp8_choose_power(const float* G, int d_out, int d_in, const float* U, const float* lambda, float sigma2, int r,
                                          double eps, double* q_out) {
     std::vector<double> e(r);
     double total = 0.0;
     geofp8_direction_energy(e.data(), &total, G, d_out, d_in, U, r);
-    const double q = geofp8_estimate_q(lambda, sigma2, eps, e.data(), total, d_in, r);
-    if (q_out) *q_out = q;
-    return geofp8_auto_power(q);
+    return geofp8_power_from_energy(e.data(), total, lambda, sigma2, d_in, r, eps, q_out);
 }
 
 // Packed factor, for the broadcast from rank 0 and for checkpoints:
@@ -824,15 +856,22 @@ static inline bool geofp8_parse_lowrank(const std::string& m, int d_in, GeoFP8Lo
 // E[hhᵀ]) when exact or spec.sym, else from spec.refreshes sketch refreshes of the activations h
 // (n, d_in) (the first from a Gaussian Ω drawn from seed, each further one with Ω ⊇ the previous
 // U: subspace iteration, the deployed path); power auto takes q from G (geofp8_choose_power).
+// eig, if not NULL, is A's eigendecomposition (geofp8_eigen_exact), used instead of computing it
+// again (same result bit for bit).
 static inline void geofp8_spec_factor(GeoFP8Factor* f, const GeoFP8LowrankSpec& spec, const float* A, const float* h, int n, int d_in,
-                                      const float* G, int d_out, int exact, uint64_t seed) {
+                                      const float* G, int d_out, int exact, uint64_t seed, const GeoFP8Eigen* eig = NULL) {
     const int r = spec.r;
     double tr = 0.0;
     for (int i = 0; i < d_in; i++) tr += (double)A[(size_t)i * d_in + i];
     std::vector<float> U((size_t)d_in * r), lam(r);
     float s2 = 0.0f;
     if (exact || spec.sym) {
-        geofp8_topr_exact(U.data(), lam.data(), &s2, A, d_in, r);
+        if (eig) {
+            assert(eig->d == d_in);
+            geofp8_eigen_topr(U.data(), lam.data(), &s2, *eig, r);
+        } else {
+            geofp8_topr_exact(U.data(), lam.data(), &s2, A, d_in, r);
+        }
     } else {
         const int k = geofp8_sketch_width(r, d_in);
         for (int it = 0; it < spec.refreshes; it++) {
@@ -851,10 +890,12 @@ static inline void geofp8_spec_factor(GeoFP8Factor* f, const GeoFP8LowrankSpec& 
 
 // One method of the fidelity analysis on precomputed statistics:
 // A (d_in, d_in) and Gs (d_out, d_out) upper triangles of E[hhᵀ] and E[δδᵀ] (Gs may be NULL
-// unless the method is output_side or kfac). Returns 0, or -1 for an unknown method name.
+// unless the method is output_side or kfac); eig, if not NULL, A's eigendecomposition for the
+// exact low-rank and symmetric methods (geofp8_spec_factor). Returns 0, or -1 for an unknown
+// method name.
 static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* method, const float* G, int d_out, int d_in,
                                                const float* A, const float* Gs, const float* h, int n, int lowrank_exact, uint64_t seed,
-                                               Fp8Format fmt) {
+                                               Fp8Format fmt, const GeoFP8Eigen* eig = NULL) {
     const std::string m(method);
     const size_t nn = (size_t)d_out * d_in;
     std::vector<float> x(nn);
@@ -884,7 +925,7 @@ static inline int geofp8_fidelity_method_stats(GeoFP8Fidelity* out, const char* 
         GeoFP8LowrankSpec spec;
         if (!geofp8_parse_lowrank(m, d_in, &spec)) return -1;
         GeoFP8Factor f;
-        geofp8_spec_factor(&f, spec, A, h, n, d_in, G, d_out, lowrank_exact, seed);
+        geofp8_spec_factor(&f, spec, A, h, n, d_in, G, d_out, lowrank_exact, seed, eig);
         geofp8_whiten(x.data(), G, d_out, d_in, &f, NULL);
         geofp8_fp8_roundtrip(fmt, x.data(), x.data(), nn);
         geofp8_unwhiten(x.data(), x.data(), d_out, d_in, &f, NULL);

@@ -48,10 +48,10 @@
 
 enum {
     GC_T_FORWARD = 0, GC_T_BACKWARD, GC_T_COMM, GC_T_REFRESH, GC_T_WHITEN, GC_T_AMAX, GC_T_QUANTIZE, GC_T_NCCL,
-    GC_T_DECODE, GC_T_UNWHITEN, GC_T_OPTIMIZER, GC_T_NUM
+    GC_T_DECODE, GC_T_UNWHITEN, GC_T_OPTIMIZER, GC_T_SKETCH, GC_T_NUM
 };
 static const char* const GRADCOMM_PHASE_NAMES[GC_T_NUM] = {"forward", "backward", "comm", "refresh", "whiten", "amax",
-                                                           "quantize", "nccl", "decode", "unwhiten", "optimizer"};
+                                                           "quantize", "nccl", "decode", "unwhiten", "optimizer", "sketch"};
 
 typedef struct {
     cudaStream_t stream;

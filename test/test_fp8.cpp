@@ -25,37 +25,11 @@
 #include "../llmc/fp8.h"
 #include "../llmc/rand.h"
 #include "fixture.h"
+#include "fp8_inputs.h"
 #include "test_util.h"
 
 static const char* FIXTURE_PATH = "test/fixtures/fp8.fix";
 static const size_t RANDOM_COUNT = (size_t)1 << 20;
-
-static uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
-
-// The generator documented in test/reference/make_fp8_fixtures.py (draw k uses rand_u64 output
-// k+1); exponents e0 .. e0 + span - 1 (E4M3: -14, 25; E5M2: -20, 38).
-static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n, int e0, int span) {
-    Rng rng;
-    rand_init(&rng, seed);
-    x->resize(n);
-    for (size_t k = 0; k < n; k++) {
-        uint64_t r = rand_u64(&rng);
-        uint32_t lo = (uint32_t)(r & 15u);
-        uint32_t raw = (uint32_t)(r >> 32);
-        uint32_t bits;
-        if (lo == 0) {
-            bits = raw;
-        } else {
-            uint32_t sign = (uint32_t)((r >> 4) & 1u);
-            int e = e0 + (int)(((r >> 8) & 0xFFFFu) % (uint64_t)span);
-            uint32_t m = raw & 0x7FFFFFu;
-            if (lo == 1) m &= 0x780000u;
-            bits = (sign << 31) | ((uint32_t)(e + 127) << 23) | m;
-        }
-        (*x)[k] = u2f(bits);
-    }
-}
 
 // Reports the number of mismatching codes and the first few.
 static void check_codes(const std::string& name, Fp8Format f, const float* x, const uint8_t* want, size_t n) {
@@ -67,7 +41,7 @@ static void check_codes(const std::string& name, Fp8Format f, const float* x, co
         if (got == want[i]) continue;
         if (bad < 4 && len < 400)
             len += snprintf(first + len, sizeof(first) - len, " [x=%a (0x%08x) got 0x%02x want 0x%02x]",
-                            (double)x[i], f2u(x[i]), got, want[i]);
+                            (double)x[i], fp8_test_f2u(x[i]), got, want[i]);
         bad++;
     }
     test_check(name.c_str(), bad == 0, "%zu of %zu mismatch:%s", bad, n, first);
@@ -95,7 +69,7 @@ static void test_fixture_format(const Fixture& fx, Fp8Format f) {
         int bad = 0, first = -1;
         for (int c = 0; c < 256; c++) {
             float got = fp8_decode(f, (uint8_t)c);
-            bool ok = std::isnan(want[c]) ? std::isnan(got) : f2u(got) == f2u(want[c]);
+            bool ok = std::isnan(want[c]) ? std::isnan(got) : fp8_test_f2u(got) == fp8_test_f2u(want[c]);
             if (!ok) { bad++; if (first < 0) first = c; }
         }
         test_check((p + "decode_all_256").c_str(), fx.get(t + "decode").numel() == 256 && bad == 0,
@@ -115,7 +89,9 @@ static void test_fixture_format(const Fixture& fx, Fp8Format f) {
     {
         uint64_t seed = (uint64_t)fx.i(t + "random_seed")[0];
         std::vector<float> x;
-        random_inputs(&x, seed, RANDOM_COUNT, f == FP8_E5M2 ? -20 : -14, f == FP8_E5M2 ? 38 : 25);
+        int e0, span;
+        fp8_test_exponents(f, &e0, &span);
+        fp8_test_random_inputs(&x, seed, RANDOM_COUNT, e0, span);
         std::vector<uint8_t> want;
         if (unpack_codes(&want, fx.get(t + "random_code"), RANDOM_COUNT)) {
             check_codes(p + "random_2^20", f, x.data(), want.data(), RANDOM_COUNT);
@@ -177,10 +153,10 @@ static void test_fixture(void) {
             if (got != (uint16_t)code[i]) {
                 if (bad < 4 && len < 400)
                     len += snprintf(first + len, sizeof(first) - len, " [x=0x%08x got 0x%04x want 0x%04x]",
-                                    f2u(tx.f[i]), got, (unsigned)code[i]);
+                                    fp8_test_f2u(tx.f[i]), got, (unsigned)code[i]);
                 bad++;
             }
-            if (f2u(fp8_bf16_decode((uint16_t)code[i])) != (uint32_t)code[i] << 16) bad_dec++;
+            if (fp8_test_f2u(fp8_bf16_decode((uint16_t)code[i])) != (uint32_t)code[i] << 16) bad_dec++;
         }
         test_check("fp8.bf16.encode_fixture", bad == 0, "%zu of %zu mismatch:%s", bad, n, first);
         test_check("fp8.bf16.decode_fixture", bad_dec == 0, "%zu of %zu decodes differ", bad_dec, n);
@@ -203,8 +179,8 @@ static void test_e4m3_properties(void) {
         {463.99f, 0x7E, "463.99"}, {464.0f, 0x7E, "464 tie"}, {nextafterf(464.0f, inf), 0x7E, "464+ulp"},
         {465.0f, 0x7E, "465"}, {480.0f, 0x7E, "480"}, {1e6f, 0x7E, "1e6"}, {FLT_MAX, 0x7E, "FLT_MAX"},
         {-FLT_MAX, 0xFE, "-FLT_MAX"}, {inf, 0x7E, "+Inf"}, {-inf, 0xFE, "-Inf"},
-        {NAN, 0x7F, "NaN"}, {u2f(0xFFC00000u), 0x7F, "-NaN (canonical, as CUDA)"},
-        {u2f(0x7F800001u), 0x7F, "signalling NaN"}, {u2f(1u), 0x00, "float32 denormal"},
+        {NAN, 0x7F, "NaN"}, {fp8_test_u2f(0xFFC00000u), 0x7F, "-NaN (canonical, as CUDA)"},
+        {fp8_test_u2f(0x7F800001u), 0x7F, "signalling NaN"}, {fp8_test_u2f(1u), 0x00, "float32 denormal"},
         {240.0f, 0x77, "240"}, {-0.5f, 0xB0, "-0.5"},
     };
     int bad = 0;
@@ -230,7 +206,7 @@ static void test_format_properties(Fp8Format f) {
     // (b2) constants and decode landmarks (E5M2 also: ±Inf at 0x7C / 0xFC, NaN at 0x7D..0x7F)
     bool landmarks = fp8_decode(f, max_code) == top && fp8_decode(f, (uint8_t)(1 << mant_bits)) == min_normal &&
                      fp8_decode(f, 0x01) == min_sub && std::isnan(fp8_decode(f, 0x7F)) && std::isnan(fp8_decode(f, 0xFF)) &&
-                     fp8_decode(f, (uint8_t)(max_code | 0x80)) == -top && f2u(fp8_decode(f, 0x80)) == 0x80000000u &&
+                     fp8_decode(f, (uint8_t)(max_code | 0x80)) == -top && fp8_test_f2u(fp8_decode(f, 0x80)) == 0x80000000u &&
                      ldexpf(1.0f, -(e5 ? 14 : 6)) == min_normal && ldexpf(1.0f, -(e5 ? 16 : 9)) == min_sub &&
                      top == (e5 ? 57344.0f : 448.0f);
     if (e5) landmarks = landmarks && fp8_decode(f, 0x7C) == INFINITY && fp8_decode(f, 0xFC) == -INFINITY &&
@@ -254,9 +230,9 @@ static void test_format_properties(Fp8Format f) {
     size_t bad_mono = 0, bad_sym = 0;
     uint32_t first_mono = 0;
     auto sweep = [&](uint32_t lo, uint32_t hi, uint32_t step) {
-        uint8_t prev = fp8_encode(f, u2f(lo));
+        uint8_t prev = fp8_encode(f, fp8_test_u2f(lo));
         for (uint64_t b = (uint64_t)lo + step; b <= hi; b += step) {
-            float x = u2f((uint32_t)b);
+            float x = fp8_test_u2f((uint32_t)b);
             uint8_t c = fp8_encode(f, x);
             if (c < prev) { if (!bad_mono) first_mono = (uint32_t)b; bad_mono++; }
             if (fp8_encode(f, -x) != (c | 0x80)) bad_sym++;
@@ -264,8 +240,8 @@ static void test_format_properties(Fp8Format f) {
         }
     };
     sweep(0u, 0x7F800000u, 61u);
-    if (e5) sweep(f2u(0x1p-18f), f2u(65536.0f), 3u);  // 31 binades: every third pattern
-    else sweep(f2u(0x1p-11f), f2u(512.0f), 1u);
+    if (e5) sweep(fp8_test_f2u(0x1p-18f), fp8_test_f2u(65536.0f), 3u);  // 31 binades: every third pattern
+    else sweep(fp8_test_f2u(0x1p-11f), fp8_test_f2u(512.0f), 1u);
     test_check((p + "monotonic_symmetric").c_str(), dec_mono && bad_mono == 0 && bad_sym == 0,
                "decode increasing %d, %zu order violations (first x bits 0x%08x), %zu sign asymmetries",
                (int)dec_mono, bad_mono, first_mono, bad_sym);
@@ -301,7 +277,7 @@ static void test_e5m2_hand_cases(void) {
         {448.0f, 0x5F, "448 = 1.75*2^8"}, {49152.0f, 0x7A, "49152"}, {57344.0f, 0x7B, "57344"},
         {61439.0f, 0x7B, "61439"}, {61440.0f, 0x7B, "61440 tie (-> Inf unsaturated)"}, {65536.0f, 0x7B, "65536"},
         {FLT_MAX, 0x7B, "FLT_MAX"}, {inf, 0x7B, "+Inf"}, {-inf, 0xFB, "-Inf"},
-        {NAN, 0x7F, "NaN"}, {u2f(0xFFC00000u), 0x7F, "-NaN (canonical, as CUDA)"}, {u2f(1u), 0x00, "float32 denormal"},
+        {NAN, 0x7F, "NaN"}, {fp8_test_u2f(0xFFC00000u), 0x7F, "-NaN (canonical, as CUDA)"}, {fp8_test_u2f(1u), 0x00, "float32 denormal"},
         {-0.5f, 0xB8, "-0.5"},
     };
     int bad = 0;
@@ -321,7 +297,7 @@ static void test_bf16_properties(void) {
     for (uint32_t h = 0; h < 65536; h++) {
         float x = fp8_bf16_decode((uint16_t)h);
         uint16_t want = ((h & 0x7FFFu) > 0x7F80u) ? BF16_NAN_CODE : (uint16_t)h;
-        if (fp8_bf16_encode(x) != want || f2u(x) != h << 16) { bad++; if (first < 0) first = (int)h; }
+        if (fp8_bf16_encode(x) != want || fp8_test_f2u(x) != h << 16) { bad++; if (first < 0) first = (int)h; }
     }
     test_check("fp8.bf16.roundtrip_all_65536", bad == 0, "%d codes, first 0x%04x", bad, first);
 
@@ -336,7 +312,7 @@ static void test_bf16_properties(void) {
     };
     int bad_c = 0;
     for (const Case& c : cases) {
-        uint16_t got = fp8_bf16_encode(u2f(c.x));
+        uint16_t got = fp8_bf16_encode(fp8_test_u2f(c.x));
         if (got != c.code) {
             if (bad_c < 4) printf("  %s: got 0x%04x want 0x%04x\n", c.what, got, c.code);
             bad_c++;
@@ -364,7 +340,7 @@ static void test_bulk(void) {
         for (size_t i = 0; i < n; i++) {
             enc_ok &= q[i] == fp8_e4m3_encode(x[i] * s);
             float want = fp8_e4m3_decode(q[i]) * inv;
-            dec_ok &= std::isnan(want) ? std::isnan(dec[i]) : f2u(dec[i]) == f2u(want);
+            dec_ok &= std::isnan(want) ? std::isnan(dec[i]) : fp8_test_f2u(dec[i]) == fp8_test_f2u(want);
         }
     }
     test_check("fp8.bulk.encode_scaled", enc_ok, "differs from fp8_e4m3_encode(x * scale)");

@@ -25,6 +25,7 @@
 #include "../llmc/fp8.h"
 #include "../llmc/rand.h"
 #include "fixture.h"
+#include "fp8_inputs.h"
 #include "test_util.h"
 
 #define CUDA_CHECK(call)                                                                     \
@@ -100,33 +101,6 @@ __global__ void fp8_sweep_kernel(unsigned long long* counters, unsigned int* fir
     }
 }
 
-static uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
-
-// The generator documented in test/reference/make_fp8_fixtures.py (same as test/test_fp8.cpp);
-// exponents e0 .. e0 + span - 1.
-static void random_inputs(std::vector<float>* x, uint64_t seed, size_t n, int e0, int span) {
-    Rng rng;
-    rand_init(&rng, seed);
-    x->resize(n);
-    for (size_t k = 0; k < n; k++) {
-        uint64_t r = rand_u64(&rng);
-        uint32_t lo = (uint32_t)(r & 15u);
-        uint32_t raw = (uint32_t)(r >> 32);
-        uint32_t bits;
-        if (lo == 0) {
-            bits = raw;
-        } else {
-            uint32_t sign = (uint32_t)((r >> 4) & 1u);
-            int e = e0 + (int)(((r >> 8) & 0xFFFFu) % (uint64_t)span);
-            uint32_t m = raw & 0x7FFFFFu;
-            if (lo == 1) m &= 0x780000u;
-            bits = (sign << 31) | ((uint32_t)(e + 127) << 23) | m;
-        }
-        (*x)[k] = u2f(bits);
-    }
-}
-
 // Encodes x on the device with ours and CUDA's; both must equal the expected codes and the host.
 static void check_fp8_device(const std::string& name, Fp8Format f, const std::vector<float>& x, const std::vector<uint8_t>& want) {
     size_t n = x.size();
@@ -149,7 +123,7 @@ static void check_fp8_device(const std::string& name, Fp8Format f, const std::ve
     }
     test_check(name.c_str(), bad == 0 && bad_cuda == 0,
                "%zu device codes differ from fixture/host (first x=0x%08x device 0x%02x want 0x%02x), "
-               "%zu CUDA satfinite codes differ", bad, f2u(x[first]), out[first], want[first], bad_cuda);
+               "%zu CUDA satfinite codes differ", bad, fp8_test_f2u(x[first]), out[first], want[first], bad_cuda);
     CUDA_CHECK(cudaFree(d_x));
     CUDA_CHECK(cudaFree(d_out));
     CUDA_CHECK(cudaFree(d_ref));
@@ -180,7 +154,7 @@ static void test_fixture_cases(void) {
                 float host = fp8_decode(f, (uint8_t)c);
                 bool ok = std::isnan(want[c])
                     ? std::isnan(out[c]) && std::isnan(ref[c]) && std::isnan(host)
-                    : f2u(out[c]) == f2u(want[c]) && f2u(ref[c]) == f2u(want[c]) && f2u(host) == f2u(want[c]);
+                    : fp8_test_f2u(out[c]) == fp8_test_f2u(want[c]) && fp8_test_f2u(ref[c]) == fp8_test_f2u(want[c]) && fp8_test_f2u(host) == fp8_test_f2u(want[c]);
                 bad += !ok;
             }
             test_check((p + "_decode_all_256").c_str(), bad == 0, "%d codes differ", bad);
@@ -199,7 +173,9 @@ static void test_fixture_cases(void) {
         {
             const FixtureTensor& tc = fx.get(t + ".random_code");
             std::vector<float> x;
-            random_inputs(&x, (uint64_t)fx.i(t + ".random_seed")[0], RANDOM_COUNT, f == FP8_E5M2 ? -20 : -14, f == FP8_E5M2 ? 38 : 25);
+            int e0, span;
+            fp8_test_exponents(f, &e0, &span);
+            fp8_test_random_inputs(&x, (uint64_t)fx.i(t + ".random_seed")[0], RANDOM_COUNT, e0, span);
             std::vector<uint8_t> want(RANDOM_COUNT);
             if (tc.numel() * 4 != RANDOM_COUNT) {
                 test_check((p + "_random_2^20").c_str(), false, "fixture holds %zu packed words", tc.numel());

@@ -1090,6 +1090,16 @@ static void test_fidelity() {
         geofp8_fidelity_method_stats(&l1, "lowrank_A_16_p1_d1e-3_it1", G.data(), dout, din, Ap, NULL, h.data(), n, 0, 5, FP8_E4M3);
         test_check("fidelity_method_suffixes", parse && p0.rel_l2 == e0.rel_l2 && l1.rel_l2 == s1.rel_l2,
                    "parse %d, sym p0 %.6e vs euclidean %.6e, explicit defaults %.6e vs %.6e", (int)parse, p0.rel_l2, e0.rel_l2, l1.rel_l2, s1.rel_l2);
+        // one eigendecomposition of A shared by the exact rows gives each row bit for bit
+        GeoFP8Eigen eig;
+        bool same = geofp8_eigen_exact(&eig, Ap, din) == 0 && eig.d == din;
+        for (const char* meth : {"lowrank_A_8", "lowrank_A_32_pauto", "sym_A_p0.5", "sym_A_pauto", "sym_A_p1_d1e-1"}) {
+            GeoFP8Fidelity a, b;
+            geofp8_fidelity_method_stats(&a, meth, G.data(), dout, din, Ap, NULL, h.data(), n, 1, 5, FP8_E4M3);
+            geofp8_fidelity_method_stats(&b, meth, G.data(), dout, din, Ap, NULL, h.data(), n, 1, 5, FP8_E4M3, &eig);
+            same &= a.rel_l2 == b.rel_l2 && a.cos == b.cos && a.max_err == b.max_err && std::isfinite(a.rel_l2);
+        }
+        test_check("fidelity_shared_eigendecomposition_is_bitwise", same, "exact low-rank 8 / 32 p auto, symmetric p 0.5 / auto / damping 1e-1");
     }
 
     // For contrast (not asserted): with an output gradient independent of h (δ = y only), the

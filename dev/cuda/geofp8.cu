@@ -801,11 +801,7 @@ static void validate_power(GeoFP8Device* g, int d_out, int d_in, int r, uint64_t
         pw.d_out = d_out;
         double cq = 0.0, cp = pw.power;
         if (automatic) {
-            std::vector<double> e(r);
-            double total = 0.0;
-            geofp8_direction_energy(e.data(), &total, G.data(), d_out, d_in, cU.data(), r);
-            cq = geofp8_estimate_q(clam.data(), cs2, pw.damping * tr / d_in, e.data(), total, d_in, r);
-            cp = geofp8_auto_power(cq);
+            cp = geofp8_choose_power(G.data(), d_out, d_in, cU.data(), clam.data(), cs2, r, pw.damping * tr / d_in, &cq);
         }
         GeoFP8Factor cf, gf;
         geofp8_factor_from_nystrom(&cf, cU.data(), clam.data(), cs2, tr, d_in, r, cp, pw.damping);
