@@ -1,0 +1,142 @@
+"""Tests for scripts/scaling_model.py on synthetic 1-GPU runs whose predicted step times are known
+in closed form (alpha = 0 or a chosen latency, a chosen bus bandwidth), and the parameter count
+against the CPU engine's own config table.
+
+Prints "PASS name" / "FAIL name: detail" lines and exits 1 on any failure.
+
+    python3 test/test_scaling_model.py
+"""
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import scaling_model as sm  # noqa: E402
+
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global failed
+    print(f"PASS {name}" if ok else f"FAIL {name}: {detail}")
+    failed += 0 if ok else 1
+
+
+def close(a, b, rel=1e-12):
+    return abs(a - b) <= rel * max(1.0, abs(b))
+
+
+def write_run(root, name, fwd, bwd, opt, comm, nccl, steps=6, layers=None):
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        for s in range(1, steps + 1):
+            warm = 50.0 if s <= 2 else 0.0  # the warm-up steps, skipped by --skip-steps 2
+            f.write(json.dumps({"step": s, "train_loss": 5.0, "ms": 1.0, "t_forward_ms": fwd + warm, "t_backward_ms": bwd,
+                                "t_optimizer_ms": opt, "t_comm_ms": comm, "t_nccl_ms": nccl}) + "\n")
+        f.write(json.dumps({"step": steps, "val_loss": 5.1}) + "\n")
+    if layers:
+        with open(os.path.join(d, "geofp8_layers.txt"), "w") as f:
+            f.write("".join(f"{l} 1.0\n" for l in layers))
+    return d
+
+
+def run(argv):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        table = sm.main(argv)
+    return table, buf.getvalue()
+
+
+# the parameter count of the presets against the CPU engine's config table
+presets = sm.read_presets()
+engine = os.path.join(REPO, "train_llama_cpu")
+for name in ["tiny", "d12"]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([engine, "-e", name, "-b", "1", "-t", "16", "-x", "1", "-v", "0", "-n", "-1", "-o", tmp, "--overwrite", "1"],
+                             capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    m = re.search(r"parameters\s*\|\s*(\d+)", out.stdout)
+    got = sm.model_shapes(presets[name])[0] if name in presets else -1
+    check(f"scaling_model_params_{name}_match_the_engine", m is not None and int(m.group(1)) == got,
+          f"model {got}, engine {m.group(1) if m else out.stdout[-300:] + out.stderr[-300:]}")
+
+# one all-reduce: 2(N-1)/N S / busbw plus the latency hops
+S, N, B = 1e9, 4, 100.0
+check("scaling_model_allreduce_bandwidth_term", close(sm.allreduce_ms(S, N, 0.0, B, "ring"), 2 * 3 / 4 * 1e9 / 1e11 * 1e3),
+      str(sm.allreduce_ms(S, N, 0.0, B, "ring")))
+lat = [sm.allreduce_ms(0.0, 64, 10.0, B, a) for a in ("ring", "tree", "auto")]
+check("scaling_model_allreduce_latency", close(lat[0], 2 * 63 * 0.01) and close(lat[1], 2 * 6 * 0.01) and close(lat[2], lat[1]), str(lat))
+check("scaling_model_one_gpu_sends_nothing", sm.allreduce_ms(S, 1, 10.0, B, "ring") == 0.0 and sm.broadcast_ms(S, 1, 10.0, B) == 0.0)
+
+tiny = presets["tiny"]
+P, U, widths = sm.model_shapes(tiny)
+with tempfile.TemporaryDirectory() as root:
+    fwd, bwd, opt = 10.0, 40.0, 5.0
+    r32 = write_run(root, "fp32", fwd, bwd, opt, comm=7.0, nccl=4.0)   # codec 3 ms
+    r8 = write_run(root, "fp8", fwd, bwd, opt, comm=9.0, nccl=4.0)     # codec 5 ms
+    rg = write_run(root, "geofp8", fwd, bwd, opt, comm=9.0, nccl=4.0, layers=["layers.0.fc2", "layers.2.fc1"])
+    busbw, gpus = 0.05, [2, 8]  # GB/s: tiny's 55 MB of fp32 gradients take about a second, far above the backward
+    base = ["--model", "tiny", "--run", f"fp32={r32}", "--run", f"fp8={r8}", "--run", f"geofp8={rg}", "--alpha-us", "0",
+            "--busbw-gbs", str(busbw), "--gpus", ",".join(map(str, gpus)), "--refresh", "10"]
+    table, text = run(base)
+    ar = lambda nbytes, n: 2.0 * (n - 1) / n * nbytes / (busbw * 1e9) * 1e3
+    ok = True
+    for n in gpus:
+        want32 = fwd + bwd + 3.0 + ar(4.0 * P, n) + ar(4.0, n) + opt  # ar(4.0): the non-finite flag
+        want8 = fwd + bwd + 5.0 + ar(4.0 * U, n) + ar(float(P), n) + ar(24.0 * U, n) + ar(4.0, n) + opt
+        ok &= close(table[(n, "fp32", False)][0], want32) and close(table[(n, "fp8", False)][0], want8)
+        ok &= close(table[(n, "fp8", False)][1], 100.0 * (want32 - want8) / want32)
+    check("scaling_model_step_without_overlap_closed_form", ok, str({k: v for k, v in table.items() if not k[2]}))
+    # geofp8 = fp8 + the amortized refresh of its two listed units (fc2: d_in FF, fc1: d_in C), r 32, 8 more sketch columns
+    extra = 0.0
+    for d in (tiny["FF"], tiny["C"]):
+        k = min(32 + 8, d)
+        extra += ar((4.0 * d * k + 8) / 10, 8) + (4.0 * (d * 32 + 32 + 2) / 10) / (busbw * 1e9) * 1e3
+    got = table[(8, "geofp8", False)][0] - table[(8, "fp8", False)][0]
+    check("scaling_model_geofp8_refresh_amortized", close(got, extra, 1e-9), f"{got} vs {extra}")
+    # overlapped, communication-bound: 4 buckets ready every bwd/4; each one's codec share and
+    # collectives take c > bwd/4, so the last finishes at bwd/4 + 4c
+    table, _ = run(base + ["--buckets", "4"])
+    c = 3.0 / 4 + ar(4.0 * P / 4, 8)
+    want = fwd + max(bwd, bwd / 4 + 4 * c) + ar(4.0, 8) + opt
+    check("scaling_model_overlap_comm_bound_closed_form", close(table[(8, "fp32", True)][0], want), f"{table[(8, 'fp32', True)][0]} vs {want}")
+    # overlapped, compute-bound (fast link): only the last bucket's codec and collectives stick out;
+    # with 2 micro-steps only the second one's backward (bwd/2) overlaps, which changes nothing here
+    fast = ["--busbw-gbs", "1000", "--buckets", "4"]
+    for accum in (1, 2):
+        table, _ = run(base + fast + ["--accum", str(accum)])
+        c = 3.0 / 4 + 2.0 * 7 / 8 * (4.0 * P / 4) / 1e12 * 1e3
+        want = fwd + bwd + c + 2.0 * 7 / 8 * 4.0 / 1e12 * 1e3 + opt
+        check(f"scaling_model_overlap_compute_bound_accum{accum}", c < bwd / accum / 4 and close(table[(8, "fp32", True)][0], want),
+              f"{table[(8, 'fp32', True)][0]} vs {want}")
+
+    # the paper's figures printed next to the prediction for its setting
+    _, text = run(["--model", "llama600m", "--estimate", "--gpus", "64"])
+    check("scaling_model_paper_setting_line", "the paper measured +7.60%" in text and "the paper measured +10.79%" in text, text[-400:])
+
+    # errors: one line, exit 1 (a CPU-engine run has no phase times)
+    cpu = os.path.join(root, "cpu")
+    os.makedirs(cpu)
+    with open(os.path.join(cpu, "metrics.jsonl"), "w") as f:
+        f.write("".join(json.dumps({"step": s, "train_loss": 5.0, "ms": 3.0}) + "\n" for s in range(1, 5)))
+    for name, argv in [("bad_mode", base + ["--run", "fp9=x"]), ("missing_dir", ["--run", f"fp32={root}/nope"]),
+                       ("bad_gpus", base + ["--gpus", "8,x"]), ("no_fp32", ["--model", "tiny", "--run", f"fp8={r8}"]),
+                       ("bad_model", ["--model", "gpt5", "--estimate"]), ("cpu_run", ["--model", "tiny", "--run", f"fp32={cpu}"])]:
+        out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "scaling_model.py")] + argv, capture_output=True, text=True)
+        check(f"scaling_model_error_{name}", out.returncode == 1 and out.stderr.strip().count("\n") == 0 and out.stderr.startswith("error:"),
+              out.stderr[-300:])
+    try:
+        import matplotlib  # noqa: F401
+        png = os.path.join(root, "m.png")
+        _, text = run(base + ["--out", png])
+        check("scaling_model_writes_the_figure", os.path.getsize(png) > 1000, text[-200:])
+    except ImportError:
+        print("SKIP scaling_model_writes_the_figure: matplotlib is not installed")
+
+sys.exit(1 if failed else 0)
