@@ -33,6 +33,10 @@ per 512-element block for fp8block):
   every mode: a 4-byte all-reduce (the non-finite flag) before, and the step's loss.
 An all-reduce of S bytes on N GPUs takes latency + 2(N-1)/N · S / busbw; a broadcast log2(N)·α + S / busbw.
 
+Work per GPU: by default every N runs the 1-GPU runs' batch (weak scaling); --global-tokens G
+keeps the global batch fixed, as the paper does (512 sequences), so fwd and bwd scale by
+(G / N) / (the runs' tokens per step) and the micro-steps with them.
+
 Step time without overlap (the engine today): fwd + bwd + codec + collectives + opt.
 With overlap (bucketed communication on its own stream): the last micro-step's backward
 (bwd / --accum) hands out --buckets equal buckets at even intervals; bucket i's codec share and
@@ -94,6 +98,7 @@ def read_run(d, skip):
         sys.exit(f"error: --run: {path} not found (expected a train_llama run directory with metrics.jsonl)")
     keys = ["t_forward_ms", "t_backward_ms", "t_optimizer_ms", "t_comm_ms", "t_nccl_ms"]
     acc = {k: [] for k in keys}
+    tokens = 0.0
     with open(path) as f:
         for line in f:
             try:
@@ -106,6 +111,8 @@ def read_run(d, skip):
                 sys.exit(f"error: --run: {path} step {r.get('step')} lacks the phase times {keys} (a train_llama run, not train_llama_cpu)")
             for k in keys:
                 acc[k].append(float(r[k]))
+            if isinstance(r.get("tokens"), (int, float)) and r["step"] > 0:
+                tokens = r["tokens"] / r["step"]
     if not acc["t_forward_ms"]:
         sys.exit(f"error: --run: {path} has no step after --skip-steps {skip}")
     m = {k: sum(v) / len(v) for k, v in acc.items()}
@@ -114,7 +121,7 @@ def read_run(d, skip):
     if os.path.isfile(lp):
         layers = [l.split()[0] for l in open(lp) if l.strip() and not l.startswith("#")]
     return {"fwd": m["t_forward_ms"], "bwd": m["t_backward_ms"], "opt": m["t_optimizer_ms"],
-            "codec": max(0.0, m["t_comm_ms"] - m["t_nccl_ms"]), "layers": layers}
+            "codec": max(0.0, m["t_comm_ms"] - m["t_nccl_ms"]), "layers": layers, "tokens": tokens}
 
 
 def allreduce_ms(S, N, alpha_us, busbw, algo):
@@ -155,13 +162,26 @@ def comm_ms(colls, N, a):
     return t
 
 
+def per_gpu_work(ph, N, a):
+    """(scale of fwd and bwd, micro-steps) on N GPUs: the run's own batch per GPU, or with
+    --global-tokens G the share G / N of it (fixed global batch, as the paper's Figure 5)."""
+    if not a.global_tokens:
+        return 1.0, a.accum
+    if not ph.get("tokens"):
+        sys.exit("error: --global-tokens: a --run's metrics.jsonl has no \"tokens\" field to scale from")
+    f = a.global_tokens / N / ph["tokens"]
+    return f, max(1, round(a.accum * f))
+
+
 def step_ms(ph, colls, N, a, overlap):
     """Predicted ms per step of one mode on N GPUs (ph: fwd, bwd, codec, opt in ms)."""
     flag = allreduce_ms(4.0, N, a.alpha_us, a.busbw_gbs, a.algo)
+    f, accum = per_gpu_work(ph, N, a)
+    fwd, bwd = ph["fwd"] * f, ph["bwd"] * f
     if not overlap:
-        return ph["fwd"] + ph["bwd"] + ph["codec"] + comm_ms(colls, N, a) + flag + ph["opt"]
+        return fwd + bwd + ph["codec"] + comm_ms(colls, N, a) + flag + ph["opt"]
     nb = a.buckets
-    bwd_last = ph["bwd"] / a.accum
+    bwd_last = bwd / accum
     per_bucket = [(k, S / nb, True) for k, S, split in colls if split]
     once = [c for c in colls if not c[2]]
     c_bucket = ph["codec"] / nb + comm_ms(per_bucket, N, a)
@@ -169,7 +189,7 @@ def step_ms(ph, colls, N, a, overlap):
     for i in range(1, nb + 1):
         finish = max(bwd_last * i / nb, finish) + c_bucket
     finish += comm_ms(once, N, a)
-    return ph["fwd"] + (ph["bwd"] - bwd_last) + max(bwd_last, finish) + flag + ph["opt"]
+    return fwd + (bwd - bwd_last) + max(bwd_last, finish) + flag + ph["opt"]
 
 
 def estimate_phases(mode, P, preset, a):
@@ -178,7 +198,7 @@ def estimate_phases(mode, P, preset, a):
     flops = 6.0 * P * a.tokens + 6.0 * L * C * T * a.tokens  # causal attention: 2·T·C per layer and token forward, 3x with the backward
     compute = flops / (a.mfu * a.peak_tflops * 1e12) * 1e3
     codec = CODEC_BYTES[mode] * P / (a.hbm_gbs * 1e9) * 1e3
-    return {"fwd": compute / 3, "bwd": 2 * compute / 3, "opt": a.opt_ms, "codec": codec}
+    return {"fwd": compute / 3, "bwd": 2 * compute / 3, "opt": a.opt_ms, "codec": codec, "tokens": a.tokens}
 
 
 def geo_input_widths(layers, widths, default_units):
@@ -202,12 +222,14 @@ def main(argv=None):
     ap.add_argument("--alpha-us", type=float, default=4.0)
     ap.add_argument("--busbw-gbs", type=float, default=45.0)
     ap.add_argument("--algo", choices=["ring", "tree", "auto"], default="auto")
-    ap.add_argument("--accum", type=int, default=1, help="micro-steps per step (only the last one's backward overlaps)")
+    ap.add_argument("--accum", type=int, default=1, help="micro-steps per step of the runs (only the last one's backward overlaps)")
+    ap.add_argument("--global-tokens", type=float, default=0.0,
+                    help="fixed global batch in tokens: each GPU count gets its share of the runs' work (0: the runs' batch per GPU)")
     ap.add_argument("--buckets", type=int, default=0, help="buckets of the overlapped path (0: 25 MB of fp32 each)")
     ap.add_argument("--rank", type=int, default=32, help="geofp8 low rank r")
     ap.add_argument("--refresh", type=int, default=50, help="geofp8 refresh interval")
     ap.add_argument("--geo-units", default="", help="comma list of geometry units (default: the run's geofp8_layers.txt, else every fc2)")
-    ap.add_argument("--tokens", type=int, default=16384, help="tokens per GPU per step (--estimate)")
+    ap.add_argument("--tokens", type=int, default=16384, help="tokens per GPU per step (--estimate; the paper: 512·2048 / 64)")
     ap.add_argument("--seq", type=int, default=0, help="sequence length (--estimate; default the preset's)")
     ap.add_argument("--mfu", type=float, default=0.4)
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak (H100/GH200: 989)")
@@ -225,7 +247,7 @@ def main(argv=None):
     except (ValueError, AssertionError):
         sys.exit(f"error: --gpus: expected a comma list of GPU counts >= 1, found '{a.gpus}'")
     for name, v, lo in [("--alpha-us", a.alpha_us, 0.0), ("--busbw-gbs", a.busbw_gbs, 1e-9), ("--accum", a.accum, 1),
-                        ("--mfu", a.mfu, 1e-9), ("--refresh", a.refresh, 1), ("--buckets", a.buckets, 0)]:
+                        ("--mfu", a.mfu, 1e-9), ("--refresh", a.refresh, 1), ("--buckets", a.buckets, 0), ("--global-tokens", a.global_tokens, 0.0)]:
         if not v >= lo:
             sys.exit(f"error: {name}: expected a number >= {lo}, found {v}")
     preset = presets[a.model]
@@ -251,7 +273,8 @@ def main(argv=None):
 
     src = "estimated (--estimate)" if a.estimate and not a.run else "1-GPU runs"
     print(f"{a.model}: {P / 1e6:.1f}M parameters, {U} units, {len(geo_din)} geometry units; phases from {src}; "
-          f"link: busbw {a.busbw_gbs:g} GB/s, alpha {a.alpha_us:g} us, {a.algo}; overlap: {a.buckets} buckets, accum {a.accum}")
+          f"link: busbw {a.busbw_gbs:g} GB/s, alpha {a.alpha_us:g} us, {a.algo}; overlap: {a.buckets} buckets, accum {a.accum}; "
+          + (f"fixed global batch {a.global_tokens:g} tokens" if a.global_tokens else "the runs' batch per GPU at every N"))
     for m in modes:
         ph = phases[m]
         print(f"  {m:<8} fwd {ph['fwd']:.1f} bwd {ph['bwd']:.1f} codec {ph['codec']:.2f} opt {ph['opt']:.1f} ms")

@@ -173,12 +173,17 @@ ok = steps == [1, 6, 11, 16, 21, 26] and len(picks) == 4 * len(steps) and all(
 qs = [q for _, q in picks]
 print(("PASS" if ok else "FAIL") + f" geofp8_power_auto_logged_per_refresh: refresh steps {steps}, {len(picks)} choices, "
       f"q from {min(qs, default=float('nan')):.3f} to {max(qs, default=float('nan')):.3f}")
+# without --geofp8-ema only the refresh steps sketch: t_sketch_ms is positive on exactly those
+sk = {r["step"]: r["t_sketch_ms"] for r in map(json.loads, open(f"{d}/geoauto_2/metrics.jsonl")) if "train_loss" in r}
+sk_steps = sorted(s for s, v in sk.items() if v > 0)
+ok_sk = len(sk) == 30 and sk_steps == [1, 6, 11, 16, 21, 26]
+print(("PASS" if ok_sk else "FAIL") + f" geofp8_sketch_time_on_refresh_steps_only: t_sketch_ms > 0 at steps {sk_steps}")
 def losses(run):
     return {r["step"]: r["train_loss"] for r in map(json.loads, open(f"{d}/{run}/metrics.jsonl")) if "train_loss" in r}
 a, f = losses("geoauto_2"), losses("fp32_2")
 worst = max(abs(a[s] - f[s]) / f[s] for s in f) if len(a) == len(f) == 30 else float("inf")
 # the same 2e-2 bound as every mode above (measured 8.8e-3 worst over the modes, 4 ranks)
-fails = (not ok) + (not bound("geofp8_power_auto_np2_loss_near_fp32", worst, 2e-2, "max relative train-loss difference to fp32"))
+fails = (not ok) + (not ok_sk) + (not bound("geofp8_power_auto_np2_loss_near_fp32", worst, 2e-2, "max relative train-loss difference to fp32"))
 sys.exit(1 if fails else 0)
 PYEOF2
 [ $? -eq 0 ] || failures=$((failures + 1))
@@ -210,6 +215,17 @@ PYEOF2
 resume_check geofp8_ema_resume_mid_window_bitwise_np2 "$TMP/e" --geofp8-ema 0.9
 if cmp -s "$TMP/e_s/model_00000012.bin" "$TMP/g_s/model_00000012.bin"; then fail geofp8_ema_changes_the_run "the same model as without it"
 else pass geofp8_ema_changes_the_run; fi
+# with it every step of the geometry path sketches (after the 3 profiling steps: steps 4 to 12),
+# and t_sketch_ms says so
+python3 - "$TMP/e_s/metrics.jsonl" <<'PYEOF2'
+import json, sys
+sk = {r["step"]: r["t_sketch_ms"] for r in map(json.loads, open(sys.argv[1])) if "train_loss" in r}
+got = sorted(s for s, v in sk.items() if v > 0)
+ok = len(sk) == 12 and got == list(range(4, 13))
+print(("PASS" if ok else "FAIL") + f" geofp8_ema_sketch_time_every_geometry_step: t_sketch_ms > 0 at steps {got}")
+sys.exit(0 if ok else 1)
+PYEOF2
+[ $? -eq 0 ] || failures=$((failures + 1))
 resume_check geofp8_power_auto_resume_bitwise_np2 "$TMP/a" --geofp8-power auto
 resume_check geofp8_e5m2_resume_bitwise_np2 "$TMP/f" --fp8-format e5m2
 

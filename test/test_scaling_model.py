@@ -38,7 +38,7 @@ def write_run(root, name, fwd, bwd, opt, comm, nccl, steps=6, layers=None):
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         for s in range(1, steps + 1):
             warm = 50.0 if s <= 2 else 0.0  # the warm-up steps, skipped by --skip-steps 2
-            f.write(json.dumps({"step": s, "train_loss": 5.0, "ms": 1.0, "t_forward_ms": fwd + warm, "t_backward_ms": bwd,
+            f.write(json.dumps({"step": s, "tokens": 1024 * s, "train_loss": 5.0, "ms": 1.0, "t_forward_ms": fwd + warm, "t_backward_ms": bwd,
                                 "t_optimizer_ms": opt, "t_comm_ms": comm, "t_nccl_ms": nccl}) + "\n")
         f.write(json.dumps({"step": steps, "val_loss": 5.1}) + "\n")
     if layers:
@@ -115,6 +115,11 @@ with tempfile.TemporaryDirectory() as root:
         want = fwd + bwd + c + 2.0 * 7 / 8 * 4.0 / 1e12 * 1e3 + opt
         check(f"scaling_model_overlap_compute_bound_accum{accum}", c < bwd / accum / 4 and close(table[(8, "fp32", True)][0], want),
               f"{table[(8, 'fp32', True)][0]} vs {want}")
+
+    # a fixed global batch of 8192 tokens: on 2 GPUs each does 4096 = 4x the runs' 1024 tokens per step
+    table, _ = run(base + ["--global-tokens", "8192"])
+    want = 4 * (fwd + bwd) + 3.0 + ar(4.0 * P, 2) + ar(4.0, 2) + opt
+    check("scaling_model_fixed_global_batch", close(table[(2, "fp32", False)][0], want), f"{table[(2, 'fp32', False)][0]} vs {want}")
 
     # the paper's figures printed next to the prediction for its setting
     _, text = run(["--model", "llama600m", "--estimate", "--gpus", "64"])
