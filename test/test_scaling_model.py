@@ -17,15 +17,11 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "test"))
 import scaling_model as sm  # noqa: E402
+from testlib import Checks  # noqa: E402
 
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global failed
-    print(f"PASS {name}" if ok else f"FAIL {name}: {detail}")
-    failed += 0 if ok else 1
+check = Checks()
 
 
 def close(a, b, rel=1e-12):
@@ -144,4 +140,4 @@ with tempfile.TemporaryDirectory() as root:
     except ImportError:
         print("SKIP scaling_model_writes_the_figure: matplotlib is not installed")
 
-sys.exit(1 if failed else 0)
+sys.exit(1 if check.failed else 0)
