@@ -114,6 +114,23 @@ static ParameterTensorsBF16 llama_tensors_bf16(const LlamaConfig* c, bf16* flat)
                                 flat + o[5], flat + o[6], flat + o[7], flat + o[8]};
 }
 
+// Pinned, double-buffered host staging of the uploads of each micro-step (tokens, targets, the
+// embedding backward's buckets): an upload copies its host data into the next of two pinned slots
+// of its kind and starts an asynchronous copy from there; a slot is refilled only once the copy
+// started from it two uploads earlier has finished (its event), so the host does not wait for
+// the copy it has just started, and the data loader may reuse its buffer at once. The losses of
+// a step's micro-steps come back into one pinned buffer, one slot of B*T per micro-step, and are
+// read once per step (llama_train_step).
+enum { STAGE_TOKENS = 0, STAGE_TARGETS, STAGE_BUCKETS, STAGE_KINDS };
+struct HostStaging {
+    int* slot[STAGE_KINDS][2] = {};
+    size_t cap = 0;                       // ints per slot: 3 B T + 1, the largest upload (the buckets)
+    cudaEvent_t done[STAGE_KINDS][2] = {};
+    int next[STAGE_KINDS] = {};
+    float* losses = NULL;                 // (loss_slots, B T)
+    int loss_slots = 0;
+};
+
 typedef struct {
     LlamaConfig config;
     size_t num_params;
@@ -133,7 +150,7 @@ typedef struct {
     int* targets;         // (B, T) device copy of the targets
     int* buckets;         // (2*B*T + 1 + B*T) encoder backward buckets (encoder_backward_buckets)
     std::vector<int> host_buckets;
-    std::vector<float> host_losses;  // (B*T)
+    HostStaging stage;    // pinned host side of the uploads and of the loss read-back
     double* norm_sq;      // (1) global gradient norm squared
     double* norm_partials;// (GLOBAL_NORM_BLOCKS)
     cudaStream_t stream;
@@ -193,7 +210,15 @@ static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T)
     m->tokens = cuda_malloc<int>(N);
     m->targets = cuda_malloc<int>(N);
     m->buckets = cuda_malloc<int>(3 * N + 1);
-    m->host_losses.assign(N, 0.0f);
+    HostStaging* h = &m->stage;
+    h->cap = 3 * N + 1;
+    for (int k = 0; k < STAGE_KINDS; k++)
+        for (int i = 0; i < 2; i++) {
+            CUDA_CHECK(cudaMallocHost((void**)&h->slot[k][i], h->cap * sizeof(int)));
+            CUDA_CHECK(cudaEventCreate(&h->done[k][i]));
+        }
+    h->loss_slots = 1;
+    CUDA_CHECK(cudaMallocHost((void**)&h->losses, N * sizeof(float)));
     m->norm_sq = cuda_malloc<double>(1);
     m->norm_partials = cuda_malloc<double>(GLOBAL_NORM_BLOCKS);
     matmul_init();
@@ -206,6 +231,13 @@ static void llama_model_free(LlamaModel* m) {
                     a->logits, a->dlogits, a->losses, a->dres, a->dres_bf16, a->dln, a->dqkv, a->datty, a->dfc1,
                     a->dsw, m->rope_cos, m->rope_sin, m->tokens, m->targets, m->buckets, m->norm_sq, m->norm_partials};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    HostStaging* h = &m->stage;
+    for (int k = 0; k < STAGE_KINDS; k++)
+        for (int i = 0; i < 2; i++) {
+            CUDA_CHECK(cudaFreeHost(h->slot[k][i]));
+            CUDA_CHECK(cudaEventDestroy(h->done[k][i]));
+        }
+    CUDA_CHECK(cudaFreeHost(h->losses));
     attention_scratch_free(&m->attn);
     muon_workspace_free(&m->muon);
 }
@@ -222,6 +254,19 @@ static std::vector<float> llama_get_params(LlamaModel* m) { return cuda_download
 // ----------------------------------------------------------------------------
 // forward: tokens (B, T) host -> logits (B, T, Vp) on the device
 
+// n ints of host memory src -> device dst on m's stream, through the next pinned slot of `kind`
+// (HostStaging); returns without waiting for the copy.
+static void llama_upload_ints(LlamaModel* m, int kind, int* dst, const int* src, size_t n) {
+    HostStaging* h = &m->stage;
+    if (n > h->cap) { fprintf(stderr, "internal error: upload of %zu ints into a %zu-int staging slot\n", n, h->cap); exit(1); }
+    const int k = h->next[kind];
+    h->next[kind] ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(h->done[kind][k]));  // the copy started from this slot two uploads ago
+    memcpy(h->slot[kind][k], src, n * sizeof(int));
+    CUDA_CHECK(cudaMemcpyAsync(dst, h->slot[kind][k], n * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaEventRecord(h->done[kind][k], m->stream));
+}
+
 static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
@@ -231,7 +276,7 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
     Activations* a = &m->acts;
     cudaStream_t s = m->stream;
 
-    CUDA_CHECK(cudaMemcpyAsync(m->tokens, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    llama_upload_ints(m, STAGE_TOKENS, m->tokens, tokens, (size_t)N);
     encoder_forward(a->residual, m->tokens, p.wte, N, C, s);
     for (int l = 0; l < L; l++) {
         float* x = a->residual + (size_t)l * N * C;
@@ -277,30 +322,56 @@ static void llama_observe_inputs(LlamaModel* m, GradCommGPU* gc, int B, int T) {
     }
 }
 
-// Mean of the per-position losses, copied back and summed in double in a fixed order.
-static float llama_mean_loss(LlamaModel* m, int N) {
-    CUDA_CHECK(cudaMemcpyAsync(m->host_losses.data(), m->acts.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+// Room for `slots` micro-steps' losses in the pinned loss buffer (waits for the stream only
+// when it grows, i.e. on the first step).
+static void llama_reserve_loss_slots(LlamaModel* m, int slots) {
+    HostStaging* h = &m->stage;
+    if (slots <= h->loss_slots) return;
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    CUDA_CHECK(cudaFreeHost(h->losses));
+    CUDA_CHECK(cudaMallocHost((void**)&h->losses, (size_t)slots * m->B * m->T * sizeof(float)));
+    h->loss_slots = slots;
+}
+
+// Starts the copy of the per-position losses (N) into loss slot `slot`; no wait.
+static void llama_enqueue_losses(LlamaModel* m, int N, int slot) {
+    float* dst = m->stage.losses + (size_t)slot * m->B * m->T;
+    CUDA_CHECK(cudaMemcpyAsync(dst, m->acts.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+}
+
+// Mean of the N losses in loss slot `slot` (after the stream has been waited for), summed in
+// double in a fixed order.
+static float llama_slot_mean_loss(const LlamaModel* m, int N, int slot) {
+    const float* l = m->stage.losses + (size_t)slot * m->B * m->T;
     double total = 0.0;
-    for (int n = 0; n < N; n++) total += m->host_losses[n];
+    for (int n = 0; n < N; n++) total += l[n];
     return (float)(total / N);
+}
+
+// Mean of the per-position losses, copied back (waits for the stream).
+static float llama_mean_loss(LlamaModel* m, int N) {
+    llama_enqueue_losses(m, N, 0);
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return llama_slot_mean_loss(m, N, 0);
 }
 
 // Mean cross-entropy of the logits of the last forward against targets (B, T) host.
 static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
     int N = B * T;
-    CUDA_CHECK(cudaMemcpyAsync(m->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    llama_upload_ints(m, STAGE_TARGETS, m->targets, targets, (size_t)N);
     crossentropy_forward(m->acts.losses, m->acts.logits, m->targets, N, m->config.V, m->config.Vp, m->stream);
     return llama_mean_loss(m, N);
 }
 
 // ----------------------------------------------------------------------------
-// backward: accumulates d(loss * dloss_scale) into m->grads; returns this micro-batch's mean loss.
+// backward: accumulates d(loss * dloss_scale) into m->grads and starts the copy of this
+// micro-batch's per-position losses into loss slot `loss_slot` (llama_slot_mean_loss reads them
+// once the stream has been waited for).
 // dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
 // With gc on a kfac refresh step, the (bf16) gradient at each linear unit's output goes to it too.
 
-static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale,
-                            GradCommGPU* gc = NULL) {
+static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale,
+                                   GradCommGPU* gc, int loss_slot) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
     int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
@@ -311,8 +382,8 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
     cudaStream_t s = m->stream;
 
     int U = encoder_backward_buckets(&m->host_buckets, tokens, N, c->Vp);
-    CUDA_CHECK(cudaMemcpyAsync(m->buckets, m->host_buckets.data(), m->host_buckets.size() * sizeof(int), cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(m->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    llama_upload_ints(m, STAGE_BUCKETS, m->buckets, m->host_buckets.data(), m->host_buckets.size());
+    llama_upload_ints(m, STAGE_TARGETS, m->targets, targets, (size_t)N);
 
     crossentropy_forward_backward(a->losses, a->dlogits, a->logits, m->targets, N, c->V, c->Vp, dloss_scale / (float)N, s);
     matmul_backward(a->dln, g.lm_head, a->dlogits, a->lnf, w.lm_head, N, C, c->Vp, s);
@@ -352,8 +423,9 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
                          ln1_rstd, N, C, s);
     }
     encoder_backward(g.wte, a->dres, m->buckets, U, C, s);
-    return llama_mean_loss(m, N);
+    llama_enqueue_losses(m, N, loss_slot);
 }
+
 
 // ----------------------------------------------------------------------------
 // process setup and the small host-side collectives; the gradient itself goes through
@@ -537,9 +609,10 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(float), m->stream));
     if (gc) gradcomm_gpu_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size, m->stream);
     double loss_sum = 0.0;
+    llama_reserve_loss_slots(m, accum_steps);
     for (int micro = 0; micro < accum_steps; micro++) {
         const int *inputs, *targets;
-        next_batch(ctx, &inputs, &targets);
+        next_batch(ctx, &inputs, &targets);  // its buffer may be refilled at once: the uploads go through pinned copies
         int sp = gradcomm_timer_begin(timer, GC_T_FORWARD);
         llama_forward(m, inputs, tc->B, tc->T);
         if (gradcomm_gpu_wants_activations(gc)) {
@@ -549,9 +622,12 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
         }
         gradcomm_timer_end(timer, sp);
         sp = gradcomm_timer_begin(timer, GC_T_BACKWARD);
-        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc);
+        llama_backward_enqueue(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc, micro);
         gradcomm_timer_end(timer, sp);
     }
+    // the step's one wait for its losses, summed in the order the micro-steps ran
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    for (int micro = 0; micro < accum_steps; micro++) loss_sum += llama_slot_mean_loss(m, tc->B * tc->T, micro);
     if (test_inject_nan(step + 1, grid->rank)) {
         float nan = NAN;
         CUDA_CHECK(cudaMemcpy(m->grads, &nan, sizeof(float), cudaMemcpyHostToDevice));

@@ -116,6 +116,14 @@ static std::vector<float> cpu_forward_logits(const LlamaConfig* c, const float* 
     return logits;
 }
 
+// The backward of one micro-batch through the trainer's path (the losses into loss slot 0),
+// then the wait and its mean loss.
+static float backward_mean_loss(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale) {
+    llama_backward_enqueue(m, tokens, targets, B, T, dloss_scale, NULL, 0);
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return llama_slot_mean_loss(m, B * T, 0);
+}
+
 int main(void) {
     if (!cuda_device_present()) {
         test_skip("test_llama_gpu", "no CUDA device");
@@ -162,7 +170,7 @@ int main(void) {
 
     // backward: every parameter gradient
     CUDA_CHECK(cudaMemset(m.grads, 0, P * sizeof(float)));
-    float loss_b = llama_backward(&m, inputs, targets, B, T, 1.0f);
+    float loss_b = backward_mean_loss(&m, inputs, targets, B, T, 1.0f);
     test_check("gpu_model_backward_loss", fabs(loss_b - loss) <= 1e-6f * fabs(loss), "%.8f vs %.8f", loss_b, loss);
     std::vector<float> grads = cuda_download(m.grads, P);
     std::string worst;
@@ -178,7 +186,7 @@ int main(void) {
     // forward + backward again: bitwise the same gradients (no atomics anywhere)
     CUDA_CHECK(cudaMemset(m.grads, 0, P * sizeof(float)));
     llama_forward(&m, inputs, B, T);
-    llama_backward(&m, inputs, targets, B, T, 1.0f);
+    backward_mean_loss(&m, inputs, targets, B, T, 1.0f);
     std::vector<float> grads2 = cuda_download(m.grads, P);
     test_check("gpu_model_grads_bitwise_repeatable", memcmp(grads.data(), grads2.data(), P * sizeof(float)) == 0);
 
@@ -190,7 +198,7 @@ int main(void) {
             const int* in = inputs + (size_t)k * half * T;
             const int* tg = targets + (size_t)k * half * T;
             llama_forward(&m, in, half, T);
-            llama_backward(&m, in, tg, half, T, 0.5f);
+            backward_mean_loss(&m, in, tg, half, T, 0.5f);
         }
         std::vector<float> acc = cuda_download(m.grads, P);
         double e = test_rel_err(acc.data(), grads.data(), P);
