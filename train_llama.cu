@@ -146,6 +146,7 @@ typedef struct {
     float* rope_sin;      // (T, HS/2)
     AttentionScratch attn;
     MuonWorkspace muon;
+    bf16* muon_x;         // --muon-shard: every matrix's orthogonalized X, packed (allocated on its first step)
     int* tokens;          // (B, T) device copy of the inputs
     int* targets;         // (B, T) device copy of the targets
     int* buckets;         // (2*B*T + 1 + B*T) encoder backward buckets (encoder_backward_buckets)
@@ -205,6 +206,7 @@ static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T)
     m->rope_sin = cuda_upload(sin_t.data(), sin_t.size());
     attention_scratch_alloc(&m->attn, B, T, c->NH, c->NKV, HS);
     muon_workspace_init(&m->muon);
+    m->muon_x = NULL;
     // reserve the largest Muon batch now so no allocation happens inside the training loop
     for (const LlamaUnit& u : m->units) if (u.is_matrix && u.layer == 0) muon_workspace_reserve(&m->muon, u.rows, u.cols, c->L);
     m->tokens = cuda_malloc<int>(N);
@@ -231,6 +233,7 @@ static void llama_model_free(LlamaModel* m) {
                     a->logits, a->dlogits, a->losses, a->dres, a->dres_bf16, a->dln, a->dqkv, a->datty, a->dfc1,
                     a->dsw, m->rope_cos, m->rope_sin, m->tokens, m->targets, m->buckets, m->norm_sq, m->norm_partials};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    if (m->muon_x) CUDA_CHECK(cudaFree(m->muon_x));
     HostStaging* h = &m->stage;
     for (int k = 0; k < STAGE_KINDS; k++)
         for (int i = 0; i < 2; i++) {
@@ -555,7 +558,8 @@ static std::vector<MuonGroup> llama_muon_groups(const LlamaConfig* c, const Muon
     return groups;
 }
 
-static void llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step) {
+// Returns the number of matrices this rank orthogonalized.
+static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step, GpuCommGrid* grid) {
     const LlamaConfig* c = &m->config;
     bool use_muon = tc->optimizer == "muon";
     size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
@@ -571,12 +575,50 @@ static void llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig*
         adamw_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, m->opt_v + o, sizes[t], lr,
                      ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, wd, step + 1, m->stream);
     }
-    if (!use_muon) return;
-    for (const MuonGroup& gr : llama_muon_groups(c, mc)) {
-        size_t o = gr.offset;
-        muon_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, gr.rows, gr.cols, c->L,
-                    gr.layer_stride, mc, lr, tc->weight_decay, &m->muon, m->stream);
+    if (!use_muon) return 0;
+    if (!tc->muon_shard || grid->world_size == 1) {
+        int count = 0;
+        for (const MuonGroup& gr : llama_muon_groups(c, mc)) {
+            size_t o = gr.offset;
+            muon_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, gr.rows, gr.cols, c->L,
+                        gr.layer_stride, mc, lr, tc->weight_decay, &m->muon, m->stream);
+            count += c->L;
+        }
+        return count;
     }
+    int mine = 0;
+    // --muon-shard: the matrices one by one (each group's layers), assigned to ranks by
+    // muon_shard_owners as the CPU engine does; every rank moves every momentum, the owner
+    // orthogonalizes, its X (bf16, the form muon_newton_schulz returns) is broadcast to all, and
+    // every rank applies it. The X a rank receives is the owner's bit for bit; the owner's X of one
+    // matrix alone may differ in the last bits from the batched one (cuBLAS may pick another
+    // kernel for another batch count).
+    struct Item { size_t offset; int rows, cols; };
+    std::vector<Item> items;
+    std::vector<double> cost;
+    for (const MuonGroup& gr : llama_muon_groups(c, mc))
+        for (int l = 0; l < c->L; l++) {
+            items.push_back({gr.offset + (size_t)l * gr.layer_stride, gr.rows, gr.cols});
+            cost.push_back(muon_ns_cost(gr.rows, gr.cols));
+        }
+    const std::vector<int> owner = muon_shard_owners(cost, grid->world_size);
+    std::vector<size_t> xoff(items.size() + 1, 0);
+    for (size_t i = 0; i < items.size(); i++) xoff[i + 1] = xoff[i] + (size_t)items[i].rows * items[i].cols;
+    if (!m->muon_x) m->muon_x = cuda_malloc<bf16>(xoff.back());  // the same size every step
+    for (size_t i = 0; i < items.size(); i++) {
+        const Item& it = items[i];
+        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream);
+        if (owner[i] != grid->rank) continue;
+        bf16* x = muon_newton_schulz(&m->muon, it.rows, it.cols, 1, mc, m->stream);
+        mine++;
+        CUDA_CHECK(cudaMemcpyAsync(m->muon_x + xoff[i], x, (xoff[i + 1] - xoff[i]) * sizeof(bf16), cudaMemcpyDeviceToDevice, m->stream));
+    }
+    for (size_t i = 0; i < items.size(); i++)
+        comm_gpu_broadcast_bytes(&grid->nccl, m->muon_x + xoff[i], (xoff[i + 1] - xoff[i]) * sizeof(bf16), owner[i]);
+    for (size_t i = 0; i < items.size(); i++)
+        muon_apply(m->params + items[i].offset, m->params_bf16 + items[i].offset, m->muon_x + xoff[i], items[i].rows, items[i].cols, 1, 0,
+                   mc, lr, tc->weight_decay, m->stream);
+    return mine;
 }
 
 // ----------------------------------------------------------------------------
@@ -588,6 +630,7 @@ typedef struct {
     float lr;
     double comm_bytes;  // sent by this rank
     int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite loss or gradient on that rank)
+    int ns_matrices;      // matrices this rank orthogonalized (all of them, or its share with --muon-shard)
 } StepStats;
 
 // Test hook, as the CPU engine's: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at
@@ -633,7 +676,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
         CUDA_CHECK(cudaMemcpy(m->grads, &nan, sizeof(float), cudaMemcpyHostToDevice));
     }
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
-    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1;
+    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1; st.ns_matrices = 0;
     // A non-finite loss or gradient on any rank: every rank skips this step identically. A
     // non-finite element makes the (fp64) sum of squares non-finite, so the local norm is the
     // finiteness check; the flag (rank + 1) is MAX all-reduced, as the CPU engine does.
@@ -662,7 +705,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size + 1; return st; }
     sp = gradcomm_timer_begin(timer, GC_T_OPTIMIZER);
     llama_clip_grads(m, st.grad_norm, tc->grad_clip);
-    llama_update(m, tc, mc, st.lr, step);
+    st.ns_matrices = llama_update(m, tc, mc, st.lr, step, grid);
     gradcomm_timer_end(timer, sp);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return st;
@@ -902,6 +945,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "lr", lr);
             logger_field(&line, "grad_norm", norm);
             logger_field(&line, "ms", dt * 1e3);
+            logger_field(&line, "ns_matrices", st.ns_matrices);
             logger_field(&line, "tokens_per_s", tok_s);
             if (mfu >= 0) logger_field(&line, "mfu", mfu);
             logger_field(&line, "comm_bytes", comm_bytes);

@@ -101,6 +101,7 @@ typedef struct {
     Activations acts;
     float* rope_cos; // (T, HS/2)
     float* rope_sin; // (T, HS/2)
+    std::vector<float> muon_x;  // --muon-shard: every matrix's orthogonalized update, packed
 } LlamaModel;
 
 static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T) {
@@ -309,33 +310,78 @@ static void llama_clip_grads(float* grads, size_t n, float norm, float max_norm)
 // ----------------------------------------------------------------------------
 // update: Muon for the hidden matrices, AdamW for embeddings, lm_head and norms (DESIGN §7)
 
-static void llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step) {
+// The matrices Muon orthogonalizes one by one, in update order: whole matrix units, or with
+// megatron_core's split_qkv the q, k and v row blocks of qkvw.
+struct MuonItem {
+    size_t offset;  // into the flat layout
+    int rows, cols;
+};
+static std::vector<MuonItem> llama_muon_items(const LlamaModel* m, const MuonConfig* mc) {
     const LlamaConfig* c = &m->config;
-    bool use_muon = tc->optimizer == "muon";
-    int HS = llama_head_size(c);
+    const int HS = llama_head_size(c);
+    std::vector<MuonItem> items;
     for (const LlamaUnit& u : m->units) {
-        float* w = m->params + u.offset;
-        const float* gr = m->grads + u.offset;
-        float* mom = m->opt_m + u.offset;
-        if (use_muon && u.is_matrix) {
-            if (mc->split_qkv && u.tensor == T_QKVW) {
-                // megatron_core: q, k and v are orthogonalized as separate matrices (row blocks)
-                int rows[3] = {c->NH * HS, c->NKV * HS, c->NKV * HS};
-                size_t off = 0;
-                for (int k = 0; k < 3; k++) {
-                    muon_update_cpu(w + off, gr + off, mom + off, rows[k], u.cols, mc, lr, tc->weight_decay, m->muon_scratch);
-                    off += (size_t)rows[k] * u.cols;
-                }
-            } else {
-                muon_update_cpu(w, gr, mom, u.rows, u.cols, mc, lr, tc->weight_decay, m->muon_scratch);
+        if (!u.is_matrix) continue;
+        if (mc->split_qkv && u.tensor == T_QKVW) {
+            int rows[3] = {c->NH * HS, c->NKV * HS, c->NKV * HS};
+            size_t off = u.offset;
+            for (int k = 0; k < 3; k++) {
+                items.push_back({off, rows[k], u.cols});
+                off += (size_t)rows[k] * u.cols;
             }
         } else {
-            bool is_norm = u.tensor == T_LN1W || u.tensor == T_LN2W || u.tensor == T_LNFW;
-            float wd = is_norm ? 0.0f : tc->weight_decay;
-            adamw_update_cpu(w, gr, mom, m->opt_v + u.offset, (size_t)u.rows * u.cols, lr, ADAMW_BETA1, ADAMW_BETA2,
-                             ADAMW_EPS, wd, step + 1);
+            items.push_back({u.offset, u.rows, u.cols});
         }
     }
+    return items;
+}
+
+// The optimizer step on the averaged, clipped gradient: Muon on the hidden matrices (or AdamW
+// everywhere with --optimizer adamw), AdamW on the rest. With --muon-shard 1 on N > 1 ranks each
+// rank orthogonalizes only the matrices it owns (muon_shard_owners: a fixed assignment balanced
+// by Newton–Schulz cost), every rank moves all momenta, and the owners' X reach every rank by a
+// broadcast per matrix in fp32: the same X bit for bit as each rank computing all of them, so
+// the update equals the unsharded one exactly.
+// Returns the number of matrices this rank orthogonalized.
+static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step, CommGrid* grid) {
+    const bool use_muon = tc->optimizer == "muon";
+    for (const LlamaUnit& u : m->units) {
+        if (use_muon && u.is_matrix) continue;
+        bool is_norm = u.tensor == T_LN1W || u.tensor == T_LN2W || u.tensor == T_LNFW;
+        float wd = is_norm ? 0.0f : tc->weight_decay;
+        adamw_update_cpu(m->params + u.offset, m->grads + u.offset, m->opt_m + u.offset, m->opt_v + u.offset, (size_t)u.rows * u.cols, lr,
+                         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, wd, step + 1);
+    }
+    if (!use_muon) return 0;
+    const std::vector<MuonItem> items = llama_muon_items(m, mc);
+    if (!tc->muon_shard || grid->world_size == 1) {
+        for (const MuonItem& it : items)
+            muon_update_cpu(m->params + it.offset, m->grads + it.offset, m->opt_m + it.offset, it.rows, it.cols, mc, lr, tc->weight_decay,
+                            m->muon_scratch);
+        return (int)items.size();
+    }
+    int mine = 0;
+    std::vector<double> cost;
+    for (const MuonItem& it : items) cost.push_back(muon_ns_cost(it.rows, it.cols));
+    const std::vector<int> owner = muon_shard_owners(cost, grid->world_size);
+    // X of every matrix, packed in item order (the owner's own, then everyone's after the broadcasts)
+    std::vector<size_t> xoff(items.size() + 1, 0);
+    for (size_t i = 0; i < items.size(); i++) xoff[i + 1] = xoff[i] + (size_t)items[i].rows * items[i].cols;
+    m->muon_x.resize(xoff.back());
+    for (size_t i = 0; i < items.size(); i++) {
+        const MuonItem& it = items[i];
+        const size_t n = (size_t)it.rows * it.cols;
+        muon_momentum_cpu(m->muon_scratch, m->opt_m + it.offset, m->grads + it.offset, n, mc);
+        if (owner[i] != grid->rank) continue;
+        muon_newton_schulz_cpu(m->muon_scratch, it.rows, it.cols, mc, m->muon_scratch + n);
+        mine++;
+        memcpy(m->muon_x.data() + xoff[i], m->muon_scratch, n * sizeof(float));
+    }
+    for (size_t i = 0; i < items.size(); i++)
+        comm_broadcast_floats(grid, m->muon_x.data() + xoff[i], xoff[i + 1] - xoff[i], owner[i]);
+    for (size_t i = 0; i < items.size(); i++)
+        muon_apply_cpu(m->params + items[i].offset, m->muon_x.data() + xoff[i], items[i].rows, items[i].cols, mc, lr, tc->weight_decay);
+    return mine;
 }
 
 // ----------------------------------------------------------------------------
@@ -348,6 +394,7 @@ typedef struct {
     double comm_bytes;  // sent by this rank
     int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite on this rank, the highest such)
     double sketch_seconds;  // handing the activations to the geometry path's sketches (this rank, wall clock)
+    int ns_matrices;        // matrices this rank orthogonalized (all of them, or its share with --muon-shard)
 } StepStats;
 
 // Test hook: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at (1-based) STEP, to
@@ -387,7 +434,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     }
     if (test_inject_nan(step + 1, grid->rank)) m->grads[0] = NAN;
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
-    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.sketch_seconds = sketch_seconds;
+    st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.sketch_seconds = sketch_seconds; st.ns_matrices = 0;
     // a non-finite loss or gradient on any rank: every rank skips this step identically
     int bad_rank = (std::isfinite(loss_sum) && llama_all_finite(m->grads, m->num_params)) ? 0 : grid->rank + 1;
     bad_rank = comm_max_int(grid, bad_rank);
@@ -401,7 +448,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     st.loss = (float)(comm_sum_double(grid, loss_sum / accum_steps) / grid->world_size);
     st.grad_norm = llama_grad_norm(m->grads, m->num_params);
     llama_clip_grads(m->grads, m->num_params, st.grad_norm, tc->grad_clip);
-    llama_update(m, tc, mc, st.lr, step);
+    st.ns_matrices = llama_update(m, tc, mc, st.lr, step, grid);
     return st;
 }
 
@@ -612,6 +659,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "grad_norm", norm);
             logger_field(&line, "ms", dt * 1e3);
             logger_field(&line, "t_sketch_ms", st.sketch_seconds * 1e3);
+            logger_field(&line, "ns_matrices", st.ns_matrices);
             logger_field(&line, "tokens_per_s", tok_s);
             logger_field(&line, "comm_bytes", comm_bytes);
             logger_field(&line, "eta_s", eta);

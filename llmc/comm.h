@@ -103,11 +103,11 @@ static inline void comm_sum_longs(CommGrid* g, long* x, size_t n) {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_LONG, MPI_SUM, g->comm));
 }
 
-static inline void comm_broadcast_floats(CommGrid* g, float* x, size_t n) {
+static inline void comm_broadcast_floats(CommGrid* g, float* x, size_t n, int root = 0) {
     if (g->world_size == 1 || n == 0) return;
     for (size_t off = 0; off < n; off += COMM_CHUNK) {
         int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
-        MPI_CHECK(MPI_Bcast(x + off, cnt, MPI_FLOAT, 0, g->comm));
+        MPI_CHECK(MPI_Bcast(x + off, cnt, MPI_FLOAT, root, g->comm));
     }
 }
 

@@ -236,6 +236,28 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
 }
 
 // One Muon step on `batch` matrices (rows, cols); see the header for the math and the layout.
+// The parts of muon_update, for the sharded step (train_llama.cu): the momentum of `batch`
+// matrices, M <- beta M + (1-beta) G, and U into ws->u; then muon_newton_schulz(ws, ...) gives
+// X (bf16, its own layout); muon_apply: W <- W (1 - lr wd) - lr s X (and the bf16 copy).
+static inline void muon_momentum(float* M, const float* G, int rows, int cols, int batch, size_t batch_stride, const MuonConfig* cfg,
+                                 MuonWorkspace* ws, cudaStream_t stream) {
+    muon_workspace_reserve(ws, rows, cols, batch);
+    size_t rc = (size_t)rows * cols;
+    muon_momentum_kernel<<<cuda_grid_for(rc * batch, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
+        ws->u, M, G, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
+    KERNEL_CHECK();
+}
+
+static inline void muon_apply(float* W, bf16* W_bf16, const bf16* x, int rows, int cols, int batch, size_t batch_stride,
+                              const MuonConfig* cfg, float lr, float weight_decay, cudaStream_t stream) {
+    const float decay = 1.0f - lr * weight_decay;
+    const float step = lr * muon_lr_scale(cfg, rows, cols);
+    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
+    if (rows > cols) muon_apply_kernel<true><<<tgrid, tblock, 0, stream>>>(W, W_bf16, x, rows, cols, batch_stride, decay, step);
+    else muon_apply_kernel<false><<<tgrid, tblock, 0, stream>>>(W, W_bf16, x, rows, cols, batch_stride, decay, step);
+    KERNEL_CHECK();
+}
+
 static inline void muon_update(float* W,            // batch x (rows, cols), matrix l at l*batch_stride
                                bf16* W_bf16,        // same layout in the bf16 copy, or NULL
                                const float* G,      // same layout
@@ -243,16 +265,7 @@ static inline void muon_update(float* W,            // batch x (rows, cols), mat
                                int rows, int cols, int batch, size_t batch_stride,
                                const MuonConfig* cfg, float lr, float weight_decay,
                                MuonWorkspace* ws, cudaStream_t stream) {
-    muon_workspace_reserve(ws, rows, cols, batch);
-    size_t rc = (size_t)rows * cols;
-    muon_momentum_kernel<<<cuda_grid_for(rc * batch, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
-        ws->u, M, G, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
-    KERNEL_CHECK();
+    muon_momentum(M, G, rows, cols, batch, batch_stride, cfg, ws, stream);
     bf16* x = muon_newton_schulz(ws, rows, cols, batch, cfg, stream);
-    const float decay = 1.0f - lr * weight_decay;
-    const float step = lr * muon_lr_scale(cfg, rows, cols);
-    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
-    if (rows > cols) muon_apply_kernel<true><<<tgrid, tblock, 0, stream>>>(W, W_bf16, x, rows, cols, batch_stride, decay, step);
-    else muon_apply_kernel<false><<<tgrid, tblock, 0, stream>>>(W, W_bf16, x, rows, cols, batch_stride, decay, step);
-    KERNEL_CHECK();
+    muon_apply(W, W_bf16, x, rows, cols, batch, batch_stride, cfg, lr, weight_decay, stream);
 }

@@ -33,6 +33,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 #include <cblas.h>
 
 typedef enum { MUON_MOONLIGHT = 0, MUON_KELLER, MUON_MEGATRON_CORE } MuonPreset;
@@ -207,10 +209,10 @@ static inline void muon_newton_schulz_cpu(float* X, int rows, int cols, const Mu
 // preset's shape scale; weight decay is decoupled and uses the unscaled lr, as in torch.
 // A zero G with zero M leaves M zero, orthogonalizes to exactly zero and gives
 // W <- W*(1 - lr*wd) bit for bit. scratch: muon_scratch_floats(rows, cols) floats.
-static inline void muon_update_cpu(float* W, const float* G, float* M, int rows, int cols,
-                                   const MuonConfig* cfg, float lr, float weight_decay, float* scratch) {
-    const size_t n = (size_t)rows * cols;
-    float* U = scratch;  // (rows, cols)
+// The three parts of a step, for the sharded update (muon_shard_owners): every rank moves its
+// momentum, the owner of a matrix orthogonalizes, every rank applies the owner's X.
+// M <- beta M + (1-beta) G and U (n) = the matrix to orthogonalize.
+static inline void muon_momentum_cpu(float* U, float* M, const float* G, size_t n, const MuonConfig* cfg) {
     const float beta = cfg->beta, one_minus_beta = 1.0f - cfg->beta;
     const int nesterov = cfg->nesterov;
     #pragma omp parallel for schedule(static)
@@ -219,9 +221,48 @@ static inline void muon_update_cpu(float* W, const float* G, float* M, int rows,
         M[i] = m;
         U[i] = nesterov ? one_minus_beta * G[i] + beta * m : m;
     }
-    muon_newton_schulz_cpu(U, rows, cols, cfg, scratch + n);
+}
+
+// W (rows, cols) <- W (1 - lr wd) - lr s X, X = NS(U).
+static inline void muon_apply_cpu(float* W, const float* X, int rows, int cols, const MuonConfig* cfg, float lr, float weight_decay) {
+    const size_t n = (size_t)rows * cols;
     const float decay = 1.0f - lr * weight_decay;
     const float step = lr * muon_lr_scale(cfg, rows, cols);
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) W[i] = W[i] * decay - step * U[i];
+    for (size_t i = 0; i < n; i++) W[i] = W[i] * decay - step * X[i];
+}
+
+static inline void muon_update_cpu(float* W, const float* G, float* M, int rows, int cols,
+                                   const MuonConfig* cfg, float lr, float weight_decay, float* scratch) {
+    const size_t n = (size_t)rows * cols;
+    float* U = scratch;  // (rows, cols)
+    muon_momentum_cpu(U, M, G, n, cfg);
+    muon_newton_schulz_cpu(U, rows, cols, cfg, scratch + n);
+    muon_apply_cpu(W, U, rows, cols, cfg, lr, weight_decay);
+}
+
+// Relative cost of Newton–Schulz on a (rows, cols) matrix: m² n with m = min, n = max (each
+// iteration forms X Xᵀ, its square and the product with X: 2m²n + 2m³ + 2m²n flops).
+static inline double muon_ns_cost(int rows, int cols) {
+    double m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+    return m * m * n;
+}
+
+// The fixed assignment of the sharded update (--muon-shard): matrix i (in the order given, cost
+// cost[i]) goes to owner[i] of N ranks, largest first to the least loaded rank (lowest rank on
+// ties, equal costs in their given order): the longest-processing-time rule, within 4/3 of the
+// best balance. The same on every rank.
+static inline std::vector<int> muon_shard_owners(const std::vector<double>& cost, int N) {
+    std::vector<int> order(cost.size()), owner(cost.size(), 0);
+    for (size_t i = 0; i < order.size(); i++) order[i] = (int)i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cost[a] > cost[b]; });
+    std::vector<double> load(N, 0.0);
+    for (int i : order) {
+        int best = 0;
+        for (int r = 1; r < N; r++)
+            if (load[r] < load[best]) best = r;
+        owner[i] = best;
+        load[best] += cost[i];
+    }
+    return owner;
 }

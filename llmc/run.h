@@ -338,8 +338,10 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
     snprintf(b, sizeof(b), "B=%d T=%d ranks=%d accum=%d -> %lld tokens/step", tc.B, tc.T, world_size, accum_steps, tc.total_batch); run_print_row("batch", b);
     snprintf(b, sizeof(b), "%d (from %d)", tc.steps, start_step); run_print_row("steps", b);
     snprintf(b, sizeof(b), "%s: peak %g, warmup %d, final %g x peak", tc.schedule.c_str(), tc.lr, tc.warmup, tc.final_lr_frac); run_print_row("learning rate", b);
-    snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
-             tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip); run_print_row("optimizer", b);
+    snprintf(b, sizeof(b), "%s%s%s + AdamW, wd %g, clip %g%s", tc.optimizer.c_str(), tc.optimizer == "muon" ? " " : "",
+             tc.optimizer == "muon" ? tc.muon.c_str() : "", tc.weight_decay, tc.grad_clip,
+             tc.optimizer == "muon" && tc.muon_shard && world_size > 1 ? ", Newton-Schulz sharded over the ranks" : "");
+    run_print_row("optimizer", b);
     std::string mode = tc.comm;
     if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_format + ", " + tc.fp8_reduce + ")";
     if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;

@@ -57,6 +57,7 @@ typedef struct {
     float geofp8_ema;          // --geofp8-ema β: sketch every step, exponential average over the refresh window (0 = off)
     std::string muon;          // --muon moonlight | keller | megatron_core
     std::string optimizer;     // --optimizer muon | adamw
+    int muon_shard;            // --muon-shard 1: each rank orthogonalizes its share of the matrices
     int fidelity_every;        // --fidelity-every (0 = off)
     unsigned long long seed;   // --seed
     std::string tokenizer;     // --tokenizer decode table for samples
@@ -99,6 +100,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->geofp8_ema = 0.0f;
     c->muon = "moonlight";
     c->optimizer = "muon";
+    c->muon_shard = 0;
     c->fidelity_every = 0;
     c->seed = 1337;
     c->tokenizer = TRAIN_DEFAULT_TOKENIZER;
@@ -165,6 +167,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--geofp8-ema", OPT_FLOAT, geofp8_ema, 0, 0.999, NULL, OPT_RUN, "sketch every step, average with weight beta over the refresh window (0 = the refresh step's own)"),
     TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", OPT_RUN, "Muon preset"),
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
+    TOPT(NULL, "--muon-shard", OPT_INT, muon_shard, 0, 1, NULL, OPT_RANKS, "1: each rank orthogonalizes its share of the Muon matrices, then all receive them"),
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error"),
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),

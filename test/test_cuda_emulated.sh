@@ -148,6 +148,21 @@ if [ $rc -eq 0 ] && [ -s "$TMP/auto/geofp8_layers.txt" ] && ! grep -vqE '^layers
     pass "emu.geofp8_auto_selection_np2: $(cut -d' ' -f1 "$TMP/auto/geofp8_layers.txt" | tr '\n' ' ')"
 else fail emu.geofp8_auto_selection_np2 "rc=$rc $(tail -2 "$TMP/auto.out")"; fi
 
+# --- --muon-shard 1 on 2 emulated GPUs: each rank orthogonalizes its share (matrix by matrix),
+#     broadcasts its X in bf16, and the model equals the unsharded (batched) run's bit for bit
+#     here (the emulated cuBLAS computes each matrix of a batch alone; on a GPU a batch-1 call may
+#     pick another kernel, so there the runs may differ in the last bits: not yet run on a GPU)
+for sh in 0 1; do
+    "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 4 -n 0 --muon-shard $sh -o "$TMP/ms$sh" >"$TMP/ms$sh.out" 2>&1
+done
+counts=$(python3 -c "import json, sys
+for d in sys.argv[1:]: print(sorted({r['ns_matrices'] for r in map(json.loads, open(d + '/metrics.jsonl')) if 'train_loss' in r}))" \
+    "$TMP/ms0" "$TMP/ms1" 2>&1 | tr '\n' ' ')
+if cmp -s "$TMP/ms0/model_00000004.bin" "$TMP/ms1/model_00000004.bin" && [ -f "$TMP/ms1/model_00000004.bin" ] &&
+   [[ "$counts" == "[16] [8] " ]] && grep -q "Newton-Schulz sharded over the ranks" "$TMP/ms1.out"; then
+    pass "emu.muon_shard_bitwise_np2: rank 0 orthogonalizes 8 of 16 matrices"
+else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(tail -2 "$TMP/ms1.out")"; fi
+
 # --- bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint: rank 1's step-6
 #     state file is truncated, so rank 1 alone finds it damaged; both ranks fall back to step 3
 #     (llmc/run.h, the same path as the CPU engine's) and 3 + resume + 3 == 6 steps straight.

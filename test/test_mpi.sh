@@ -2,7 +2,7 @@
 # test_mpi.sh — data-parallel training of the CPU engine with real Open MPI ranks on one machine:
 # rank-count equivalence, bf16 communication, bitwise resume with 2 ranks, a rank killed with
 # SIGKILL, a crash while a checkpoint is written, checkpoints from another rank count, an
-# injected non-finite gradient, and ranks that disagree on a flag.
+# injected non-finite gradient, ranks that disagree on a flag, and the sharded Muon update.
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
 BIN=./train_llama_cpu
@@ -170,5 +170,38 @@ timeout 120 mpirun --oversubscribe -np 1 "$BIN" "${FAST[@]}" -x 2 -l 1e-3 : -np 
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on lr" "$TMP/dis.err"; then pass mpi_rank_settings_mismatch
 else fail mpi_rank_settings_mismatch "rc=$rc $(head -3 "$TMP/dis.err")"; fi
+
+# --muon-shard 1: each rank orthogonalizes its share of the matrices and broadcasts it in fp32, so
+# the model and every rank's optimizer state equal the unsharded run's bit for bit (2 and 3 ranks;
+# megatron_core orthogonalizes q, k and v apart: 24 matrices); the config table says so; and a run
+# resumed with the other setting continues the same run
+for spec in "2 moonlight" "3 megatron_core"; do
+    read -r np preset <<<"$spec"
+    for sh in 0 1; do
+        "${MPIRUN[@]}" -np "$np" "$BIN" "${FAST[@]}" -x 6 -n 3 --muon "$preset" --muon-shard $sh -o "$TMP/ms_${np}_$sh" >"$TMP/ms_${np}_$sh.out" 2>&1
+    done
+    same=1
+    for f in model_00000006.bin $(cd "$TMP/ms_${np}_0" && ls state_00000006_*.bin 2>/dev/null); do
+        cmp -s "$TMP/ms_${np}_0/$f" "$TMP/ms_${np}_1/$f" || same=0
+    done
+    # rank 0's ns_matrices: all 16 (24 with q, k, v apart) unsharded, its share when sharded
+    counts=$(python3 -c "import json, sys
+for d in sys.argv[1:]: print(sorted({r['ns_matrices'] for r in map(json.loads, open(d + '/metrics.jsonl')) if 'train_loss' in r}))" \
+        "$TMP/ms_${np}_0" "$TMP/ms_${np}_1" | tr '\n' ' ')
+    total=$([ "$preset" = megatron_core ] && echo 24 || echo 16)
+    share=$(echo "$counts" | sed 's/.*\] \[\([0-9]*\)\].*/\1/')
+    if [ "$same" = 1 ] && [ -f "$TMP/ms_${np}_1/model_00000006.bin" ] && [ "$(ls "$TMP/ms_${np}_1"/state_00000006_*.bin | wc -l)" = "$np" ] &&
+       grep -q "Newton-Schulz sharded over the ranks" "$TMP/ms_${np}_1.out" && ! grep -q "sharded" "$TMP/ms_${np}_0.out" &&
+       [[ "$counts" == "[$total] [$share] " ]] && [ "$share" -ge 1 ] && [ "$share" -lt "$total" ]; then
+        echo "  note: rank 0 orthogonalizes $share of $total matrices on $np ranks"
+        pass "mpi_muon_shard_bitwise_np${np}_$preset"
+    else fail "mpi_muon_shard_bitwise_np${np}_$preset" "identical $same, rank 0 ns_matrices $counts; $(tail -1 "$TMP/ms_${np}_1.out")"; fi
+done
+cp -r "$TMP/ms_2_0" "$TMP/ms_2_r"
+rm -f "$TMP/ms_2_r/DONE_00000006" "$TMP/ms_2_r/model_00000006.bin" "$TMP/ms_2_r"/state_00000006_*
+"${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -x 6 -n 3 --muon-shard 1 -y 1 -o "$TMP/ms_2_r" >"$TMP/ms_2_r.out" 2>&1
+if grep -q "resuming from step 3" "$TMP/ms_2_r.out" && cmp -s "$TMP/ms_2_0/model_00000006.bin" "$TMP/ms_2_r/model_00000006.bin"; then
+    pass mpi_muon_shard_switch_on_resume_bitwise
+else fail mpi_muon_shard_switch_on_resume_bitwise "$(tail -2 "$TMP/ms_2_r.out")"; fi
 
 [ "$failures" -eq 0 ]

@@ -13,6 +13,7 @@
 //          -o build/test_optim -lopenblas -lm
 // Run from the repository root. `build/test_optim --bench` also times muon_update_cpu on
 // (768, 3072) and (4096, 1536) matrices with 2 threads.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -500,6 +501,51 @@ static void test_muon_determinism(void) {
 
 static bool near(double a, double b, double rel = 1e-6) { return fabs(a - b) <= rel * fabs(b) + 1e-12; }
 
+// --muon-shard: the fixed assignment (longest processing time first) and the update split into
+// its parts (momentum, Newton–Schulz, apply) equal to the whole, bit for bit.
+static void test_muon_shard(void) {
+    // a hand case: costs 3 3 2 2 2 on 2 ranks: 3 -> 0, 3 -> 1, 2 -> 0, 2 -> 1, 2 -> 0 (ties to the lower rank)
+    std::vector<int> o = muon_shard_owners({3, 3, 2, 2, 2}, 2);
+    test_check("muon_shard_owners_hand_case", o == std::vector<int>({0, 1, 0, 1, 0}), "owners %d %d %d %d %d", o[0], o[1], o[2], o[3], o[4]);
+    // the llama600m matrices (q k v split: megatron_core), on 2..64 ranks: every rank's load within
+    // the longest-processing-time bound 4/3 max(total / N, largest), and one rank alone owns all
+    const int C = 1536, FF = 4096, L = 16;
+    std::vector<double> cost;
+    const int shapes[6][2] = {{C, C}, {C, C}, {C, C}, {C, C}, {2 * FF, C}, {C, FF}};  // q k v proj fc1 fc2
+    for (int l = 0; l < L; l++)
+        for (const auto& sh : shapes) cost.push_back(muon_ns_cost(sh[0], sh[1]));
+    bool ok = muon_shard_owners(cost, 1) == std::vector<int>(cost.size(), 0);
+    double worst = 0.0;
+    for (int N : {2, 3, 8, 32, 64}) {
+        o = muon_shard_owners(cost, N);
+        std::vector<double> load(N, 0.0);
+        double total = 0.0, largest = 0.0;
+        for (size_t i = 0; i < cost.size(); i++) {
+            ok &= o[i] >= 0 && o[i] < N;
+            load[o[i]] += cost[i];
+            total += cost[i];
+            largest = std::max(largest, cost[i]);
+        }
+        double lb = std::max(total / N, largest), mx = *std::max_element(load.begin(), load.end());
+        worst = std::max(worst, mx / lb);
+        ok &= mx <= 4.0 / 3.0 * lb * (1 + 1e-12) && o == muon_shard_owners(cost, N);
+    }
+    test_check("muon_shard_owners_balanced", ok, "worst load / lower bound %.3f (LPT bound 4/3)", worst);
+    // the parts equal muon_update_cpu
+    const int rows = 48, cols = 32;
+    const size_t n = (size_t)rows * cols;
+    MuonConfig cfg = muon_config(MUON_MOONLIGHT);
+    std::vector<float> W = randn(n, 91), G = randn(n, 92), M = randn(n, 93), W2 = W, M2 = M;
+    std::vector<float> scratch(muon_scratch_floats(rows, cols)), scratch2(scratch.size());
+    muon_update_cpu(W.data(), G.data(), M.data(), rows, cols, &cfg, 0.02f, 0.1f, scratch.data());
+    muon_momentum_cpu(scratch2.data(), M2.data(), G.data(), n, &cfg);
+    muon_newton_schulz_cpu(scratch2.data(), rows, cols, &cfg, scratch2.data() + n);
+    std::vector<float> X(scratch2.begin(), scratch2.begin() + n);  // as the broadcast hands it over
+    muon_apply_cpu(W2.data(), X.data(), rows, cols, &cfg, 0.02f, 0.1f);
+    test_check("muon_update_parts_bitwise", memcmp(W.data(), W2.data(), n * 4) == 0 && memcmp(M.data(), M2.data(), n * 4) == 0,
+               "momentum, Newton-Schulz, apply vs muon_update_cpu");
+}
+
 static void test_schedulers(void) {
     const float peak = 6e-4f, ff = 0.1f;
     const double lo = (double)ff * peak;
@@ -652,6 +698,7 @@ int main(int argc, char** argv) {
     test_muon_singular_values();
     test_muon_momentum();
     test_muon_determinism();
+    test_muon_shard();
     test_schedulers();
     test_adamw();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) bench_muon();
