@@ -838,7 +838,8 @@ int main(int argc, char** argv) {
         else snprintf(b, sizeof(b), "unknown device: MFU n/a");
         run_print_row("peak for MFU", b);
         run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
-                           start_step, "NCCL");
+                           start_step, "NCCL", tc.bucket_mb > 0.0f ? "1, sent after the backward (buckets are not built on this engine yet)"
+                                                                    : "1, sent after the backward (--bucket-mb 0)");
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);

@@ -22,6 +22,7 @@ Usage: ./train_llama_cpu [flags]           (--help lists them; README.md explain
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 #include <unistd.h>
@@ -228,24 +229,32 @@ static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
 // ----------------------------------------------------------------------------
 // backward: accumulates d(loss * dloss_scale) into m->grads; returns this micro-batch's mean loss.
 // dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
-// With gc on a kfac refresh step, the gradient at each linear unit's output goes to it too.
+// With gc on a kfac refresh step, the gradient at each linear unit's output goes to it too. With
+// unit_ready, the backward calls it with each unit's index (llama_units) as soon as that unit's
+// gradient is final, in the order of GradBuckets (lm_head first, embed last): on the last
+// micro-step, this is where each bucket's communication starts.
+
+typedef std::function<void(int unit)> UnitReadyFn;
 
 static float llama_backward(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale,
-                            GradComm* gc = NULL) {
+                            GradComm* gc = NULL, const UnitReadyFn& unit_ready = NULL) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
     int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
     ParameterTensors p = llama_tensors(c, m->params);
     ParameterTensors g = llama_tensors(c, m->grads);
     Activations* a = &m->acts;
+    auto ready = [&](int tensor, int layer) { if (unit_ready) unit_ready(llama_unit_index(c, tensor, layer)); };
 
     // logits become dlogits in place
     float loss = crossentropy_forward_backward_cpu(a->losses, a->logits, a->logits, targets, N, c->V, c->Vp,
                                                    dloss_scale / (float)N);
     memset(a->dln, 0, (size_t)N * C * sizeof(float));
     matmul_backward_cpu(a->dln, g.lm_head, a->logits, a->lnf, p.lm_head, N, C, c->Vp);
+    ready(T_LMHEAD, -1);
     memset(a->dres, 0, (size_t)N * C * sizeof(float));
     rmsnorm_backward_cpu(a->dres, g.lnfw, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C);
+    ready(T_LNFW, -1);
 
     for (int l = L - 1; l >= 0; l--) {
         LayerActs la = llama_layer_acts(m, l, N);
@@ -257,25 +266,32 @@ static float llama_backward(LlamaModel* m, const int* tokens, const int* targets
         if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_FC2W, l), a->dres, N);
         memset(a->dsw, 0, (size_t)N * FF * sizeof(float));
         matmul_backward_cpu(a->dsw, g.fc2w + (size_t)l * C * FF, a->dres, sw, p.fc2w + (size_t)l * C * FF, N, FF, C);
+        ready(T_FC2W, l);
         memset(a->dfc1, 0, (size_t)N * 2 * FF * sizeof(float));
         swiglu_backward_cpu(a->dfc1, a->dsw, fc1, N, FF);
         if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_FC1W, l), a->dfc1, N);
         memset(a->dln, 0, (size_t)N * C * sizeof(float));
         matmul_backward_cpu(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, p.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF);
+        ready(T_FC1W, l);
         rmsnorm_backward_cpu(a->dres, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C);
+        ready(T_LN2W, l);
         // attention half; dres becomes d(x)
         if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_PROJW, l), a->dres, N);
         memset(a->datty, 0, (size_t)N * HSNH * sizeof(float));
         matmul_backward_cpu(a->datty, g.projw + (size_t)l * C * HSNH, a->dres, atty, p.projw + (size_t)l * C * HSNH, N, HSNH, C);
+        ready(T_PROJW, l);
         memset(a->dqkv, 0, (size_t)N * QKV * sizeof(float));
         attention_backward_cpu(a->dqkv, a->datty, qkv, atty, lse, B, T, NH, NKV, HS);
         rope_backward_cpu(a->dqkv, a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS);
         if (kfac) gradcomm_observe_output_grad(gc, llama_unit_index(c, T_QKVW, l), a->dqkv, N);
         memset(a->dln, 0, (size_t)N * C * sizeof(float));
         matmul_backward_cpu(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, p.qkvw + (size_t)l * QKV * C, N, C, QKV);
+        ready(T_QKVW, l);
         rmsnorm_backward_cpu(a->dres, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C, ln1_rstd, N, C);
+        ready(T_LN1W, l);
     }
     encoder_backward_cpu(g.wte, a->dres, tokens, N, C);
+    ready(T_WTE, -1);
     return loss;
 }
 
@@ -405,13 +421,6 @@ static bool test_inject_nan(int step, int rank) {
     return env && sscanf(env, "%d:%d", &s, &r) == 2 && s == step && r == rank;
 }
 
-static bool llama_all_finite(const float* x, size_t n) {
-    int bad = 0;
-    #pragma omp parallel for schedule(static) reduction(|:bad)
-    for (size_t i = 0; i < n; i++) bad |= !std::isfinite(x[i]);
-    return !bad;
-}
-
 // next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T).
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
 
@@ -430,19 +439,23 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
             llama_observe_inputs(m, gc, tc->B, tc->T);
             sketch_seconds += run_now_seconds() - t0;
         }
-        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc);
+        // the last micro-step's backward starts each gradient bucket's communication as it finishes it
+        const bool last = micro == accum_steps - 1;
+        if (last) gradcomm_start(gc, grid, m->grads, step);
+        UnitReadyFn unit_ready = [&](int unit) {
+            if (unit == 0 && test_inject_nan(step + 1, grid->rank)) m->grads[0] = NAN;  // unit 0: the embedding
+            gradcomm_unit_ready(gc, unit);
+        };
+        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc, last ? unit_ready : NULL);
     }
-    if (test_inject_nan(step + 1, grid->rank)) m->grads[0] = NAN;
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.sketch_seconds = sketch_seconds; st.ns_matrices = 0;
-    // a non-finite loss or gradient on any rank: every rank skips this step identically
-    int bad_rank = (std::isfinite(loss_sum) && llama_all_finite(m->grads, m->num_params)) ? 0 : grid->rank + 1;
-    bad_rank = comm_max_int(grid, bad_rank);
+    // the rest of the communication; a non-finite loss or gradient on any rank: every rank skips
+    // this step identically
+    bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+    int bad_rank = gradcomm_finish(gc, std::isfinite(loss_sum), fidelity);
     st.skipped_on_rank = bad_rank - 1;
     if (bad_rank > 0) return st;
-    // the gradient communication slot: after the last micro-step, on the flat buffer
-    bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
-    gradcomm_reduce(gc, grid, m->grads, step, fidelity);
     st.comm_bytes = gc->stats.bytes;
     if (gc->stats.skipped) { st.skipped_on_rank = grid->world_size; return st; }  // a non-finite scale
     st.loss = (float)(comm_sum_double(grid, loss_sum / accum_steps) / grid->world_size);
@@ -558,7 +571,7 @@ int main(int argc, char** argv) {
         printf("+------------------------+--------------------------------------------------+\n");
         run_print_row("engine", "train_llama_cpu (fp32, OpenMP + OpenBLAS)");
         run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
-                           start_step, "MPI");
+                           start_step, "MPI", gradcomm_buckets_summary(&gc.buckets, tc.bucket_mb, gc.twophase));
         snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); run_print_row("threads", b);
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");

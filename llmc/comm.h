@@ -111,6 +111,19 @@ static inline void comm_broadcast_floats(CommGrid* g, float* x, size_t n, int ro
     }
 }
 
+// fp8_sum_codes(F, a, b) for every pair of codes, table[a * 256 + b] (64 KiB, made on first use
+// from fp8_sum_codes itself, so it is that function bit for bit at a lookup's cost).
+template <Fp8Format F>
+static inline const uint8_t* comm_fp8_sum_table() {
+    static std::vector<uint8_t> table;
+    if (table.empty()) {
+        table.resize(256 * 256);
+        for (int a = 0; a < 256; a++)
+            for (int b = 0; b < 256; b++) table[a * 256 + b] = fp8_sum_codes(F, (uint8_t)a, (uint8_t)b);
+    }
+    return table.data();
+}
+
 // MPI user ops on FP8 codes: inout[i] = fp8_sum_codes(F, in[i], inout[i]), the rounding a
 // native FP8 SUM reduction (NCCL ncclFloat8e4m3 / ncclFloat8e5m2 + ncclSum) performs at every
 // combine.
@@ -118,13 +131,15 @@ template <Fp8Format F>
 static inline void comm_fp8_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
     const uint8_t* a = (const uint8_t*)in;
     uint8_t* b = (uint8_t*)inout;
-    for (int i = 0; i < *len; i++) b[i] = fp8_sum_codes(F, a[i], b[i]);
+    const uint8_t* table = comm_fp8_sum_table<F>();
+    for (int i = 0; i < *len; i++) b[i] = table[a[i] * 256 + b[i]];
 }
 
 // SUM all-reduce of FP8 codes of format f in place, rounding to f at every combine.
 static inline void comm_sum_fp8(CommGrid* g, uint8_t* q, size_t n, Fp8Format f) {
     if (g->world_size == 1 || n == 0) return;
     MPI_Op op;
+    (void)(f == FP8_E5M2 ? comm_fp8_sum_table<FP8_E5M2>() : comm_fp8_sum_table<FP8_E4M3>());  // made here, before MPI calls the op
     MPI_CHECK(MPI_Op_create(f == FP8_E5M2 ? comm_fp8_sum_op<FP8_E5M2> : comm_fp8_sum_op<FP8_E4M3>, 1, &op));
     for (size_t off = 0; off < n; off += COMM_CHUNK) {
         int cnt = (int)std::min((size_t)COMM_CHUNK, n - off);
@@ -181,4 +196,76 @@ static inline void comm_sum_bf16(CommGrid* g, uint16_t* x, size_t n) {
     }
     MPI_Op_free(&op);
     MPI_Type_free(&t16);
+}
+
+// ----------------------------------------------------------------------------
+// non-blocking collectives (the gradient buckets of llmc/gradcomm.h): each starts its all-reduce
+// in place and appends its requests to reqs (none with one rank); comm_wait_all completes them.
+// The MPI ops of the low-precision sums are made on first use and live until MPI_Finalize.
+
+static inline MPI_Op comm_fp8_op(Fp8Format f) {
+    static MPI_Op ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
+    MPI_Op& op = ops[f == FP8_E5M2 ? 1 : 0];
+    if (op == MPI_OP_NULL) (void)(f == FP8_E5M2 ? comm_fp8_sum_table<FP8_E5M2>() : comm_fp8_sum_table<FP8_E4M3>());
+    if (op == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(f == FP8_E5M2 ? comm_fp8_sum_op<FP8_E5M2> : comm_fp8_sum_op<FP8_E4M3>, 1, &op));
+    return op;
+}
+
+static inline void comm_bf16_type_op(MPI_Datatype* type, MPI_Op* op) {
+    static MPI_Datatype t16 = MPI_DATATYPE_NULL;
+    static MPI_Op sum = MPI_OP_NULL;
+    if (t16 == MPI_DATATYPE_NULL) {
+        MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t16));
+        MPI_CHECK(MPI_Type_commit(&t16));
+        MPI_CHECK(MPI_Op_create(comm_bf16_sum_op, 1, &sum));
+    }
+    *type = t16;
+    *op = sum;
+}
+
+// x (n elements of `type`, elem_size bytes each), in chunks of COMM_CHUNK elements
+static inline void comm_iallreduce(CommGrid* g, void* x, size_t n, size_t elem_size, MPI_Datatype type, MPI_Op op,
+                                   std::vector<MPI_Request>* reqs) {
+    if (g->world_size == 1 || n == 0) return;
+    for (size_t off = 0; off < n; off += COMM_CHUNK) {
+        MPI_Request r;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, (char*)x + off * elem_size, (int)std::min((size_t)COMM_CHUNK, n - off), type, op, g->comm, &r));
+        reqs->push_back(r);
+    }
+}
+
+static inline void comm_isum_floats(CommGrid* g, float* x, size_t n, std::vector<MPI_Request>* reqs) {
+    comm_iallreduce(g, x, n, sizeof(float), MPI_FLOAT, MPI_SUM, reqs);
+}
+
+static inline void comm_imax_floats(CommGrid* g, float* x, size_t n, std::vector<MPI_Request>* reqs) {
+    comm_iallreduce(g, x, n, sizeof(float), MPI_FLOAT, MPI_MAX, reqs);
+}
+
+static inline void comm_isum_bf16(CommGrid* g, uint16_t* x, size_t n, std::vector<MPI_Request>* reqs) {
+    if (g->world_size == 1 || n == 0) return;
+    MPI_Datatype t16;
+    MPI_Op op;
+    comm_bf16_type_op(&t16, &op);
+    comm_iallreduce(g, x, n, sizeof(uint16_t), t16, op, reqs);
+}
+
+static inline void comm_isum_fp8(CommGrid* g, uint8_t* q, size_t n, Fp8Format f, std::vector<MPI_Request>* reqs) {
+    if (g->world_size == 1 || n == 0) return;
+    comm_iallreduce(g, q, n, 1, MPI_BYTE, comm_fp8_op(f), reqs);
+}
+
+// true once every request in reqs has completed (then reqs is empty); lets MPI progress them
+static inline bool comm_test_all(std::vector<MPI_Request>* reqs) {
+    if (reqs->empty()) return true;
+    int done = 0;
+    MPI_CHECK(MPI_Testall((int)reqs->size(), reqs->data(), &done, MPI_STATUSES_IGNORE));
+    if (done) reqs->clear();
+    return done != 0;
+}
+
+static inline void comm_wait_all(std::vector<MPI_Request>* reqs) {
+    if (reqs->empty()) return;
+    MPI_CHECK(MPI_Waitall((int)reqs->size(), reqs->data(), MPI_STATUSES_IGNORE));
+    reqs->clear();
 }

@@ -468,7 +468,7 @@ static inline void geofp8_scatter_exps(int* out, int num_units, const int* seg_e
     KERNEL_CHECK();
 }
 
-// fp32 and bf16 modes: the divisions of gradcomm_reduce, bitwise.
+// fp32 and bf16 modes: the divisions of gradcomm_finish, bitwise.
 __global__ void geofp8_average_kernel(float* x, size_t n, float world) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = __fdiv_rn(x[i], world);
@@ -1124,7 +1124,7 @@ static inline void geofp8_kfac_unwhiten(GeoFP8Device* g, float* Gt, int d_out, i
 // ---------------------------------------------------------------------------------------------
 // 6. GeoFP8Device: setup, the refresh, and the step phases
 //
-// A step of -c fp8 / fp8block / geofp8 / kfac, native reduction (gradcomm_reduce + gradcomm_native):
+// A step of -c fp8 / fp8block / geofp8 / kfac, native reduction (gradcomm_launch, gradcomm_fp8_send, gradcomm_finish):
 //   geofp8_device_begin(g, grads, geometry, s)          = geofp8_device_whiten (geometry units: X = G T + R,
 //                                                          when geometry) + geofp8_device_amax
 //   comm_gpu_allreduce_f32_max(grid, g->amax, g->amax, g->num_groups)

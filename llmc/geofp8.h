@@ -987,7 +987,7 @@ static inline void geofp8_fidelity_all(GeoFP8Fidelity* out, const float* G, int 
 
 // N-rank reductions of one tensor for the fidelity analysis (./build/fidelity --ranks): G holds
 // the N ranks' gradients (N pointers to n floats), out (n) gets the average the mode hands every
-// rank, the way gradcomm_reduce computes it with N ranks on one step (no residual from earlier
+// rank, the way gradcomm_finish computes it with N ranks on one step (no residual from earlier
 // steps). Partial sums combine in rank order 0, 1, ..., N-1, as the CPU engine's MPI operator
 // and dev/emu's NCCL do; NCCL's ring starts each chunk at another rank, which changes which
 // partial sums round, not how coarsely. Each returns false (out untouched) if a gradient is not

@@ -1,12 +1,13 @@
 // gradcomm.h — the gradient communication modes of the CPU engine (DESIGN §5–6), host only.
 //
-// gradcomm_reduce() is the one entry point: after the last micro-step it replaces the local fp32
-// gradient buffer (num_params, flat layout of llama.h) by the communicated average over ranks.
+// gradcomm_start / gradcomm_unit_ready / gradcomm_finish replace the local fp32 gradient buffer
+// (num_params, flat layout of llama.h) by the communicated average over ranks, bucket by bucket
+// while the last micro-step's backward runs (--bucket-mb):
 //
 //   fp32      MPI SUM all-reduce in fp32, divided by N
 //   bf16      bf16 codes, SUM with bf16 rounding at every combine, decoded, divided by N
-//   fp8       one power-of-two scale per unit, synchronized by one MAX all-reduce of all units'
-//             amax; FP8 codes (--fp8-format e4m3 or e5m2) SUM-reduced with rounding to the
+//   fp8       one power-of-two scale per unit, synchronized by a MAX all-reduce of the units'
+//             amax (per bucket); FP8 codes (--fp8-format e4m3 or e5m2) SUM-reduced with rounding to the
 //             format at every combine (native) or
 //             through the two-phase reduction (twophase)
 //   fp8block  as fp8 with one scale per 512-element block of each unit (native only)
@@ -91,6 +92,25 @@ typedef struct {
     std::vector<float> server_residual;  // twophase: (this rank's shard)
     std::string output_dir;
     GradCommStats stats;
+    // buckets (--bucket-mb; twophase communicates the whole gradient after the backward)
+    GradBuckets buckets;
+    std::vector<size_t> group_off;  // (units + 1, backward order) amax groups: one per unit, or one per 512-element block (fp8block)
+    std::vector<float> amax, scale; // (groups, backward order)
+    std::vector<float> packed;      // fp32: (num_params) the values in bucket order
+    std::vector<uint16_t> packed16; // bf16: (num_params) the codes in bucket order
+    // (q holds the FP8 codes in bucket order in the native modes, in the flat layout with twophase)
+    // the step in flight, from gradcomm_start to gradcomm_finish
+    CommGrid* grid;
+    float* grads;
+    int step;
+    bool geometry;                  // the geometry path is on this step
+    int units_ready, launched;      // units the backward has finished; buckets started
+    std::vector<std::vector<MPI_Request>> reqs;  // (buckets) the collective in flight
+    bool local_bad;                 // a non-finite value in this rank's gradient
+    bool scale_skip;                // a non-finite amax (after the MAX all-reduce: on every rank alike)
+    std::vector<GeoUnit> saved_geo; // the geometry state at gradcomm_start, put back if a non-finite gradient skips the step
+    std::vector<std::vector<float>> saved_residual;  // (geo) residuals before this step's quantization, put back if a scale skips it
+    std::vector<std::string> chosen;  // (geo) this step's --geofp8-power auto choices
 } GradComm;
 
 static inline bool gradcomm_is_fp8(const GradComm* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
@@ -170,6 +190,23 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     }
     size_t shard = (gc->num_params + gc->world_size - 1) / gc->world_size;
     if (gc->twophase) gc->server_residual.assign(shard, 0.0f);
+    gc->buckets = gradcomm_buckets(gc->units, c->L, gc->twophase ? 0.0 : tc->bucket_mb);
+    const GradBuckets& b = gc->buckets;
+    gc->group_off.assign(b.order.size() + 1, 0);
+    for (size_t i = 0; i < b.order.size(); i++) {
+        size_t n = (size_t)gc->units[b.order[i]].rows * gc->units[b.order[i]].cols;
+        gc->group_off[i + 1] = gc->group_off[i] + (gc->mode == "fp8block" ? geofp8_num_blocks(n, GEOFP8_BLOCK) : 1);
+    }
+    if (gradcomm_is_fp8(gc)) {
+        gc->amax.resize(gc->group_off.back());
+        gc->scale.resize(gc->group_off.back());
+    }
+    if (gc->mode == "fp32") gc->packed.resize(gc->num_params);
+    if (gc->mode == "bf16") gc->packed16.resize(gc->num_params);
+    gc->reqs.assign(gradcomm_num_buckets(&b), {});
+    gc->grid = NULL;
+    gc->grads = NULL;
+    gc->units_ready = gc->launched = 0;
 }
 
 // With --geofp8-ema β > 0 the geofp8 units sketch their inputs on every step of the geometry
@@ -270,63 +307,59 @@ static inline double gradcomm_ring_bytes(const GradComm* gc, double payload) {
     return gc->world_size > 1 ? 2.0 * (gc->world_size - 1) / gc->world_size * payload : 0.0;
 }
 
-// The new factors from this step's sketches (every rank ends with bitwise the same factor), with
-// the residuals carried into the new coordinates. With --geofp8-power auto, rank 0 picks each
-// unit's power from its own gradient of this step (grads) along the new eigenvectors
-// (geofp8_estimate_q) and prints the choice. Returns the bytes it sent.
-static inline double gradcomm_refresh(GradComm* gc, CommGrid* grid, const float* grads, int step) {
+// The new factor of one geometry unit from this step's sketches (every rank ends with bitwise the
+// same factor), with its residual carried into the new coordinates. With --geofp8-power auto,
+// rank 0 picks the unit's power from its own gradient of this step (grads, flat layout) along the
+// new eigenvectors (geofp8_estimate_q) and describes the choice in *chosen. Returns the bytes it sent.
+static inline double gradcomm_refresh_unit(GradComm* gc, CommGrid* grid, GeoUnit& g, const float* grads, std::string* chosen) {
     double bytes = 0.0;
-    std::string chosen;
-    for (GeoUnit& g : gc->geo) {
-        if (gc->mode == "kfac") {
-            comm_sum_floats(grid, g.A.data(), g.A.size());
-            comm_sum_floats(grid, g.Gs.data(), g.Gs.size());
-            bytes += gradcomm_ring_bytes(gc, 4.0 * (g.A.size() + g.Gs.size()));
-            std::vector<float> LA((size_t)g.d_in * g.d_in), LG((size_t)g.d_out * g.d_out);
-            if (gc->rank == 0) {
-                geofp8_kfac_factor(LA.data(), g.A.data(), g.d_in);
-                geofp8_kfac_factor(LG.data(), g.Gs.data(), g.d_out);
-            }
-            comm_broadcast_floats(grid, LA.data(), LA.size());
-            comm_broadcast_floats(grid, LG.data(), LG.size());
-            bytes += 4.0 * (LA.size() + LG.size());
-            // R <- whiten_new(unwhiten_old(R))
-            geofp8_kfac_unwhiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, g.LG.data(), g.LA.data());
-            geofp8_kfac_whiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, LG.data(), LA.data());
-            g.LA.swap(LA);
-            g.LG.swap(LG);
-            continue;
-        }
-        int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
-        comm_sum_floats(grid, g.Y.data(), g.Y.size());
-        g.trA = comm_sum_double(grid, g.trA);
-        bytes += gradcomm_ring_bytes(gc, 4.0 * g.Y.size() + 8.0);
-        std::vector<float> packed(geofp8_factor_floats(g.d_in, r));
+    if (gc->mode == "kfac") {
+        comm_sum_floats(grid, g.A.data(), g.A.size());
+        comm_sum_floats(grid, g.Gs.data(), g.Gs.size());
+        bytes += gradcomm_ring_bytes(gc, 4.0 * (g.A.size() + g.Gs.size()));
+        std::vector<float> LA((size_t)g.d_in * g.d_in), LG((size_t)g.d_out * g.d_out);
         if (gc->rank == 0) {
-            std::vector<float> U((size_t)g.d_in * r), lambda(r);
-            float sigma2 = 0.0f;
-            geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y.data(), g.omega.data(), g.trA, g.d_in, k, r);
-            double power = gc->power;
-            if (power < 0.0) {
-                double q = 0.0;
-                power = geofp8_choose_power(grads + gc->units[g.unit].offset, g.d_out, g.d_in, U.data(), lambda.data(), sigma2, r,
-                                            gc->damping * g.trA / g.d_in, &q);
-                char b[96];
-                snprintf(b, sizeof(b), "%s%s p %.3f (q %.3f)", chosen.empty() ? "" : ", ", gc->units[g.unit].name.c_str(), power, q);
-                chosen += b;
-            }
-            GeoFP8Factor f;
-            geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, g.trA, g.d_in, r, power, gc->damping);
-            geofp8_factor_pack(packed.data(), &f);
+            geofp8_kfac_factor(LA.data(), g.A.data(), g.d_in);
+            geofp8_kfac_factor(LG.data(), g.Gs.data(), g.d_out);
         }
-        comm_broadcast_floats(grid, packed.data(), packed.size());
-        bytes += 4.0 * packed.size();
-        GeoFP8Factor fresh;
-        geofp8_factor_unpack(&fresh, packed.data(), g.d_in, r);
-        geofp8_carry_residual(g.residual.data(), g.d_out, g.d_in, &g.factor, &fresh, NULL);
-        g.factor = std::move(fresh);
+        comm_broadcast_floats(grid, LA.data(), LA.size());
+        comm_broadcast_floats(grid, LG.data(), LG.size());
+        bytes += 4.0 * (LA.size() + LG.size());
+        // R <- whiten_new(unwhiten_old(R))
+        geofp8_kfac_unwhiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, g.LG.data(), g.LA.data());
+        geofp8_kfac_whiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, LG.data(), LA.data());
+        g.LA.swap(LA);
+        g.LG.swap(LG);
+        return bytes;
     }
-    if (!chosen.empty()) printf("geofp8 power at step %d: %s\n", step + 1, chosen.c_str());
+    int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
+    comm_sum_floats(grid, g.Y.data(), g.Y.size());
+    g.trA = comm_sum_double(grid, g.trA);
+    bytes += gradcomm_ring_bytes(gc, 4.0 * g.Y.size() + 8.0);
+    std::vector<float> packed(geofp8_factor_floats(g.d_in, r));
+    if (gc->rank == 0) {
+        std::vector<float> U((size_t)g.d_in * r), lambda(r);
+        float sigma2 = 0.0f;
+        geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y.data(), g.omega.data(), g.trA, g.d_in, k, r);
+        double power = gc->power;
+        if (power < 0.0) {
+            double q = 0.0;
+            power = geofp8_choose_power(grads + gc->units[g.unit].offset, g.d_out, g.d_in, U.data(), lambda.data(), sigma2, r,
+                                        gc->damping * g.trA / g.d_in, &q);
+            char b[96];
+            snprintf(b, sizeof(b), "%s p %.3f (q %.3f)", gc->units[g.unit].name.c_str(), power, q);
+            *chosen = b;
+        }
+        GeoFP8Factor f;
+        geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, g.trA, g.d_in, r, power, gc->damping);
+        geofp8_factor_pack(packed.data(), &f);
+    }
+    comm_broadcast_floats(grid, packed.data(), packed.size());
+    bytes += 4.0 * packed.size();
+    GeoFP8Factor fresh;
+    geofp8_factor_unpack(&fresh, packed.data(), g.d_in, r);
+    geofp8_carry_residual(g.residual.data(), g.d_out, g.d_in, &g.factor, &fresh, NULL);
+    g.factor = std::move(fresh);
     return bytes;
 }
 
@@ -348,64 +381,6 @@ static inline long gradcomm_count_max_codes(Fp8Format f, const uint8_t* q, size_
     long c = 0;
     for (size_t i = 0; i < n; i++) c += (q[i] & 0x7Fu) == max_code;
     return c;
-}
-
-// native: one MAX all-reduce of every scale's amax, FP8 SUM all-reduce, decode / (s N).
-// Returns false if the step must be skipped.
-static inline bool gradcomm_native(GradComm* gc, CommGrid* grid, float* grads) {
-    GradCommStats& st = gc->stats;
-    const int N = gc->world_size;
-    const bool block = gc->mode == "fp8block";
-    // the scale groups: one per unit, or one per 512-element block of each unit
-    std::vector<size_t> first_group(gc->units.size() + 1, 0);
-    for (size_t u = 0; u < gc->units.size(); u++)
-        first_group[u + 1] = first_group[u] + (block ? geofp8_num_blocks(gradcomm_unit_size(gc->units[u]), GEOFP8_BLOCK) : 1);
-    std::vector<float> amax(first_group.back());
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        const LlamaUnit& lu = gc->units[u];
-        const float* x = gc->x.data() + lu.offset;
-        if (block) geofp8_block_amax(amax.data() + first_group[u], x, gradcomm_unit_size(lu), GEOFP8_BLOCK);
-        else amax[first_group[u]] = geofp8_amax(x, gradcomm_unit_size(lu));
-    }
-    comm_max_floats(grid, amax.data(), amax.size());
-    st.bytes += gradcomm_ring_bytes(gc, 4.0 * amax.size());
-    std::vector<float> scale(amax.size());
-    if (geofp8_block_scales(gc->fmt, scale.data(), amax.data(), amax.size(), N) > 0) return false;
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        const LlamaUnit& lu = gc->units[u];
-        size_t n = gradcomm_unit_size(lu);
-        float* x = gc->x.data() + lu.offset;
-        uint8_t* q = gc->q.data() + lu.offset;
-        int gi = gc->unit_to_geo[u];
-        bool ef = gi >= 0 && gc->geometry_start >= 0;  // error feedback on the geometry path
-        const float* sc = scale.data() + first_group[u];
-        if (block) {
-            for (size_t b = 0; b * GEOFP8_BLOCK < n; b++) {
-                size_t off = b * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - off);
-                long s, und, nz;
-                geofp8_count_saturated_underflow(gc->fmt, x + off, len, sc[b], &s, &und, &nz);
-                st.saturated[u] += s; st.underflow[u] += und; st.nonzero[u] += nz;
-            }
-            geofp8_quantize_ef_block(gc->fmt, q, NULL, x, n, GEOFP8_BLOCK, sc);
-        } else {
-            long s, und, nz;
-            geofp8_count_saturated_underflow(gc->fmt, x, n, sc[0], &s, &und, &nz);
-            st.saturated[u] += s; st.underflow[u] += und; st.nonzero[u] += nz;
-            geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual.data() : NULL, x, n, sc[0]);
-        }
-    }
-    comm_sum_fp8(grid, gc->q.data(), gc->num_params, gc->fmt);
-    st.bytes += gradcomm_ring_bytes(gc, (double)gc->num_params);
-    for (size_t u = 0; u < gc->units.size(); u++) {
-        const LlamaUnit& lu = gc->units[u];
-        size_t n = gradcomm_unit_size(lu);
-        const uint8_t* q = gc->q.data() + lu.offset;
-        st.sum_saturated[u] += gradcomm_count_max_codes(gc->fmt, q, n);
-        const float* sc = scale.data() + first_group[u];
-        if (block) geofp8_dequantize_block(gc->fmt, grads + lu.offset, q, n, GEOFP8_BLOCK, sc, N);
-        else geofp8_dequantize(gc->fmt, grads + lu.offset, q, n, sc[0], N);
-    }
-    return true;
 }
 
 // twophase (DESIGN §5.2): local per-unit scales; an FP8 all-to-all hands rank j shard j of
@@ -528,72 +503,236 @@ static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const 
     return gradcomm_rel_l2_of_sums(sums, ng);
 }
 
-// The entry point: averages grads (num_params) over ranks in the configured mode. With
-// `fidelity`, also all-reduces the fp32 gradient and records how far the result is from it.
-// The result is in gc->stats (stats.skipped: every rank must skip this step).
-static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, int step, bool fidelity) {
+// ----------------------------------------------------------------------------
+// the step's communication, bucket by bucket (--bucket-mb)
+//
+// gradcomm_start before the last micro-step's backward, gradcomm_unit_ready from that backward as
+// it finishes each unit's gradient, gradcomm_finish after it. When the last unit of bucket b is
+// finished, gradcomm_launch(b) checks the bucket for non-finite values and starts its
+// communication: fp32 packs the values and starts their SUM all-reduce, bf16 encodes them and
+// starts a bf16 SUM; the FP8 modes refresh the bucket's geometry factors on a refresh step, form
+// X (G, or G T + R on the geometry path), take each scale group's amax and start its MAX
+// all-reduce. Bucket b's FP8 codes are quantized and their SUM started at the launch of bucket
+// b + 1 (its amax has had a bucket's backward to arrive), not whenever that amax arrives: every
+// rank must start the same collectives in the same order. gradcomm_finish waits for the rest and
+// decodes. Scales, error feedback and transforms are per unit, so every bucket layout gives the
+// same result wherever MPI sums each element in the same order. twophase forms X bucket by bucket
+// and communicates after the backward (its shards span the whole gradient).
+
+static inline bool gradcomm_all_finite(const float* x, size_t n) {
+    int bad = 0;
+    #pragma omp parallel for schedule(static) reduction(|:bad)
+    for (size_t i = 0; i < n; i++) bad |= !std::isfinite(x[i]);
+    return !bad;
+}
+
+// Bucket b's FP8 codes: scales from the reduced amax, quantization (error feedback on the geometry
+// units, whose residuals are kept first in case the step is skipped), start of the SUM. A
+// non-finite amax (every rank alike) sets scale_skip: no codes are sent from then on.
+static inline void gradcomm_fp8_send(GradComm* gc, int b) {
+    const GradBuckets& bk = gc->buckets;
     GradCommStats& st = gc->stats;
-    const size_t U = gc->units.size(), P = gc->num_params;
+    comm_wait_all(&gc->reqs[b]);
+    const size_t g0 = gc->group_off[bk.first[b]], g1 = gc->group_off[bk.first[b + 1]];
+    if (geofp8_block_scales(gc->fmt, gc->scale.data() + g0, gc->amax.data() + g0, g1 - g0, gc->world_size) > 0) gc->scale_skip = true;
+    if (gc->scale_skip) return;
+    const bool block = gc->mode == "fp8block";
+    for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
+        const int u = bk.order[i], gi = gc->unit_to_geo[u];
+        const LlamaUnit& lu = gc->units[u];
+        const size_t n = gradcomm_unit_size(lu);
+        const float* x = gc->x.data() + lu.offset;
+        const float* sc = gc->scale.data() + gc->group_off[i];
+        uint8_t* q = gc->q.data() + bk.packed[u];
+        if (block) {
+            for (size_t k = 0; k * GEOFP8_BLOCK < n; k++) {
+                size_t off = k * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - off);
+                long sat, und, nz;
+                geofp8_count_saturated_underflow(gc->fmt, x + off, len, sc[k], &sat, &und, &nz);
+                st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
+            }
+            geofp8_quantize_ef_block(gc->fmt, q, NULL, x, n, GEOFP8_BLOCK, sc);
+        } else {
+            long sat, und, nz;
+            geofp8_count_saturated_underflow(gc->fmt, x, n, sc[0], &sat, &und, &nz);
+            st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
+            const bool ef = gi >= 0 && gc->geometry_start >= 0;  // error feedback on the geometry path
+            if (ef) gc->saved_residual[gi] = gc->geo[gi].residual;
+            geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual.data() : NULL, x, n, sc[0]);
+        }
+    }
+    comm_isum_fp8(gc->grid, gc->q.data() + bk.begin[b], bk.begin[b + 1] - bk.begin[b], gc->fmt, &gc->reqs[b]);
+    st.bytes += gradcomm_ring_bytes(gc, (double)(bk.begin[b + 1] - bk.begin[b]));
+}
+
+// Starts bucket b's communication (see above).
+static inline void gradcomm_launch(GradComm* gc, int b) {
+    const GradBuckets& bk = gc->buckets;
+    GradCommStats& st = gc->stats;
+    CommGrid* grid = gc->grid;
+    const float* grads = gc->grads;
+    const size_t p0 = bk.begin[b], np = bk.begin[b + 1] - p0;
+    for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
+        const LlamaUnit& lu = gc->units[bk.order[i]];
+        if (!gradcomm_all_finite(grads + lu.offset, gradcomm_unit_size(lu))) gc->local_bad = true;
+    }
+    if (gc->mode == "fp32" || gc->mode == "bf16") {
+        for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
+            const int u = bk.order[i];
+            const float* G = grads + gc->units[u].offset;
+            const size_t n = gradcomm_unit_size(gc->units[u]);
+            if (gc->mode == "fp32") memcpy(gc->packed.data() + bk.packed[u], G, n * sizeof(float));
+            else for (size_t k = 0; k < n; k++) gc->packed16[bk.packed[u] + k] = fp8_bf16_encode(G[k]);
+        }
+        if (gc->mode == "fp32") comm_isum_floats(grid, gc->packed.data() + p0, np, &gc->reqs[b]);
+        else comm_isum_bf16(grid, gc->packed16.data() + p0, np, &gc->reqs[b]);
+        st.bytes += gradcomm_ring_bytes(gc, (gc->mode == "fp32" ? 4.0 : 2.0) * np);
+        return;
+    }
+    if (b > 0 && !gc->twophase) gradcomm_fp8_send(gc, b - 1);  // the previous bucket's codes first
+    for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
+        const int u = bk.order[i], gi = gc->unit_to_geo[u];
+        const LlamaUnit& lu = gc->units[u];
+        const size_t n = gradcomm_unit_size(lu);
+        float* x = gc->x.data() + lu.offset;
+        if (gi >= 0 && gc->refresh_now) st.bytes += gradcomm_refresh_unit(gc, grid, gc->geo[gi], grads, &gc->chosen[gi]);
+        memcpy(x, grads + lu.offset, n * sizeof(float));
+        if (gi >= 0 && gc->geometry) {  // X = G T + R
+            const GeoUnit& g = gc->geo[gi];
+            gradcomm_whiten(gc, g, x, x);
+            for (size_t k = 0; k < n; k++) x[k] += g.residual[k];
+        }
+        if (gc->twophase) continue;
+        float* amax = gc->amax.data() + gc->group_off[i];
+        if (gc->mode == "fp8block") geofp8_block_amax(amax, x, n, GEOFP8_BLOCK);
+        else amax[0] = geofp8_amax(x, n);
+    }
+    if (gc->twophase) return;
+    const size_t g0 = gc->group_off[bk.first[b]], g1 = gc->group_off[bk.first[b + 1]];
+    comm_imax_floats(grid, gc->amax.data() + g0, g1 - g0, &gc->reqs[b]);
+    st.bytes += gradcomm_ring_bytes(gc, 4.0 * (g1 - g0));
+}
+
+// Before the last micro-step's backward of `step`: grads (num_params) is the buffer that backward
+// finishes.
+static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* grads, int step) {
+    GradCommStats& st = gc->stats;
+    const size_t U = gc->units.size();
     st.bytes = 0.0;
     st.skipped = false;
     st.refreshed = false;
-    st.has_fidelity = fidelity;
-    std::vector<float> raw_geo;  // the geometry units' G on a fidelity step (gradcomm_plain_fp8_geo)
+    st.has_fidelity = false;
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
+    gc->grid = grid;
+    gc->grads = grads;
+    gc->step = step;
+    gc->geometry = gc->geometry_start >= 0 && step >= gc->geometry_start;
+    gc->units_ready = gc->launched = 0;
+    gc->local_bad = gc->scale_skip = false;
+    gc->chosen.assign(gc->geo.size(), "");
+    gc->saved_residual.assign(gc->geo.size(), {});
+    if (!gradcomm_is_fp8(gc)) return;
+    gc->saved_geo = gc->geo;  // put back if a non-finite gradient skips the step
+    if (gc->ema > 0.0f && gc->sketch_now) gradcomm_ema_update(gc);
+    if (gc->refresh_now) {
+        if (gc->ema > 0.0f) gradcomm_ema_to_sketch(gc);
+        st.refreshed = true;
+    }
+}
+
+// The backward has finished unit `unit`'s gradient for this step (units come in GradBuckets order).
+static inline void gradcomm_unit_ready(GradComm* gc, int unit) {
+    const GradBuckets& bk = gc->buckets;
+    if (!gc->grads || gc->units_ready >= (int)bk.order.size() || bk.order[gc->units_ready] != unit) {
+        fprintf(stderr, "gradcomm_unit_ready: unit %d out of the backward's order (%d finished)\n", unit, gc->units_ready);
+        exit(1);
+    }
+    gc->units_ready++;
+    if (gc->units_ready == bk.first[gc->launched + 1]) gradcomm_launch(gc, gc->launched++);
+}
+
+// After the backward: completes every bucket and leaves in grads the average over ranks in the
+// configured mode. With `fidelity`, also all-reduces the fp32 gradient and records how far the
+// result is from it. Returns 1 + the highest rank whose loss (loss_finite) or gradient was not
+// finite (0: none), and then every rank must skip the step, with the geometry state as it was
+// before it; gc->stats.skipped: a non-finite scale, every rank skips too.
+static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity) {
+    GradCommStats& st = gc->stats;
+    const GradBuckets& bk = gc->buckets;
+    CommGrid* grid = gc->grid;
+    float* grads = gc->grads;
+    const int NB = gradcomm_num_buckets(&bk);
+    const size_t U = gc->units.size(), P = gc->num_params;
+    if (gc->launched != NB) {
+        fprintf(stderr, "gradcomm_finish: the backward finished %d of %zu units\n", gc->units_ready, U);
+        exit(1);
+    }
+    gc->grads = NULL;
+    const int bad_rank = comm_max_int(grid, gc->local_bad || !loss_finite ? grid->rank + 1 : 0);
+    if (bad_rank > 0) {
+        for (std::vector<MPI_Request>& r : gc->reqs) comm_wait_all(&r);
+        if (gradcomm_is_fp8(gc)) gc->geo.swap(gc->saved_geo);
+        return bad_rank;
+    }
+    st.has_fidelity = fidelity;
     if (fidelity) {
         gc->ref.assign(grads, grads + P);
         comm_sum_floats(grid, gc->ref.data(), P);
         for (float& v : gc->ref) v /= (float)gc->world_size;
     }
-    if (gc->mode == "fp32") {
-        comm_sum_floats(grid, grads, P);
-        if (gc->world_size > 1) for (size_t i = 0; i < P; i++) grads[i] /= (float)gc->world_size;
-        st.bytes = gradcomm_ring_bytes(gc, 4.0 * P);
-    } else if (gc->mode == "bf16") {
-        std::vector<uint16_t> h(P);
-        for (size_t i = 0; i < P; i++) h[i] = fp8_bf16_encode(grads[i]);
-        comm_sum_bf16(grid, h.data(), P);
-        for (size_t i = 0; i < P; i++) grads[i] = fp8_bf16_decode(h[i]) / (float)gc->world_size;
-        st.bytes = gradcomm_ring_bytes(gc, 2.0 * P);
+    std::vector<float> raw_geo;  // the geometry units' G on a fidelity step (gradcomm_plain_fp8_geo)
+    if (fidelity && gc->geometry && !gc->twophase) {
+        for (const GeoUnit& g : gc->geo) {
+            const float* G = grads + gc->units[g.unit].offset;
+            raw_geo.insert(raw_geo.end(), G, G + g.residual.size());
+        }
+    }
+    if (gc->mode == "fp32" || gc->mode == "bf16") {
+        const float N = (float)gc->world_size;
+        for (int b = 0; b < NB; b++) {
+            comm_wait_all(&gc->reqs[b]);
+            for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
+                const int u = bk.order[i];
+                float* G = grads + gc->units[u].offset;
+                const size_t n = gradcomm_unit_size(gc->units[u]), o = bk.packed[u];
+                if (gc->mode == "bf16") for (size_t k = 0; k < n; k++) G[k] = fp8_bf16_decode(gc->packed16[o + k]) / N;
+                else if (gc->world_size > 1) for (size_t k = 0; k < n; k++) G[k] = gc->packed[o + k] / N;
+            }
+        }
     } else {
-        if (gc->ema > 0.0f && gc->sketch_now) gradcomm_ema_update(gc);
-        if (gc->refresh_now) {
-            if (gc->ema > 0.0f) gradcomm_ema_to_sketch(gc);
-            st.bytes += gradcomm_refresh(gc, grid, grads, step);
-            st.refreshed = true;
-        }
-        // X = G for Euclidean units; X = G T + R on the geometry path
-        memcpy(gc->x.data(), grads, P * sizeof(float));
-        bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start;
-        if (fidelity && geometry && !gc->twophase && !gc->geo.empty()) {  // for gradcomm_plain_fp8_geo
-            for (const GeoUnit& g : gc->geo) {
-                const float* G = grads + gc->units[g.unit].offset;
-                raw_geo.insert(raw_geo.end(), G, G + g.residual.size());
+        std::string chosen;
+        for (const std::string& c : gc->chosen) if (!c.empty()) chosen += (chosen.empty() ? "" : ", ") + c;
+        if (!chosen.empty()) printf("geofp8 power at step %d: %s\n", gc->step + 1, chosen.c_str());
+        bool ok;
+        if (gc->twophase) {
+            ok = gradcomm_twophase(gc, grid, grads);
+        } else {
+            gradcomm_fp8_send(gc, NB - 1);
+            for (std::vector<MPI_Request>& r : gc->reqs) comm_wait_all(&r);
+            ok = !gc->scale_skip;
+            for (int i = 0; ok && i < (int)bk.order.size(); i++) {
+                const int u = bk.order[i];
+                const LlamaUnit& lu = gc->units[u];
+                const size_t n = gradcomm_unit_size(lu);
+                const uint8_t* q = gc->q.data() + bk.packed[u];
+                const float* sc = gc->scale.data() + gc->group_off[i];
+                st.sum_saturated[u] += gradcomm_count_max_codes(gc->fmt, q, n);
+                if (gc->mode == "fp8block") geofp8_dequantize_block(gc->fmt, grads + lu.offset, q, n, GEOFP8_BLOCK, sc, gc->world_size);
+                else geofp8_dequantize(gc->fmt, grads + lu.offset, q, n, sc[0], gc->world_size);
             }
         }
-        if (geometry) {
-            for (GeoUnit& g : gc->geo) {
-                float* x = gc->x.data() + gc->units[g.unit].offset;
-                gradcomm_whiten(gc, g, x, x);
-                size_t n = g.residual.size();
-                for (size_t i = 0; i < n; i++) x[i] += g.residual[i];
-            }
-        }
-        // the residual is rewritten by the quantizer: keep the old one in case the step is skipped
-        std::vector<std::vector<float>> saved;
-        for (GeoUnit& g : gc->geo) saved.push_back(g.residual);
-        bool ok = gc->twophase ? gradcomm_twophase(gc, grid, grads) : gradcomm_native(gc, grid, grads);
-        if (!ok) {
-            for (size_t i = 0; i < gc->geo.size(); i++) gc->geo[i].residual.swap(saved[i]);
+        if (!ok) {  // the quantizer's residuals go back (a refresh of this step stays, as its factor is sound)
+            for (size_t i = 0; i < gc->geo.size(); i++)
+                if (!gc->saved_residual[i].empty()) gc->geo[i].residual.swap(gc->saved_residual[i]);
             st.skipped = true;
-            return;
+            return 0;
         }
-        if (geometry) for (GeoUnit& g : gc->geo) gradcomm_unwhiten(gc, g, grads + gc->units[g.unit].offset);
+        if (gc->geometry) for (GeoUnit& g : gc->geo) gradcomm_unwhiten(gc, g, grads + gc->units[g.unit].offset);
         comm_sum_longs(grid, st.saturated.data(), U);
         comm_sum_longs(grid, st.underflow.data(), U);
         comm_sum_longs(grid, st.nonzero.data(), U);
         if (gc->twophase) st.sum_saturated.assign(U, 0);  // (native only: sum_saturated counts the summed codes, the same on every rank)
-        if (gc->profiling) gradcomm_profile(gc, step);
+        if (gc->profiling) gradcomm_profile(gc, gc->step);
     }
     if (fidelity) {
         std::vector<bool> is_geo(U);
@@ -601,6 +740,7 @@ static inline void gradcomm_reduce(GradComm* gc, CommGrid* grid, float* grads, i
         gradcomm_fidelity(&st, gc->units, is_geo, grads, gc->ref.data());
         if (!raw_geo.empty()) st.rel_l2_geo_fp8 = gradcomm_plain_fp8_geo(gc, grid, raw_geo);
     }
+    return 0;
 }
 
 // ----------------------------------------------------------------------------

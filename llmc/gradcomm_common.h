@@ -281,3 +281,72 @@ static inline std::vector<int> gradcomm_profile_select(const std::vector<double>
     }
     return chosen;
 }
+
+// ----------------------------------------------------------------------------
+// gradient buckets (--bucket-mb)
+//
+// A bucket is a set of whole units in the order the backward finishes them: lm_head,
+// final_norm, then layer L-1's fc2, fc1, ln2, proj, qkv, ln1, ..., layer 0's, and embed last. A
+// bucket closes once its units hold at least bucket_mb MB (2^20 bytes) of fp32; the last one takes
+// what is left. bucket_mb 0 gives one bucket of every unit. The units of a bucket are not
+// contiguous in the flat layout (llama.h keeps each tensor's layers together), so each bucket
+// also has a span in a packed buffer laid out in backward order: what a bucket sends (fp32, bf16
+// or FP8 codes) travels there as one message.
+typedef struct {
+    std::vector<int> order;        // (units) unit indices in backward order
+    std::vector<size_t> packed;    // (units, by unit index) the unit's offset in the packed buffer
+    std::vector<int> first;        // (buckets + 1) index into order of each bucket's first unit
+    std::vector<size_t> begin;     // (buckets + 1) packed offset of each bucket's first element
+} GradBuckets;
+
+static inline int gradcomm_num_buckets(const GradBuckets* b) { return (int)b->first.size() - 1; }
+
+// Position of a unit in the backward's finishing order (see above); L = layers.
+static inline int gradcomm_backward_position(const LlamaUnit& u, int L) {
+    if (u.tensor == T_LMHEAD) return 0;
+    if (u.tensor == T_LNFW) return 1;
+    if (u.tensor == T_WTE) return 2 + 6 * L;
+    int in_layer = 0;  // the order of one layer's backward
+    switch (u.tensor) {
+        case T_FC2W: in_layer = 0; break;
+        case T_FC1W: in_layer = 1; break;
+        case T_LN2W: in_layer = 2; break;
+        case T_PROJW: in_layer = 3; break;
+        case T_QKVW: in_layer = 4; break;
+        default: in_layer = 5; break;  // T_LN1W
+    }
+    return 2 + 6 * (L - 1 - u.layer) + in_layer;
+}
+
+static inline GradBuckets gradcomm_buckets(const std::vector<LlamaUnit>& units, int L, double bucket_mb) {
+    GradBuckets b;
+    b.order.assign(units.size(), -1);
+    for (size_t u = 0; u < units.size(); u++) b.order[gradcomm_backward_position(units[u], L)] = (int)u;
+    b.packed.assign(units.size(), 0);
+    b.first.push_back(0);
+    b.begin.push_back(0);
+    const double cap = bucket_mb * 1048576.0;
+    size_t off = 0, start = 0;
+    for (size_t i = 0; i < b.order.size(); i++) {
+        const LlamaUnit& u = units[b.order[i]];
+        b.packed[b.order[i]] = off;
+        off += (size_t)u.rows * u.cols;
+        const bool last = i + 1 == b.order.size();
+        if (last || (bucket_mb > 0.0 && 4.0 * (double)(off - start) >= cap)) {
+            b.first.push_back((int)i + 1);
+            b.begin.push_back(off);
+            start = off;
+        }
+    }
+    return b;
+}
+
+// The start-up table's "gradient buckets" row.
+static inline std::string gradcomm_buckets_summary(const GradBuckets* b, double bucket_mb, bool twophase) {
+    char s[160];
+    const int n = gradcomm_num_buckets(b);
+    if (twophase) snprintf(s, sizeof(s), "1, sent after the backward (twophase's shards span the gradient)");
+    else if (bucket_mb <= 0.0) snprintf(s, sizeof(s), "1, sent after the backward (--bucket-mb 0)");
+    else snprintf(s, sizeof(s), "%d of ~%g MB, sent as the backward finishes each", n, bucket_mb);
+    return s;
+}

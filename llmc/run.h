@@ -327,9 +327,10 @@ static inline bool run_checkpoint_due(const TrainConfig& tc, int step, bool fres
 }
 
 // The rows of the start-up table both engines print, from "model" to "output" (val: NULL when off).
-// transport: how the gradient travels ("MPI", "NCCL").
+// transport: how the gradient travels ("MPI", "NCCL"); buckets: how it is cut and when it is sent.
 static inline void run_print_run_rows(const TrainConfig& tc, const std::string& model_desc, size_t num_params, const DataLoader& train,
-                                      const DataLoader* val, int world_size, int accum_steps, int start_step, const char* transport) {
+                                      const DataLoader* val, int world_size, int accum_steps, int start_step, const char* transport,
+                                      const std::string& buckets) {
     char b[256];
     run_print_row("model", model_desc);
     snprintf(b, sizeof(b), "%zu (%.1fM)", num_params, num_params / 1e6); run_print_row("parameters", b);
@@ -346,6 +347,7 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
     if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_format + ", " + tc.fp8_reduce + ")";
     if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
     run_print_row("grad communication", mode + ", " + transport);
+    run_print_row("gradient buckets", buckets);
     if (tc.comm == "geofp8") {
         snprintf(b, sizeof(b), "power %s, damping %g, rank %d, refresh %d", tc.geofp8_power.c_str(), tc.geofp8_damping, tc.geofp8_rank,
                  tc.geofp8_refresh);

@@ -13,9 +13,11 @@ run() {
     echo "== $name"
     local out
     out=$(mktemp)
+    local t0=$SECONDS
     "$@" >"$out" 2>&1
     local rc=$?
     cat "$out"
+    echo "== $name took $((SECONDS - t0)) s"
     cat "$out" >>"$log"
     # 77 = skipped as a whole (GPU tests without a GPU); the program says so itself
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && ! grep -q '^FAIL ' "$out"; then

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../llmc/comm.h"
 #include "../llmc/fp8.h"
 #include "../llmc/rand.h"
 #include "fixture.h"
@@ -127,6 +128,15 @@ static void test_fixture_format(const Fixture& fx, Fp8Format f) {
         }
         test_check((p + "sum_all_pairs").c_str(), bad == 0, "%zu of 65536 pairs differ, first (0x%02x, 0x%02x)", bad,
                    first >> 8, first & 255);
+        // the CPU engine's MPI operator (a lookup table made from fp8_sum_codes) on the same pairs
+        std::vector<uint8_t> in(1 << 16), inout(1 << 16);
+        for (int k = 0; k < (1 << 16); k++) { in[k] = (uint8_t)(k >> 8); inout[k] = (uint8_t)(k & 255); }
+        int len = 1 << 16;
+        if (f == FP8_E5M2) comm_fp8_sum_op<FP8_E5M2>(in.data(), inout.data(), &len, NULL);
+        else comm_fp8_sum_op<FP8_E4M3>(in.data(), inout.data(), &len, NULL);
+        size_t bad_op = want.size() == inout.size() ? 0 : 1;
+        for (size_t k = 0; !bad_op && k < inout.size(); k++) bad_op += inout[k] != want[k];
+        test_check((p + "mpi_sum_op_all_pairs").c_str(), bad_op == 0, "%zu of 65536 pairs differ", bad_op);
     }
 }
 

@@ -110,6 +110,53 @@ int main(void) {
     test_bound("model_grads_vs_hf", e_grads, TOL_GRADS, "%s", worst.c_str());
     test_check("model_grads_finite", test_all_finite(m.grads, P));
 
+    // the backward reports each unit (llama_backward's unit_ready) once its gradient is final, in
+    // the order of the gradient buckets: each unit's gradient when reported equals the final one
+    {
+        const std::vector<LlamaUnit> units = llama_units(&lc);
+        std::vector<int> seen;
+        std::vector<std::vector<float>> at_report(units.size());
+        memset(m.grads, 0, P * sizeof(float));
+        llama_forward(&m, inputs, B, T);  // (the backward above turned the logits into their gradient)
+        llama_backward(&m, inputs, targets, B, T, 1.0f, NULL, [&](int u) {
+            seen.push_back(u);
+            const float* g = m.grads + units[u].offset;
+            at_report[u].assign(g, g + (size_t)units[u].rows * units[u].cols);
+        });
+        bool final_when_reported = seen.size() == units.size();
+        for (size_t u = 0; final_when_reported && u < units.size(); u++)
+            final_when_reported = at_report[u].size() == (size_t)units[u].rows * units[u].cols &&
+                                  memcmp(at_report[u].data(), m.grads + units[u].offset, at_report[u].size() * sizeof(float)) == 0;
+        test_check("model_backward_reports_final_units_in_bucket_order",
+                   final_when_reported && seen == gradcomm_buckets(units, lc.L, 0.0).order, "%zu of %zu units reported",
+                   seen.size(), units.size());
+        // the layout: the buckets cover every unit once, packed back to back in that order; each
+        // but the last holds at least the cap and would not without its last unit; 0 MB: one bucket
+        const GradBuckets one = gradcomm_buckets(units, lc.L, 0.0);
+        bool layout_ok = gradcomm_num_buckets(&one) == 1;
+        const double caps[] = {1e-6, 0.01, 0.05, 1e3};
+        for (double mb : caps) {
+            GradBuckets bk = gradcomm_buckets(units, lc.L, mb);
+            const int nb = gradcomm_num_buckets(&bk);
+            size_t off = 0;
+            for (size_t i = 0; i < bk.order.size(); i++) {
+                const LlamaUnit& u = units[bk.order[i]];
+                layout_ok &= bk.packed[bk.order[i]] == off;
+                off += (size_t)u.rows * u.cols;
+            }
+            layout_ok &= off == P && bk.first.front() == 0 && bk.first.back() == (int)units.size() && bk.begin.back() == P;
+            for (int b = 0; b < nb; b++) {
+                const double bytes = 4.0 * (bk.begin[b + 1] - bk.begin[b]);
+                const LlamaUnit& last = units[bk.order[bk.first[b + 1] - 1]];
+                layout_ok &= bk.first[b + 1] > bk.first[b] && bk.begin[b] == bk.packed[bk.order[bk.first[b]]];
+                if (b + 1 < nb) layout_ok &= bytes >= mb * 1048576.0 && bytes - 4.0 * last.rows * last.cols < mb * 1048576.0;
+            }
+            if (mb == 1e-6) layout_ok &= nb == (int)units.size();
+            if (mb == 1e3) layout_ok &= nb == 1;
+        }
+        test_check("gradcomm_bucket_layout", layout_ok);
+    }
+
     // gradient accumulation: 2 micro-steps of B/2 equal one step of B (same mean loss)
     if (B % 2 == 0) {
         std::vector<float> full(m.grads, m.grads + P);

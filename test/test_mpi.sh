@@ -2,7 +2,8 @@
 # test_mpi.sh — data-parallel training of the CPU engine with real Open MPI ranks on one machine:
 # rank-count equivalence, bf16 communication, bitwise resume with 2 ranks, a rank killed with
 # SIGKILL, a crash while a checkpoint is written, checkpoints from another rank count, an
-# injected non-finite gradient, ranks that disagree on a flag, and the sharded Muon update.
+# injected non-finite gradient, ranks that disagree on a flag, the sharded Muon update, and the
+# gradient buckets in every mode.
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
 BIN=./train_llama_cpu
@@ -203,5 +204,45 @@ rm -f "$TMP/ms_2_r/DONE_00000006" "$TMP/ms_2_r/model_00000006.bin" "$TMP/ms_2_r"
 if grep -q "resuming from step 3" "$TMP/ms_2_r.out" && cmp -s "$TMP/ms_2_0/model_00000006.bin" "$TMP/ms_2_r/model_00000006.bin"; then
     pass mpi_muon_shard_switch_on_resume_bitwise
 else fail mpi_muon_shard_switch_on_resume_bitwise "$(tail -2 "$TMP/ms_2_r.out")"; fi
+
+# --- gradient buckets (--bucket-mb): each mode gives bitwise the same run whether each unit is its
+# own bucket, sent as the backward finishes it (0.0001 MB: 27 buckets on tiny), or the whole
+# gradient goes after the backward (0): the model, every rank's state file (residuals, factors,
+# the twophase server residual) and every metrics field but the times. Steps 1 and 3 refresh the
+# geometry, step 2 measures the fidelity; the geofp8 rows cover --geofp8-power auto (2 and 4
+# ranks), a NaN on rank 1 at step 3 (skipped, the geometry state put back), and the auto layer
+# selection with --geofp8-ema. Plain fp8 runs on the units geofp8 leaves Euclidean.
+same_metrics() { python3 - "$1" "$2" <<'EOF'
+import json, sys
+def rows(d):
+    return [{k: v for k, v in json.loads(l).items() if not k.startswith("t_") and k not in ("ms", "tokens_per_s", "eta_s", "mfu")}
+            for l in open(d + "/metrics.jsonl")]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+sys.exit(0 if a == b and len(a) > 0 else 1)
+EOF
+}
+GEO="-c geofp8 --geofp8-layers layers.1.fc2,layers.2.fc1 --geofp8-refresh 2 --geofp8-power auto"
+i=0
+for spec in "2 fp32|-c fp32" "2 bf16|-c bf16" "2 fp8block|-c fp8block --fp8-format e5m2" "2 geofp8|$GEO" "4 geofp8|$GEO" \
+            "2 geofp8_nan|$GEO|TRAIN_LLAMA_TEST_NAN=3:1" "2 geofp8_twophase|$GEO --fp8-reduce twophase" \
+            "2 geofp8_auto_ema|-c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9" "2 kfac|-c kfac --geofp8-refresh 2"; do
+    IFS='|' read -r head flags nan <<<"$spec"
+    read -r np name <<<"$head"
+    i=$((i + 1))
+    for mb in 0 0.0001; do
+        # shellcheck disable=SC2086
+        "${MPIRUN[@]}" -np "$np" env $nan "$BIN" "${FAST[@]}" -x 3 -n 3 --fidelity-every 2 $flags --bucket-mb $mb \
+            -o "$TMP/bk${i}_$mb" >"$TMP/bk${i}_$mb.out" 2>&1
+    done
+    same=1
+    for f in model_00000003.bin $(cd "$TMP/bk${i}_0" 2>/dev/null && ls state_00000003_*.bin); do
+        cmp -s "$TMP/bk${i}_0/$f" "$TMP/bk${i}_0.0001/$f" || same=0
+    done
+    buckets=$(grep -o "gradient buckets *| [0-9]* of" "$TMP/bk${i}_0.0001.out" | grep -o "[0-9]* of")
+    if [ "$same" = 1 ] && [ -f "$TMP/bk${i}_0/model_00000003.bin" ] && same_metrics "$TMP/bk${i}_0" "$TMP/bk${i}_0.0001" &&
+       { [[ "$flags" == *twophase* ]] || [ "$buckets" = "27 of" ]; } && { [ -z "$nan" ] || grep -q "step     3/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; then
+        pass "mpi_buckets_bitwise_np${np}_$name"
+    else fail "mpi_buckets_bitwise_np${np}_$name" "identical files $same, buckets '$buckets'; $(tail -1 "$TMP/bk${i}_0.0001.out")"; fi
+done
 
 [ "$failures" -eq 0 ]
