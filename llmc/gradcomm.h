@@ -61,6 +61,16 @@ struct GeoUnit {
     std::vector<float> residual;   // (d_out, d_in) error feedback, in whitened coordinates
 };
 
+// What a step changes in a geometry unit before every rank knows whether the step is skipped:
+// the residual always, the factors on a refresh step, the sketch average with --geofp8-ema.
+struct GeoUnitSaved {
+    std::vector<float> residual;
+    GeoFP8Factor factor;
+    std::vector<float> LA, LG;
+    std::vector<float> Y_ema;
+    double trA_ema = 0.0;
+    int ema_steps = 0;
+};
 
 typedef struct {
     std::string mode;              // -c
@@ -108,7 +118,7 @@ typedef struct {
     std::vector<std::vector<MPI_Request>> reqs;  // (buckets) the collective in flight
     bool local_bad;                 // a non-finite value in this rank's gradient
     bool scale_skip;                // a non-finite amax (after the MAX all-reduce: on every rank alike)
-    std::vector<GeoUnit> saved_geo; // the geometry state at gradcomm_start, put back if a non-finite gradient skips the step
+    std::vector<GeoUnitSaved> saved_geo;  // (geo) kept at gradcomm_start, put back if a non-finite gradient skips the step
     std::vector<std::vector<float>> saved_residual;  // (geo) residuals before this step's quantization, put back if a scale skips it
     std::vector<std::string> chosen;  // (geo) this step's --geofp8-power auto choices
 } GradComm;
@@ -632,7 +642,23 @@ static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* grads, in
     gc->chosen.assign(gc->geo.size(), "");
     gc->saved_residual.assign(gc->geo.size(), {});
     if (!gradcomm_is_fp8(gc)) return;
-    gc->saved_geo = gc->geo;  // put back if a non-finite gradient skips the step
+    // what this step may change, put back by gradcomm_finish if a non-finite gradient skips it
+    gc->saved_geo.assign(gc->geo.size(), GeoUnitSaved());
+    for (size_t i = 0; i < gc->geo.size(); i++) {
+        const GeoUnit& g = gc->geo[i];
+        GeoUnitSaved& k = gc->saved_geo[i];
+        k.residual = g.residual;
+        if (gc->refresh_now) {
+            k.factor = g.factor;
+            k.LA = g.LA;
+            k.LG = g.LG;
+        }
+        if (gc->ema > 0.0f && gc->sketch_now) {
+            k.Y_ema = g.Y_ema;
+            k.trA_ema = g.trA_ema;
+            k.ema_steps = g.ema_steps;
+        }
+    }
     if (gc->ema > 0.0f && gc->sketch_now) gradcomm_ema_update(gc);
     if (gc->refresh_now) {
         if (gc->ema > 0.0f) gradcomm_ema_to_sketch(gc);
@@ -671,7 +697,21 @@ static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity)
     const int bad_rank = comm_max_int(grid, gc->local_bad || !loss_finite ? grid->rank + 1 : 0);
     if (bad_rank > 0) {
         for (std::vector<MPI_Request>& r : gc->reqs) comm_wait_all(&r);
-        if (gradcomm_is_fp8(gc)) gc->geo.swap(gc->saved_geo);
+        for (size_t i = 0; gradcomm_is_fp8(gc) && i < gc->geo.size(); i++) {
+            GeoUnit& g = gc->geo[i];
+            GeoUnitSaved& k = gc->saved_geo[i];
+            g.residual.swap(k.residual);
+            if (gc->refresh_now) {
+                g.factor = std::move(k.factor);
+                g.LA.swap(k.LA);
+                g.LG.swap(k.LG);
+            }
+            if (gc->ema > 0.0f && gc->sketch_now) {
+                g.Y_ema.swap(k.Y_ema);
+                g.trA_ema = k.trA_ema;
+                g.ema_steps = k.ema_steps;
+            }
+        }
         return bad_rank;
     }
     st.has_fidelity = fidelity;
