@@ -366,12 +366,34 @@ static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
     return llama_mean_loss(m, N);
 }
 
+// Test hook, as the CPU engine's: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at
+// (1-based) STEP, to check that the step is skipped.
+static bool test_inject_nan(int step, int rank) {
+    const char* env = getenv("TRAIN_LLAMA_TEST_NAN");
+    int s = -1, r = -1;
+    return env && sscanf(env, "%d:%d", &s, &r) == 2 && s == step && r == rank;
+}
+
+// In the last micro-step's backward (gc set): unit's gradient is final. Its bucket may go out now
+// (llmc/gradcomm.cuh, gradcomm_gpu_unit_ready); the test hook poisons the embedding (unit 0, the
+// last one finished) first.
+static void llama_unit_done(LlamaModel* m, GradCommGPU* gc, int unit) {
+    if (!gc || !gc->last_backward) return;
+    if (unit == 0 && test_inject_nan(gc->step + 1, gc->rank)) {
+        float nan = NAN;
+        CUDA_CHECK(cudaMemcpyAsync(m->grads, &nan, sizeof(float), cudaMemcpyHostToDevice, m->stream));
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    }
+    gradcomm_gpu_unit_ready(gc, unit, m->grads, m->stream);
+}
+
 // ----------------------------------------------------------------------------
 // backward: accumulates d(loss * dloss_scale) into m->grads and starts the copy of this
 // micro-batch's per-position losses into loss slot `loss_slot` (llama_slot_mean_loss reads them
 // once the stream has been waited for).
 // dloss_scale = 1 / micro-steps, so the accumulated gradient is that of the mean over micro-steps.
-// With gc on a kfac refresh step, the (bf16) gradient at each linear unit's output goes to it too.
+// With gc on a kfac refresh step, the (bf16) gradient at each linear unit's output goes to it too;
+// in the last micro-step, each unit is reported as its gradient becomes final (llama_unit_done).
 
 static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* targets, int B, int T, float dloss_scale,
                                    GradCommGPU* gc, int loss_slot) {
@@ -383,6 +405,7 @@ static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* 
     ParameterTensors g = llama_tensors(c, m->grads);
     Activations* a = &m->acts;
     cudaStream_t s = m->stream;
+    auto done = [&](int tensor, int layer) { llama_unit_done(m, gc, llama_unit_index(c, tensor, layer)); };
 
     int U = encoder_backward_buckets(&m->host_buckets, tokens, N, c->Vp);
     llama_upload_ints(m, STAGE_BUCKETS, m->buckets, m->host_buckets.data(), m->host_buckets.size());
@@ -390,8 +413,10 @@ static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* 
 
     crossentropy_forward_backward(a->losses, a->dlogits, a->logits, m->targets, N, c->V, c->Vp, dloss_scale / (float)N, s);
     matmul_backward(a->dln, g.lm_head, a->dlogits, a->lnf, w.lm_head, N, C, c->Vp, s);
+    done(T_LMHEAD, -1);
     CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
     rmsnorm_backward(a->dres, a->dres_bf16, g.lnfw, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C, s);
+    done(T_LNFW, -1);
 
     for (int l = L - 1; l >= 0; l--) {
         float* x = a->residual + (size_t)l * N * C;
@@ -410,22 +435,29 @@ static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* 
         // MLP half; dres holds d(out) and, after rmsnorm_backward adds into it, d(mid)
         if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_FC2W, l), a->dres_bf16, N, s);
         matmul_backward(a->dsw, g.fc2w + (size_t)l * C * FF, a->dres_bf16, sw, w.fc2w + (size_t)l * C * FF, N, FF, C, s);
+        done(T_FC2W, l);
         swiglu_backward(a->dfc1, a->dsw, fc1, N, FF, s);
         if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_FC1W, l), a->dfc1, N, s);
         matmul_backward(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, w.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF, s);
+        done(T_FC1W, l);
         rmsnorm_backward(a->dres, a->dres_bf16, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C, s);
+        done(T_LN2W, l);
         // attention half; dres becomes d(x)
         if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_PROJW, l), a->dres_bf16, N, s);
         matmul_backward(a->datty, g.projw + (size_t)l * C * HSNH, a->dres_bf16, atty, w.projw + (size_t)l * C * HSNH, N, HSNH, C, s);
+        done(T_PROJW, l);
         attention_backward(a->dqkv, a->datty, qkv, atty, lse, &m->attn, B, T, NH, NKV, HS, s);
         rope_backward(a->dqkv, a->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, HS, s);
         if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_QKVW, l), a->dqkv, N, s);
         matmul_backward(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, w.qkvw + (size_t)l * QKV * C, N, C, QKV, s);
+        done(T_QKVW, l);
         // layer 0's input gradient only feeds the embedding, which reads the fp32 copy
         rmsnorm_backward(a->dres, l > 0 ? a->dres_bf16 : NULL, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C,
                          ln1_rstd, N, C, s);
+        done(T_LN1W, l);
     }
     encoder_backward(g.wte, a->dres, m->buckets, U, C, s);
+    done(T_WTE, -1);
     llama_enqueue_losses(m, N, loss_slot);
 }
 
@@ -633,16 +665,21 @@ typedef struct {
     int ns_matrices;      // matrices this rank orthogonalized (all of them, or its share with --muon-shard)
 } StepStats;
 
-// Test hook, as the CPU engine's: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at
-// (1-based) STEP, to check that the step is skipped.
-static bool test_inject_nan(int step, int rank) {
-    const char* env = getenv("TRAIN_LLAMA_TEST_NAN");
-    int s = -1, r = -1;
-    return env && sscanf(env, "%d:%d", &s, &r) == 2 && s == step && r == rank;
-}
 
 // next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T) in host memory.
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
+
+// The config table's "gradient buckets" row: the CPU engine's, and the steps that communicate
+// after the backward all the same.
+static std::string llama_buckets_row(const GradCommGPU* gc, const TrainConfig* tc) {
+    std::string row = gradcomm_buckets_summary(&gc->buckets, tc->bucket_mb, gc->twophase);
+    if (!gc->bucketing) return row;
+    const bool refresh = gc->mode == "geofp8" || gc->mode == "kfac";
+    if (refresh || tc->fidelity_every > 0)
+        row += std::string("; ") + (refresh && tc->fidelity_every > 0 ? "refresh and fidelity" : refresh ? "refresh" : "fidelity") +
+               " steps after it";
+    return row;
+}
 
 // gc NULL: fp32 averaging (what the whole-model test uses); timer NULL: no timing.
 static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
@@ -652,6 +689,8 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(float), m->stream));
     if (gc) gradcomm_gpu_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size, m->stream);
     double loss_sum = 0.0;
+    const bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+    bool bucketed = false;  // the communication runs bucket by bucket inside the last backward
     llama_reserve_loss_slots(m, accum_steps);
     for (int micro = 0; micro < accum_steps; micro++) {
         const int *inputs, *targets;
@@ -664,6 +703,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
             gradcomm_timer_end(timer, sk);
         }
         gradcomm_timer_end(timer, sp);
+        if (gc && micro == accum_steps - 1) bucketed = gradcomm_gpu_start(gc, &grid->nccl, step, fidelity, timer);
         sp = gradcomm_timer_begin(timer, GC_T_BACKWARD);
         llama_backward_enqueue(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc, micro);
         gradcomm_timer_end(timer, sp);
@@ -671,23 +711,25 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     // the step's one wait for its losses, summed in the order the micro-steps ran
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     for (int micro = 0; micro < accum_steps; micro++) loss_sum += llama_slot_mean_loss(m, tc->B * tc->T, micro);
-    if (test_inject_nan(step + 1, grid->rank)) {
-        float nan = NAN;
-        CUDA_CHECK(cudaMemcpy(m->grads, &nan, sizeof(float), cudaMemcpyHostToDevice));
-    }
+    if (gc) gc->last_backward = false;
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1; st.ns_matrices = 0;
     // A non-finite loss or gradient on any rank: every rank skips this step identically. A
     // non-finite element makes the (fp64) sum of squares non-finite, so the local norm is the
-    // finiteness check; the flag (rank + 1) is MAX all-reduced, as the CPU engine does.
-    bool finite = std::isfinite(loss_sum) && std::isfinite(llama_grad_norm(m));
+    // finiteness check (a bucketed step: the units' local amax, taken before each bucket went
+    // out); the flag (rank + 1) is MAX all-reduced, as the CPU engine does. The comm span of a
+    // bucketed step is the communication the backward did not hide.
+    int sp = bucketed ? gradcomm_timer_begin(timer, GC_T_COMM) : -1;
+    bool finite = std::isfinite(loss_sum) && (bucketed ? gradcomm_gpu_bucket_wait(gc, m->stream) : std::isfinite(llama_grad_norm(m)));
     int bad_rank = llama_comm_max_int(grid, finite ? 0 : grid->rank + 1);
     st.skipped_on_rank = bad_rank - 1;
-    if (bad_rank > 0) return st;
+    if (bad_rank > 0) { gradcomm_timer_end(timer, sp); return st; }
     // the gradient communication slot: after the last micro-step, on the flat buffer
-    int sp = gradcomm_timer_begin(timer, GC_T_COMM);
-    if (gc) {
-        bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+    if (!bucketed) sp = gradcomm_timer_begin(timer, GC_T_COMM);
+    if (bucketed) {
+        gradcomm_gpu_bucket_finish(gc, &grid->nccl, timer);
+        st.comm_bytes = gc->stats.bytes;
+    } else if (gc) {
         gradcomm_gpu_reduce(gc, &grid->nccl, m->grads, step, fidelity, timer);
         st.comm_bytes = gc->stats.bytes;
     } else {
@@ -838,8 +880,7 @@ int main(int argc, char** argv) {
         else snprintf(b, sizeof(b), "unknown device: MFU n/a");
         run_print_row("peak for MFU", b);
         run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
-                           start_step, "NCCL", tc.bucket_mb > 0.0f ? "1, sent after the backward (buckets are not built on this engine yet)"
-                                                                    : "1, sent after the backward (--bucket-mb 0)");
+                           start_step, "NCCL", llama_buckets_row(&gc, &tc).c_str());
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);

@@ -16,6 +16,9 @@
 #   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so)
 #   bench_<p>     tokens/s, MFU (ours and llm.c's convention), peak memory and per-phase times of
 #                 d12, llama300m (B=4, T=4096) and llama600m (B=4, T=2048): 5 timed steps after 2 warm-up steps
+#   bench_buckets d12 (B=4, T=1024) in -c fp8 on a one-rank NCCL communicator, with --bucket-mb 0
+#                 (after the backward) and 25 (a stream of its own during the backward): the ms per
+#                 step of each and their ratio, the cost of the bucket plumbing itself at 1 GPU
 #   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio
 # The reference curves are made beforehand by the CPU engine (make gpu-refs, i.e. this script's
 # --refs): the GPU machine runs no CPU reference and needs no BLAS.
@@ -787,6 +790,31 @@ for spec in "${BENCH[@]}"; do
     OURS_TOKS[$preset]=$(awk -v B="$B" -v T="$T" -v ms="$ms" 'BEGIN { printf "%.0f", B * T / (ms / 1000) }')
     row "$key" PASS "$DT" "B=$B T=$T, steps $((BENCH_WARMUP + 1))-$((BENCH_WARMUP + BENCH_TIMED)): $summary; peak $peakmem; fwd $f bwd $b comm $c opt $o ms"
 done
+
+# the bucketed step's own overhead at 1 GPU (nothing to hide there: the collectives are copies)
+key=bench_buckets
+if wanted "$key"; then
+    if [ "$EMULATE" = 1 ]; then row "$key" SKIP 0 "emulated: every timer reads 1 ms, no throughput"
+    elif ! blocked "$key" train_llama; then
+        if ! in_budget 40; then out_of_budget "$key"
+        else
+            detail="d12 B=4 T=1024 -c fp8, one-rank NCCL, steps $((BENCH_WARMUP + 1))-$((BENCH_WARMUP + BENCH_TIMED)):"
+            result=PASS; t0=$SECONDS; ms0=""
+            for mb in 0 25; do
+                rm -rf "${LOGS:?}/${key}_$mb"
+                run 90 "$LOGS/${key}_$mb.log" env TRAIN_LLAMA_TEST_NCCL=1 "$BIN/train_llama" -e d12 -b 4 -t 1024 -c fp8 --bucket-mb $mb \
+                    -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$LOGS/${key}_$mb"
+                if [ $RC -ne 0 ]; then result=FAIL; detail="$detail --bucket-mb $mb: $(why "$LOGS/${key}_$mb.log")"; break; fi
+                read -r n ms _ _ _ c _ <<<"$(timed_means "$LOGS/${key}_$mb/metrics.jsonl")"
+                if [ "${n:-0}" -ne "$BENCH_TIMED" ]; then result=FAIL; detail="$detail --bucket-mb $mb: $n timed steps"; break; fi
+                detail="$detail --bucket-mb $mb $ms ms (comm $c ms);"
+                [ -z "$ms0" ] && ms0=$ms
+            done
+            [ "$result" = PASS ] && detail="$detail ratio $(awk -v a="$ms" -v b="$ms0" 'BEGIN { printf "%.3f", a / b }') (bucketed / after the backward)"
+            row "$key" "$result" $((SECONDS - t0)) "$detail"
+        fi
+    fi
+fi
 
 # the same model in PyTorch bf16 on the same GPU: the anchor. torch loads its own CUDA libraries
 # (its wheels): it runs with the LD_LIBRARY_PATH this script found, not the one it set

@@ -400,6 +400,11 @@ static inline void comm_gpu_allreduce(CommGridGPU* g, const void* send, void* re
     NCCL_CHECK(ncclAllReduce(send, recv, count, type, op, g->comm, g->stream));
 }
 
+// Collectives between comm_gpu_group_begin and _end go out as one NCCL launch (the per-unit
+// all-reduces of a gradient bucket, whose units are not adjacent in the flat buffer).
+static inline void comm_gpu_group_begin(CommGridGPU* g) { if (g->comm) NCCL_CHECK(ncclGroupStart()); }
+static inline void comm_gpu_group_end(CommGridGPU* g) { if (g->comm) NCCL_CHECK(ncclGroupEnd()); }
+
 // recv (n) = Σ_ranks send (n)
 static inline void comm_gpu_allreduce_f32_sum(CommGridGPU* g, const float* send, float* recv, size_t n) {
     comm_gpu_allreduce(g, send, recv, n, ncclFloat32, sizeof(float), ncclSum);

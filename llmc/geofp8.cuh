@@ -95,6 +95,8 @@ static const unsigned int GEOFP8_INF_BITS = 0x7F800000u;
 typedef struct {
     int num_units;
     int num_chunks;
+    int count_stride;           // units between the rows of the (3, ·) counts (num_units, or the
+                                // whole table's for a range of it: geofp8_units_create_range)
     const size_t* offset;       // (num_units) first element of each unit in the buffer
     const size_t* size;         // (num_units) elements
     const int* first_block;     // (num_units) index of the unit's first 512-block (fp8block scales)
@@ -138,6 +140,7 @@ static inline void geofp8_units_create(GeoFP8UnitTable* t, const std::vector<siz
     t->num_blocks = t->first_block[U];
     t->dev.num_units = U;
     t->dev.num_chunks = (int)chunk_unit.size();
+    t->dev.count_stride = U;
     t->dev.offset = geofp8_upload(offset.data(), offset.size());
     t->dev.size = geofp8_upload(size.data(), size.size());
     t->dev.first_block = geofp8_upload(t->first_block.data(), t->first_block.size());
@@ -145,10 +148,19 @@ static inline void geofp8_units_create(GeoFP8UnitTable* t, const std::vector<siz
     t->dev.chunk_begin = geofp8_upload(chunk_begin.data(), chunk_begin.size());
 }
 
+// Units [lo, hi) of `all` as a table of their own (unit lo becomes 0), for kernels that work on
+// part of the buffer: pass the per-unit arrays from entry lo (per-block arrays from
+// all->first_block[lo]) and the counts from column lo; their rows keep all's stride.
+static inline void geofp8_units_create_range(GeoFP8UnitTable* t, const GeoFP8UnitTable* all, int lo, int hi) {
+    std::vector<size_t> off(all->offset.begin() + lo, all->offset.begin() + hi), size(all->size.begin() + lo, all->size.begin() + hi);
+    geofp8_units_create(t, off, size);
+    t->dev.count_stride = all->dev.num_units;
+}
+
 static inline void geofp8_units_free(GeoFP8UnitTable* t) {
     const void* bufs[] = {t->dev.offset, t->dev.size, t->dev.first_block, t->dev.chunk_unit, t->dev.chunk_begin};
     for (const void* b : bufs) if (b) CUDA_CHECK(cudaFree((void*)b));
-    t->dev = GeoFP8Units{0, 0, NULL, NULL, NULL, NULL, NULL};
+    t->dev = GeoFP8Units{0, 0, 0, NULL, NULL, NULL, NULL, NULL};
     t->offset.clear(); t->size.clear(); t->first_block.clear();
     t->num_blocks = 0;
 }
@@ -293,9 +305,18 @@ __global__ void geofp8_block_scales_kernel(Fp8Format f, float* __restrict__ scal
 // *skip (device, 1 float) = 1.0f if any amax is non-finite (those groups get e = 0, s = 1), else
 // 0.0f: the step must then be skipped by every rank. A float, so that the two-phase reduction
 // can MAX all-reduce it to agree. As geofp8_block_scales on the CPU.
+static inline void geofp8_block_scales_more(Fp8Format f, float* scale, int* exps, float* skip, const float* amax, size_t n, int world_size,
+                                            cudaStream_t stream);
 static inline void geofp8_block_scales(Fp8Format f, float* scale, int* exps, float* skip, const float* amax, size_t n, int world_size,
                                        cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(skip, 0, sizeof(float), stream));
+    geofp8_block_scales_more(f, scale, exps, skip, amax, n, world_size, stream);
+}
+
+// geofp8_block_scales without clearing *skip first: scales made range by range within one step
+// (bucketed communication), where one non-finite range must skip the whole step.
+static inline void geofp8_block_scales_more(Fp8Format f, float* scale, int* exps, float* skip, const float* amax, size_t n, int world_size,
+                                            cudaStream_t stream) {
     if (n == 0) return;
     geofp8_block_scales_kernel<<<cuda_ceil_div((long long)n, 256), 256, 0, stream>>>(f, scale, exps, skip, amax, n,
                                                                                      geofp8_ceil_log2(world_size));
@@ -339,7 +360,7 @@ __global__ void geofp8_quantize_ef_units_kernel(Fp8Format f, uint8_t* __restrict
     und = geofp8_block_sum_u32(und);
     nz = geofp8_block_sum_u32(nz);
     if (threadIdx.x == 0) {
-        const size_t U = (size_t)t.num_units;
+        const size_t U = (size_t)t.count_stride;
         if (sat) atomicAdd(counts + u, (unsigned long long)sat);
         if (und) atomicAdd(counts + U + u, (unsigned long long)und);
         if (nz) atomicAdd(counts + 2 * U + u, (unsigned long long)nz);
@@ -350,7 +371,7 @@ __global__ void geofp8_quantize_ef_units_kernel(Fp8Format f, uint8_t* __restrict
 // scale[t->first_block[u] + j / 512] (block_mode 1, fp8block). Error feedback: if residual (device
 // array of num_units pointers, or NULL) has a non-NULL entry for unit u, residual[u][j] =
 // x - decode(q)/s for the unit's elements j (the unit's own buffer, indexed from its start).
-// counts (3, num_units) u64 (or NULL) += per unit: codes at ± the format's max | nonzero x that became ±0 |
+// counts (3, t->dev.count_stride) u64 (or NULL) += per unit: codes at ± the format's max | nonzero x that became ±0 |
 // nonzero x. skip (device, or NULL): when *skip != 0 nothing is written at all.
 // Bitwise geofp8_quantize_ef(_block) and geofp8_count_saturated_underflow.
 static inline void geofp8_quantize_ef_units(Fp8Format f, uint8_t* q, float* const* residual, const float* x, const float* scale, int block_mode,
@@ -560,6 +581,8 @@ typedef struct {
     float* factor;         // (geofp8_factor_floats(d_in, r)) packed T in use (identity at first)
     float* factor_next;    // same, the factor being computed at a refresh (broadcast buffer)
     float* residual;       // (d_out, d_in) error feedback in whitened coordinates, zero at start
+    float* residual_next;  // (d_out, d_in) with geofp8_device_double_buffer: where the quantizer of a
+                           // bucketed step writes the new residual (swapped in once the step is kept)
     float* omega;          // (d_in, k) test matrix of the current refresh
     float* Y;              // (d_in, k) sketch accumulator (SUM all-reduced)
     double* trA;           // (1) tr(A) accumulator (SUM all-reduced)
@@ -591,6 +614,7 @@ typedef struct {
     float* skip;                 // (1) 1.0f: a non-finite amax, every rank skips the step
     unsigned long long* counts;  // (4, num_units) saturated | underflow | nonzero | sum_saturated
     float** residual_table;      // (num_units) device array: the geometry units' residual buffers, else NULL
+    float** residual_next_table; // (num_units) the same for residual_next (geofp8_device_double_buffer), or NULL
     std::vector<int> unit_to_geo;     // (num_units) index into geo, or -1
     std::vector<GeoFP8DeviceUnit> geo;
     // scratch of the GEMM paths (grown on demand; geofp8_device_add_unit reserves what it can)
@@ -1266,6 +1290,11 @@ static inline int geofp8_device_add_unit(GeoFP8Device* g, int unit, int d_out, i
         geofp8_reserve(&g->dwork, &g->cap_dwork, geofp8_nystrom_doubles(d_in, gu.k, gu.r));
         geofp8_reserve_solver(g, g->dwork, gu.k, 1);
     }
+    if (g->residual_next_table) {
+        gu.residual_next = cuda_malloc<float>(n);
+        CUDA_CHECK(cudaMemset(gu.residual_next, 0, n * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(g->residual_next_table + unit, &gu.residual_next, sizeof(float*), cudaMemcpyHostToDevice));
+    }
     g->unit_to_geo[unit] = (int)g->geo.size();
     g->geo.push_back(gu);
     CUDA_CHECK(cudaMemcpy(g->residual_table + unit, &gu.residual, sizeof(float*), cudaMemcpyHostToDevice));
@@ -1288,12 +1317,12 @@ static inline void geofp8_device_reserve_tokens(GeoFP8Device* g, int n) {
 
 static inline void geofp8_device_free(GeoFP8Device* g) {
     for (GeoFP8DeviceUnit& gu : g->geo) {
-        void* bufs[] = {gu.factor, gu.factor_next, gu.residual, gu.omega, gu.Y, gu.trA, gu.A, gu.Gs, gu.LA, gu.LG, gu.LA_next, gu.LG_next,
+        void* bufs[] = {gu.factor, gu.factor_next, gu.residual, gu.residual_next, gu.omega, gu.Y, gu.trA, gu.A, gu.Gs, gu.LA, gu.LG, gu.LA_next, gu.LG_next,
                         gu.Y_ema, gu.trA_ema};
         for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
     }
     g->geo.clear();
-    void* bufs[] = {g->q, g->amax, g->scale, g->exps, g->skip, g->counts, g->residual_table, g->P, g->coef, g->widen, g->Z, g->rows,
+    void* bufs[] = {g->q, g->amax, g->scale, g->exps, g->skip, g->counts, g->residual_table, g->residual_next_table, g->P, g->coef, g->widen, g->Z, g->rows,
                     g->dsum, g->dwork, g->solver_work, g->info, g->seg_unit, g->recv, g->server_sum, g->server_residual,
                     g->server_residual_table, g->mine, g->seg_amax, g->seg_scale, g->seg_exps, g->server_skip, g->exps_all, g->server_exps,
                     g->server_exps_all};
@@ -1439,13 +1468,23 @@ static inline float* geofp8_device_unit_ptr(GeoFP8Device* g, float* x, const Geo
 
 // x (num_params): with `geometry`, every geometry unit becomes X = G T + R in place; then the
 // counters are zeroed and g->amax (num_groups) gets the local amax of every scale group.
-static inline void geofp8_device_whiten(GeoFP8Device* g, float* x, cudaStream_t stream) {  // X = G T + R, geometry units
-    for (const GeoFP8DeviceUnit& gu : g->geo) {
-        float* xu = geofp8_device_unit_ptr(g, x, gu);
-        if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
-        else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
-        geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, stream);
-    }
+static inline void geofp8_device_whiten_unit(GeoFP8Device* g, int gi, float* x, cudaStream_t stream) {  // X = G T + R, one geometry unit
+    const GeoFP8DeviceUnit& gu = g->geo[gi];
+    float* xu = geofp8_device_unit_ptr(g, x, gu);
+    if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
+    else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
+    geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, stream);
+}
+
+static inline void geofp8_device_unwhiten_unit(GeoFP8Device* g, int gi, float* x, cudaStream_t stream) {  // G = X T⁻¹, one geometry unit
+    const GeoFP8DeviceUnit& gu = g->geo[gi];
+    float* xu = geofp8_device_unit_ptr(g, x, gu);
+    if (gu.kfac) geofp8_kfac_unwhiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
+    else geofp8_unwhiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
+}
+
+static inline void geofp8_device_whiten(GeoFP8Device* g, float* x, cudaStream_t stream) {  // every geometry unit
+    for (size_t gi = 0; gi < g->geo.size(); gi++) geofp8_device_whiten_unit(g, (int)gi, x, stream);
 }
 
 static inline void geofp8_device_amax(GeoFP8Device* g, const float* x, cudaStream_t stream) {  // g->amax, counts zeroed
@@ -1479,12 +1518,8 @@ static inline void geofp8_device_dequantize(GeoFP8Device* g, float* x, cudaStrea
                             stream);
 }
 
-static inline void geofp8_device_unwhiten(GeoFP8Device* g, float* x, cudaStream_t stream) {  // G = X T⁻¹, geometry units
-    for (const GeoFP8DeviceUnit& gu : g->geo) {
-        float* xu = geofp8_device_unit_ptr(g, x, gu);
-        if (gu.kfac) geofp8_kfac_unwhiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
-        else geofp8_unwhiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
-    }
+static inline void geofp8_device_unwhiten(GeoFP8Device* g, float* x, cudaStream_t stream) {  // every geometry unit
+    for (size_t gi = 0; gi < g->geo.size(); gi++) geofp8_device_unwhiten_unit(g, (int)gi, x, stream);
 }
 
 static inline void geofp8_device_finish(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
@@ -1512,12 +1547,72 @@ static inline void geofp8_device_twophase_server(GeoFP8Device* g, cudaStream_t s
 // g->server_exps_all: x = decode(q) / (s N) with the server scales; unwhiten as in finish.
 static inline void geofp8_device_twophase_finish(GeoFP8Device* g, float* x, int geometry, cudaStream_t stream) {
     geofp8_twophase_dequantize(g->fmt, x, g->q, g->server_exps_all, g->shard_size, g->world_size, &g->units, stream);
-    if (!geometry) return;
-    for (const GeoFP8DeviceUnit& gu : g->geo) {
-        float* xu = geofp8_device_unit_ptr(g, x, gu);
-        if (gu.kfac) geofp8_kfac_unwhiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
-        else geofp8_unwhiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
+    if (geometry) geofp8_device_unwhiten(g, x, stream);
+}
+
+// --- the step phases on a range of units [lo, hi) (bucketed communication, native sum) ---
+// A step: geofp8_device_step_begin, then per range (`r` = geofp8_units_create_range(&g->units,
+// lo, hi), ranges in any order): [whiten its geometry units] | geofp8_device_amax_range |
+// comm_gpu_allreduce_f32_max of its groups (geofp8_device_first_group, _num_groups) |
+// geofp8_device_scales_range | geofp8_device_quantize_range | FP8 SUM of its units' codes |
+// geofp8_device_dequantize_range | [unwhiten]; then the u64 SUM of the counts and
+// geofp8_device_read_stats, as a whole step. Each range computes exactly what the whole-buffer
+// phases compute on its units (bitwise), with one difference: the quantizer writes the new
+// residuals into residual_next (geofp8_device_double_buffer), and nothing of this step is kept
+// until geofp8_device_swap_residuals, so a step skipped after some ranges went out loses nothing.
+
+// Gives every geometry unit (and every one added later) a second residual buffer.
+static inline void geofp8_device_double_buffer(GeoFP8Device* g) {
+    if (g->residual_next_table) return;
+    const int U = g->units.dev.num_units;
+    g->residual_next_table = cuda_malloc<float*>(U);
+    CUDA_CHECK(cudaMemset(g->residual_next_table, 0, (size_t)std::max(U, 1) * sizeof(float*)));
+    for (GeoFP8DeviceUnit& gu : g->geo) {
+        const size_t n = (size_t)gu.d_out * gu.d_in;
+        gu.residual_next = cuda_malloc<float>(n);
+        CUDA_CHECK(cudaMemset(gu.residual_next, 0, n * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(g->residual_next_table + gu.unit, &gu.residual_next, sizeof(float*), cudaMemcpyHostToDevice));
     }
+}
+
+// The residuals the quantizer wrote this step become the ones in use.
+static inline void geofp8_device_swap_residuals(GeoFP8Device* g) {
+    for (GeoFP8DeviceUnit& gu : g->geo) std::swap(gu.residual, gu.residual_next);
+    std::swap(g->residual_table, g->residual_next_table);
+}
+
+static inline int geofp8_device_first_group(const GeoFP8Device* g, int lo) { return g->block_mode ? g->units.first_block[lo] : lo; }
+static inline int geofp8_device_num_groups(const GeoFP8Device* g, int lo, int hi) {
+    return g->block_mode ? g->units.first_block[hi] - g->units.first_block[lo] : hi - lo;
+}
+
+static inline void geofp8_device_step_begin(GeoFP8Device* g, cudaStream_t stream) {  // counts and skip zeroed
+    CUDA_CHECK(cudaMemsetAsync(g->counts, 0, 4 * (size_t)g->units.dev.num_units * sizeof(unsigned long long), stream));
+    CUDA_CHECK(cudaMemsetAsync(g->skip, 0, sizeof(float), stream));
+}
+
+static inline void geofp8_device_amax_range(GeoFP8Device* g, const float* x, const GeoFP8UnitTable* r, int lo, cudaStream_t stream) {
+    float* amax = g->amax + geofp8_device_first_group(g, lo);
+    if (g->block_mode) geofp8_block_amax_units(amax, x, r, stream);
+    else geofp8_amax_units(amax, x, r, stream);
+}
+
+// after the MAX all-reduce of the range's groups; a non-finite amax sets *g->skip (never clears it)
+static inline void geofp8_device_scales_range(GeoFP8Device* g, const GeoFP8UnitTable* r, int lo, cudaStream_t stream) {
+    const int first = geofp8_device_first_group(g, lo), n = g->block_mode ? r->num_blocks : r->dev.num_units;
+    geofp8_block_scales_more(g->fmt, g->scale + first, g->exps + first, g->skip, g->amax + first, (size_t)n, g->world_size, stream);
+}
+
+static inline void geofp8_device_quantize_range(GeoFP8Device* g, const float* x, const GeoFP8UnitTable* r, int lo, int error_feedback,
+                                                cudaStream_t stream) {
+    float* const* res = error_feedback ? g->residual_next_table + lo : NULL;
+    geofp8_quantize_ef_units(g->fmt, g->q, res, x, g->scale + geofp8_device_first_group(g, lo), g->block_mode, r, g->counts + lo, NULL,
+                             stream);
+}
+
+static inline void geofp8_device_dequantize_range(GeoFP8Device* g, float* x, const GeoFP8UnitTable* r, int lo, cudaStream_t stream) {
+    geofp8_dequantize_units(g->fmt, x, g->q, g->scale + geofp8_device_first_group(g, lo), g->block_mode, g->world_size, r,
+                            g->counts + 3 * (size_t)g->units.dev.num_units + lo, stream);
 }
 
 // Host copies of the step's figures (synchronizes): per unit saturated, underflow, nonzero,

@@ -57,6 +57,7 @@ typedef struct {
     cudaStream_t stream;
     std::vector<cudaEvent_t> events;  // a pool, grown on the first step, reused afterwards
     std::vector<int> span_phase;      // (spans) the phase of span i: events 2i (start), 2i+1 (end)
+    std::vector<cudaStream_t> span_stream;  // (spans) the stream span i is recorded on
     double ms[GC_T_NUM];              // the last collected step
 } GradCommTimer;
 
@@ -64,11 +65,13 @@ static inline void gradcomm_timer_init(GradCommTimer* t, cudaStream_t stream) {
     t->stream = stream;
     t->events.clear();
     t->span_phase.clear();
+    t->span_stream.clear();
     for (double& v : t->ms) v = 0.0;
 }
 
-// Opens a span of `phase`; returns its handle for gradcomm_timer_end (-1 with no timer).
-static inline int gradcomm_timer_begin(GradCommTimer* t, int phase) {
+// Opens a span of `phase` on `stream` (spans on the bucket stream time the communication that
+// overlaps the backward); returns its handle for gradcomm_timer_end (-1 with no timer).
+static inline int gradcomm_timer_begin_on(GradCommTimer* t, int phase, cudaStream_t stream) {
     if (!t) return -1;
     int i = (int)t->span_phase.size();
     while (t->events.size() < 2 * (size_t)(i + 1)) {
@@ -77,18 +80,22 @@ static inline int gradcomm_timer_begin(GradCommTimer* t, int phase) {
         t->events.push_back(e);
     }
     t->span_phase.push_back(phase);
-    CUDA_CHECK(cudaEventRecord(t->events[2 * i], t->stream));
+    t->span_stream.push_back(stream);
+    CUDA_CHECK(cudaEventRecord(t->events[2 * i], stream));
     return i;
 }
 
+static inline int gradcomm_timer_begin(GradCommTimer* t, int phase) { return t ? gradcomm_timer_begin_on(t, phase, t->stream) : -1; }
+
 static inline void gradcomm_timer_end(GradCommTimer* t, int span) {
     if (!t || span < 0) return;
-    CUDA_CHECK(cudaEventRecord(t->events[2 * span + 1], t->stream));
+    CUDA_CHECK(cudaEventRecord(t->events[2 * span + 1], t->span_stream[span]));
 }
 
 // Sums the spans of this step per phase into t->ms (synchronizes) and starts a new step. Spans
 // nest (comm holds nccl, decode, ...) and the last opened is not always the last recorded, so
-// the whole stream is waited for before any elapsed time is read.
+// the whole stream is waited for before any elapsed time is read (the bucket stream's spans end
+// before the trainer's stream goes on: gradcomm_gpu_bucket_wait).
 static inline void gradcomm_timer_collect(GradCommTimer* t) {
     if (!t) return;
     for (double& v : t->ms) v = 0.0;
@@ -99,6 +106,7 @@ static inline void gradcomm_timer_collect(GradCommTimer* t) {
         t->ms[t->span_phase[i]] += ms;
     }
     t->span_phase.clear();
+    t->span_stream.clear();
 }
 
 static inline void gradcomm_timer_free(GradCommTimer* t) {
@@ -157,6 +165,22 @@ typedef struct {
     GradCommCounterfactual cf;        // gradcomm_gpu_plain_fp8_geo
     std::string output_dir;
     GradCommGPUStats stats;
+    // buckets (--bucket-mb; see gradcomm_gpu_start): the backward finishes the units in
+    // descending index order, so bucket b is the range of units [bucket_lo[b], bucket_hi[b])
+    GradBuckets buckets;
+    bool bucketing;                   // --bucket-mb > 0 and the native reduction
+    std::vector<int> bucket_lo, bucket_hi, unit_bucket;  // (buckets), (buckets), (units)
+    std::vector<GeoFP8UnitTable> bucket_units;           // (buckets) geofp8_units_create_range
+    std::vector<cudaEvent_t> bucket_ready;                // (buckets) recorded after its last unit's gradient
+    cudaEvent_t bucket_done;          // recorded on the bucket stream after the last bucket
+    cudaStream_t bucket_stream;       // the buckets' kernels and collectives (non-blocking)
+    CommGridGPU bucket_grid;          // the trainer's communicator, on bucket_stream
+    float* local_amax;                // (units) amax of each unit's local G before communication (+Inf: non-finite)
+    GradCommTimer* bucket_timer;      // the step's timer (or NULL)
+    int step;                         // the step being run
+    bool last_backward;               // the last micro-step's backward is being enqueued
+    bool bucketed_now;                // ... and this step goes out bucket by bucket
+    bool geometry_now;                // this step's FP8 codes are of X = G T + R on the geometry units
 } GradCommGPU;
 
 static inline bool gradcomm_gpu_is_fp8(const GradCommGPU* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
@@ -205,6 +229,17 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->fid_scratch = NULL;
     gc->cf = GradCommCounterfactual();
     gc->output_dir = tc->output_dir;
+    gc->buckets = gradcomm_buckets(gc->units, c->L, gc->twophase ? 0.0 : tc->bucket_mb);
+    gc->bucketing = !gc->twophase && tc->bucket_mb > 0.0f;
+    gc->bucket_lo.clear(); gc->bucket_hi.clear(); gc->unit_bucket.assign(gc->units.size(), 0);
+    gc->bucket_units.clear(); gc->bucket_ready.clear();
+    gc->bucket_done = NULL;
+    gc->bucket_stream = NULL;
+    gc->bucket_grid = CommGridGPU();
+    gc->local_amax = NULL;
+    gc->bucket_timer = NULL;
+    gc->step = 0;
+    gc->last_backward = gc->bucketed_now = gc->geometry_now = false;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
     if (world_size > 1 && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native FP8 sum in NCCL
@@ -230,9 +265,35 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
         geofp8_units_create(&gc->fid_units, off, size);
         gc->fid_scratch = cuda_malloc<double>(4 * (size_t)std::max(gc->fid_units.dev.num_chunks, 1));
     }
+    if (gc->bucketing) {
+        const GradBuckets& bk = gc->buckets;
+        const int U = (int)gc->units.size(), NB = gradcomm_num_buckets(&bk);
+        for (int i = 0; i < U; i++)
+            if (bk.order[i] != U - 1 - i) { fprintf(stderr, "gradcomm_gpu_init: the backward order is not descending unit index\n"); exit(1); }
+        GeoFP8UnitTable all;
+        geofp8_units_create(&all, off, size);
+        gc->bucket_units.resize(NB);
+        for (int b = 0; b < NB; b++) {
+            const int lo = U - bk.first[b + 1], hi = U - bk.first[b];
+            gc->bucket_lo.push_back(lo);
+            gc->bucket_hi.push_back(hi);
+            for (int u = lo; u < hi; u++) gc->unit_bucket[u] = b;
+            geofp8_units_create_range(&gc->bucket_units[b], &all, lo, hi);
+            cudaEvent_t e;
+            CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            gc->bucket_ready.push_back(e);
+        }
+        geofp8_units_free(&all);
+        CUDA_CHECK(cudaEventCreateWithFlags(&gc->bucket_done, cudaEventDisableTiming));
+        // non-blocking: the trainer's stream is the legacy default stream, which would otherwise
+        // wait for this one (and this one for it) at every launch
+        CUDA_CHECK(cudaStreamCreateWithFlags(&gc->bucket_stream, cudaStreamNonBlocking));
+        gc->local_amax = cuda_malloc<float>(gc->units.size());
+    }
     if (!gradcomm_gpu_is_fp8(gc)) return;
     geofp8_device_init(&gc->dev, off, size, gc->num_params, world_size, rank, gc->mode == "fp8block" ? 1 : 0, gc->twophase ? 1 : 0,
                        gc->fmt);
+    if (gc->bucketing) geofp8_device_double_buffer(&gc->dev);
     gc->has_device = true;
     if (gc->mode == "geofp8") {
         if (tc->geofp8_layers == "auto") gc->profiling = true;
@@ -262,6 +323,13 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
         geofp8_units_free(&cf.table);
     }
     gc->cf = GradCommCounterfactual();
+    for (GeoFP8UnitTable& t : gc->bucket_units) geofp8_units_free(&t);
+    for (cudaEvent_t e : gc->bucket_ready) CUDA_CHECK(cudaEventDestroy(e));
+    if (gc->bucket_done) CUDA_CHECK(cudaEventDestroy(gc->bucket_done));
+    if (gc->bucket_stream) CUDA_CHECK(cudaStreamDestroy(gc->bucket_stream));
+    if (gc->local_amax) CUDA_CHECK(cudaFree(gc->local_amax));
+    gc->bucket_units.clear(); gc->bucket_ready.clear();
+    gc->bucket_done = NULL; gc->bucket_stream = NULL; gc->local_amax = NULL;
     gc->has_device = false;
     gc->codes16 = NULL;
     gc->ref = NULL;
@@ -564,6 +632,172 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
     }
     if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads, s);
     if (keep_raw_geo) st.rel_l2_geo_fp8 = gradcomm_gpu_plain_fp8_geo(gc, grid, s);
+}
+
+// ----------------------------------------------------------------------------
+// bucketed steps (--bucket-mb > 0): the communication of gradcomm_gpu_reduce, bucket by bucket
+// on its own stream while the last micro-step's backward runs (llmc/gradcomm.h's contract).
+//
+//   gradcomm_gpu_start        before the last micro-step's backward: decides whether this step
+//                             goes out in buckets (not on a refresh or fidelity step, not with
+//                             twophase: those communicate after the backward as before)
+//   gradcomm_gpu_unit_ready   from the backward, after each unit's gradient is final; at a
+//                             bucket's last unit, an event on the trainer's stream, and the bucket
+//                             stream waits for it and runs the bucket:
+//       every mode   the local amax of each unit's G (+Inf: a non-finite element), the check
+//                    the unbucketed step makes with the gradient norm before it communicates
+//       fp32         f32 SUM of each unit (one NCCL group per bucket), / N
+//       bf16         encode, bf16 SUM of each unit, decode / N
+//       FP8 modes    X = G T + R on its geometry units | amax | f32 MAX of its scale groups |
+//                    scales | quantize (new residuals into the second buffer) | E4M3 SUM of each
+//                    unit | decode / (s N) | unwhiten
+//   gradcomm_gpu_bucket_wait  after the backward: waits for the bucket stream; whether every
+//                             local G was finite (the trainer then agrees on a skip over ranks)
+//   gradcomm_gpu_bucket_finish  on a kept step: the --geofp8-ema average, the counts, the scale
+//                             skip, and the new residuals swapped in
+// Each unit's arithmetic is that of the unbucketed step, so every bucket layout gives bitwise its
+// result wherever the collectives sum each element in the same order.
+
+// Before the last micro-step's backward of `step`; returns whether it goes out in buckets.
+static inline bool gradcomm_gpu_start(GradCommGPU* gc, CommGridGPU* grid, int step, bool fidelity, GradCommTimer* t) {
+    gc->step = step;
+    gc->last_backward = true;
+    gc->bucketed_now = gc->bucketing && !gc->refresh_now && !(fidelity && gc->ref);
+    gc->geometry_now = gc->has_device && gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
+    if (!gc->bucketed_now) return false;
+    gc->bucket_grid = *grid;
+    gc->bucket_grid.stream = gc->bucket_stream;
+    gc->bucket_timer = t;
+    if (gc->has_device) geofp8_device_step_begin(&gc->dev, gc->bucket_stream);
+    return true;
+}
+
+// The geometry units of bucket b, whitened (forward) or mapped back.
+static inline void gradcomm_gpu_bucket_transform(GradCommGPU* gc, int b, float* grads, bool forward) {
+    for (int u = gc->bucket_lo[b]; u < gc->bucket_hi[b]; u++) {
+        int gi = gc->dev.unit_to_geo[u];
+        if (gi < 0) continue;
+        if (forward) geofp8_device_whiten_unit(&gc->dev, gi, grads, gc->bucket_stream);
+        else geofp8_device_unwhiten_unit(&gc->dev, gi, grads, gc->bucket_stream);
+    }
+}
+
+// Bucket b's communication on the bucket stream (see above).
+static inline void gradcomm_gpu_bucket_launch(GradCommGPU* gc, int b, float* grads) {
+    CommGridGPU* grid = &gc->bucket_grid;
+    GradCommTimer* t = gc->bucket_timer;
+    cudaStream_t s = gc->bucket_stream;
+    const int lo = gc->bucket_lo[b], hi = gc->bucket_hi[b], N = gc->world_size;
+    const GeoFP8UnitTable* r = &gc->bucket_units[b];
+    auto unit_ptr = [&](int u) { return grads + gc->units[u].offset; };
+    auto unit_n = [&](int u) { return gradcomm_gpu_unit_size(gc->units[u]); };
+    int sp = gradcomm_timer_begin_on(t, GC_T_AMAX, s);
+    geofp8_amax_units(gc->local_amax + lo, grads, r, s);
+    gradcomm_timer_end(t, sp);
+    if (gc->mode == "fp32" || gc->mode == "bf16") {
+        const bool b16 = gc->mode == "bf16";
+        if (b16) {
+            sp = gradcomm_timer_begin_on(t, GC_T_QUANTIZE, s);
+            for (int u = lo; u < hi; u++) geofp8_bf16_encode(gc->codes16 + gc->units[u].offset, unit_ptr(u), unit_n(u), s);
+            gradcomm_timer_end(t, sp);
+        }
+        sp = gradcomm_timer_begin_on(t, GC_T_NCCL, s);
+        comm_gpu_group_begin(grid);
+        for (int u = lo; u < hi; u++) {
+            if (b16) comm_gpu_allreduce_bf16_sum(grid, gc->codes16 + gc->units[u].offset, gc->codes16 + gc->units[u].offset, unit_n(u));
+            else comm_gpu_allreduce_f32_sum(grid, unit_ptr(u), unit_ptr(u), unit_n(u));
+        }
+        comm_gpu_group_end(grid);
+        gradcomm_timer_end(t, sp);
+        sp = gradcomm_timer_begin_on(t, GC_T_DECODE, s);
+        for (int u = lo; u < hi; u++) {
+            if (b16) geofp8_bf16_decode_average(unit_ptr(u), gc->codes16 + gc->units[u].offset, unit_n(u), N, s);
+            else geofp8_average(unit_ptr(u), unit_n(u), N, s);
+        }
+        gradcomm_timer_end(t, sp);
+        return;
+    }
+    GeoFP8Device* g = &gc->dev;
+    if (gc->geometry_now) {
+        sp = gradcomm_timer_begin_on(t, GC_T_WHITEN, s);
+        gradcomm_gpu_bucket_transform(gc, b, grads, true);
+        gradcomm_timer_end(t, sp);
+    }
+    sp = gradcomm_timer_begin_on(t, GC_T_AMAX, s);
+    geofp8_device_amax_range(g, grads, r, lo, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin_on(t, GC_T_NCCL, s);
+    float* amax = g->amax + geofp8_device_first_group(g, lo);
+    comm_gpu_allreduce_f32_max(grid, amax, amax, geofp8_device_num_groups(g, lo, hi));
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin_on(t, GC_T_QUANTIZE, s);
+    geofp8_device_scales_range(g, r, lo, s);
+    geofp8_device_quantize_range(g, grads, r, lo, gc->geometry_now ? 1 : 0, s);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin_on(t, GC_T_NCCL, s);
+    comm_gpu_group_begin(grid);
+    for (int u = lo; u < hi; u++) comm_gpu_allreduce_fp8_sum(grid, g->q + gc->units[u].offset, g->q + gc->units[u].offset, unit_n(u), gc->fmt);
+    comm_gpu_group_end(grid);
+    gradcomm_timer_end(t, sp);
+    sp = gradcomm_timer_begin_on(t, GC_T_DECODE, s);
+    geofp8_device_dequantize_range(g, grads, r, lo, s);
+    gradcomm_timer_end(t, sp);
+    if (gc->geometry_now) {
+        sp = gradcomm_timer_begin_on(t, GC_T_UNWHITEN, s);
+        gradcomm_gpu_bucket_transform(gc, b, grads, false);
+        gradcomm_timer_end(t, sp);
+    }
+}
+
+// From the backward on `stream` (the trainer's): unit's gradient in grads is final.
+static inline void gradcomm_gpu_unit_ready(GradCommGPU* gc, int unit, float* grads, cudaStream_t stream) {
+    if (!gc->bucketed_now || !gc->last_backward) return;
+    const int b = gc->unit_bucket[unit];
+    if (unit != gc->bucket_lo[b]) return;  // not the bucket's last unit yet
+    CUDA_CHECK(cudaEventRecord(gc->bucket_ready[b], stream));
+    CUDA_CHECK(cudaStreamWaitEvent(gc->bucket_stream, gc->bucket_ready[b], 0));
+    gradcomm_gpu_bucket_launch(gc, b, grads);
+}
+
+// After the backward of a bucketed step: the trainer's stream waits for the bucket stream, and
+// the host for both; returns whether every unit's local G was finite.
+static inline bool gradcomm_gpu_bucket_wait(GradCommGPU* gc, cudaStream_t stream) {
+    gc->last_backward = false;
+    CUDA_CHECK(cudaEventRecord(gc->bucket_done, gc->bucket_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, gc->bucket_done, 0));
+    std::vector<float> amax(gc->units.size());
+    CUDA_CHECK(cudaMemcpyAsync(amax.data(), gc->local_amax, amax.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (float a : amax) if (!(a <= FLT_MAX)) return false;
+    return true;
+}
+
+// A bucketed step every rank keeps (no rank saw a non-finite loss or G): what
+// gradcomm_gpu_reduce does after its collectives. stats.skipped: a non-finite scale (every rank
+// alike); the new residuals are kept otherwise. Synchronizes the stream.
+static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid, GradCommTimer* t) {
+    GradCommGPUStats& st = gc->stats;
+    const size_t U = gc->units.size(), P = gc->num_params;
+    cudaStream_t s = grid->stream;
+    st.bytes = 0.0;
+    st.skipped = false;
+    st.refreshed = false;
+    st.has_fidelity = false;
+    st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
+    if (gc->mode == "fp32") { st.bytes = comm_gpu_ring_bytes(grid, 4.0 * P); return; }
+    if (gc->mode == "bf16") { st.bytes = comm_gpu_ring_bytes(grid, 2.0 * P); return; }
+    GeoFP8Device* g = &gc->dev;
+    if (gc->ema > 0.0f && gc->sketch_now) geofp8_device_ema_update(g, gc->ema, s);
+    st.bytes = comm_gpu_ring_bytes(grid, 4.0 * g->num_groups) + comm_gpu_ring_bytes(grid, (double)P);
+    int sp = gradcomm_timer_begin(t, GC_T_NCCL);
+    comm_gpu_allreduce_u64_sum(grid, g->counts, g->counts, 3 * U);
+    gradcomm_timer_end(t, sp);
+    if (geofp8_device_read_stats(g, st.saturated.data(), st.underflow.data(), st.nonzero.data(), st.sum_saturated.data(), s)) {
+        st.skipped = true;
+        return;
+    }
+    if (gc->geometry_now) geofp8_device_swap_residuals(g);
+    if (gc->profiling) gradcomm_gpu_profile(gc, gc->step);
 }
 
 // ----------------------------------------------------------------------------

@@ -11,6 +11,8 @@
 #   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
 #     (bf16 compute against fp32), the same bytes on every step, the logged RelL2 near the CPU
 #     engine's (bounds and their measured worst cases where they are checked);
+#   - every unit its own gradient bucket (--bucket-mb 0.0001) bitwise the unbucketed run in each
+#     kind of mode, on 2 and 4 emulated GPUs, with gradient accumulation and a skipped NaN step;
 #   - auto layer selection, bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint
 #     (fallback to the intact one), the lock on -o, an injected NaN skipped by every rank, a lost
 #     peer ending the job with one line, ranks with different flags (-l, --max-skips) refused over NCCL,
@@ -163,11 +165,56 @@ if cmp -s "$TMP/ms0/model_00000004.bin" "$TMP/ms1/model_00000004.bin" && [ -f "$
     pass "emu.muon_shard_bitwise_np2: rank 0 orthogonalizes 8 of 16 matrices"
 else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(tail -2 "$TMP/ms1.out")"; fi
 
+# --- gradient buckets (--bucket-mb): each mode gives bitwise the same run whether each unit is its
+#     own bucket, sent on the bucket stream as the backward finishes it (0.0001 MB: 27 buckets on
+#     tiny), or the whole gradient goes after the backward (0): the model, every rank's state file
+#     and every metrics field but the times. No fidelity steps (they communicate after the
+#     backward); with --geofp8-refresh 2, steps 1 and 3 refresh after the backward and step 2 goes
+#     out in buckets on the geometry path (the new residuals in the second buffer). Rows: the
+#     geofp8 one with 2 micro-steps per rank (-d 128), and on 4 emulated GPUs; a NaN on rank 1 at
+#     the bucketed step 2 (skipped; the residuals the quantizer wrote are not kept); the auto
+#     selection with --geofp8-ema (step 1 profiles in buckets, step 3 on the geometry path).
+same_metrics() { python3 - "$1" "$2" <<'EOF'
+import json, sys
+def rows(d):
+    return [{k: v for k, v in json.loads(l).items() if not k.startswith("t_") and k not in ("ms", "tokens_per_s", "eta_s", "mfu")}
+            for l in open(d + "/metrics.jsonl")]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+sys.exit(0 if a == b and len(a) > 0 else 1)
+EOF
+}
+BK=(-e tiny -b 1 -t 32 -x 3 -n 3 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
+BGEO="-c geofp8 --geofp8-layers layers.1.fc2,layers.2.fc1 --geofp8-rank 8 --geofp8-refresh 2 --geofp8-power auto"
+i=0
+for spec in "2 fp32|-d 64 -c fp32" "2 bf16|-d 64 -c bf16" "2 fp8block|-d 64 -c fp8block --fp8-format e5m2" "2 geofp8_accum2|-d 128 $BGEO" \
+            "4 geofp8|-d 128 $BGEO" "2 geofp8_nan|-d 64 $BGEO|TRAIN_LLAMA_TEST_NAN=2:1" \
+            "2 geofp8_auto_ema|-d 64 -c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9 --geofp8-rank 8" \
+            "2 kfac|-d 64 -c kfac --geofp8-refresh 2"; do
+    IFS='|' read -r head flags nan <<<"$spec"
+    read -r np name <<<"$head"
+    i=$((i + 1))
+    for mb in 0 0.0001; do
+        # shellcheck disable=SC2086
+        "${MPIRUN[@]}" -np "$np" env $nan "$EMU/train_llama" "${BK[@]}" $flags --bucket-mb $mb -o "$TMP/bk${i}_$mb" >"$TMP/bk${i}_$mb.out" 2>&1
+    done
+    same=1
+    for f in model_00000003.bin $(cd "$TMP/bk${i}_0" 2>/dev/null && ls state_00000003_*.bin); do
+        cmp -s "$TMP/bk${i}_0/$f" "$TMP/bk${i}_0.0001/$f" || same=0
+    done
+    buckets=$(grep -o "gradient buckets *| [0-9]* of" "$TMP/bk${i}_0.0001.out" | grep -o "[0-9]* of")
+    if [ "$same" = 1 ] && [ -f "$TMP/bk${i}_0/model_00000003.bin" ] && same_metrics "$TMP/bk${i}_0" "$TMP/bk${i}_0.0001" &&
+       [ "$buckets" = "27 of" ] && { [ -z "$nan" ] || grep -q "step     2/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; then
+        pass "emu.buckets_bitwise_np${np}_$name"
+    else fail "emu.buckets_bitwise_np${np}_$name" "identical files $same, buckets '$buckets'; $(tail -1 "$TMP/bk${i}_0.0001.out")"; fi
+done
+
 # --- bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint: rank 1's step-6
 #     state file is truncated, so rank 1 alone finds it damaged; both ranks fall back to step 3
 #     (llmc/run.h, the same path as the CPU engine's) and 3 + resume + 3 == 6 steps straight.
 #     With --geofp8-ema: step 3 is inside a sketch window, whose average comes from the state files.
-RES=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}" --geofp8-ema 0.9)
+#     Without fidelity steps, so that the steps between refreshes go out in buckets (the default
+#     --bucket-mb) and the residuals saved at step 3 are a bucketed step's.
+RES=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}" --geofp8-ema 0.9 --fidelity-every 0)
 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RES[@]}" -o "$TMP/straight" >"$TMP/s.out" 2>&1
 cp -r "$TMP/straight" "$TMP/resumed"
 truncate -s 4096 "$TMP/resumed/state_00000006_00001.bin"

@@ -88,10 +88,18 @@ cudaError_t cudaMallocHost(void** p, size_t n) { *p = malloc(n ? n : 1); return 
 cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 struct CUevent_st { int dummy; };
 cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 1.0f; return cudaSuccess; }
+// Everything runs in call order on the host, so a stream is only a handle and waiting on an
+// event has nothing to wait for.
+struct CUstream_st { int dummy; };
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { *s = new CUstream_st(); return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 }
 
 // ---------------------------------------------------------------- scheduler
