@@ -663,6 +663,7 @@ typedef struct {
     double comm_bytes;  // sent by this rank
     int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite loss or gradient on that rank)
     int ns_matrices;      // matrices this rank orthogonalized (all of them, or its share with --muon-shard)
+    int comm_buckets;     // buckets communicated during the backward (0: after it)
 } StepStats;
 
 
@@ -714,6 +715,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     if (gc) gc->last_backward = false;
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1; st.ns_matrices = 0;
+    st.comm_buckets = bucketed ? gradcomm_num_buckets(&gc->buckets) : 0;
     // A non-finite loss or gradient on any rank: every rank skips this step identically. A
     // non-finite element makes the (fp64) sum of squares non-finite, so the local norm is the
     // finiteness check (a bucketed step: the units' local amax, taken before each bucket went
@@ -991,6 +993,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "tokens_per_s", tok_s);
             if (mfu >= 0) logger_field(&line, "mfu", mfu);
             logger_field(&line, "comm_bytes", comm_bytes);
+            logger_field(&line, "comm_buckets_overlapped", st.comm_buckets);
             logger_field(&line, "eta_s", eta);
             gradcomm_gpu_log_fields(&gc, &line);
             gradcomm_timer_log_fields(&timer, &line);

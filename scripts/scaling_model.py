@@ -8,7 +8,8 @@ an alpha-beta model of the collectives the engine sends, on top of phase times m
 Inputs
   --run MODE=DIR   a 1-GPU run of train_llama in that -c mode (TRAIN_LLAMA_TEST_NCCL=1 makes it run
                    every collective of the mode on a one-rank communicator), with the per-GPU batch
-                   of the run to predict. From DIR/metrics.jsonl, mean over the steps after
+                   of the run to predict and --bucket-mb 0 (a bucketed step's t_comm_ms is only
+                   what the backward did not hide; such a run is refused). From DIR/metrics.jsonl, mean over the steps after
                    --skip-steps: t_forward_ms, t_backward_ms, t_optimizer_ms, and the mode's codec
                    time t_comm_ms - t_nccl_ms (amax, quantize, whiten, decode, unwhiten and the
                    factor refreshes at their rate). DIR/geofp8_layers.txt, when there, names the
@@ -109,6 +110,9 @@ def read_run(d, skip):
                 continue
             if not all(isinstance(r.get(k), (int, float)) for k in keys):
                 sys.exit(f"error: --run: {path} step {r.get('step')} lacks the phase times {keys} (a train_llama run, not train_llama_cpu)")
+            if r.get("comm_buckets_overlapped", 0):
+                sys.exit(f"error: --run: {path} step {r.get('step')} was communicated in buckets during the backward "
+                         f"(comm_buckets_overlapped {r['comm_buckets_overlapped']}): its phase times overlap; calibrate with --bucket-mb 0")
             for k in keys:
                 acc[k].append(float(r[k]))
             if isinstance(r.get("tokens"), (int, float)) and r["step"] > 0:

@@ -126,7 +126,12 @@ with tempfile.TemporaryDirectory() as root:
     os.makedirs(cpu)
     with open(os.path.join(cpu, "metrics.jsonl"), "w") as f:
         f.write("".join(json.dumps({"step": s, "train_loss": 5.0, "ms": 3.0}) + "\n" for s in range(1, 5)))
-    for name, argv in [("bad_mode", base + ["--run", "fp9=x"]), ("missing_dir", ["--run", f"fp32={root}/nope"]),
+    # a bucketed run (its t_comm_ms is the unhidden part only) is refused
+    bk = write_run(root, "bucketed", 10.0, 20.0, 1.0, 2.0, 1.0)
+    rows = [json.loads(l) for l in open(os.path.join(bk, "metrics.jsonl"))]
+    with open(os.path.join(bk, "metrics.jsonl"), "w") as f:
+        f.write("".join(json.dumps(dict(r, comm_buckets_overlapped=3) if "train_loss" in r else r) + "\n" for r in rows))
+    for name, argv in [("bucketed_run", ["--model", "tiny", "--run", f"fp32={bk}"]), ("bad_mode", base + ["--run", "fp9=x"]), ("missing_dir", ["--run", f"fp32={root}/nope"]),
                        ("bad_gpus", base + ["--gpus", "8,x"]), ("no_fp32", ["--model", "tiny", "--run", f"fp8={r8}"]),
                        ("bad_model", ["--model", "gpt5", "--estimate"]), ("cpu_run", ["--model", "tiny", "--run", f"fp32={cpu}"])]:
         out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "scaling_model.py")] + argv, capture_output=True, text=True)
