@@ -9,6 +9,8 @@ Checks: check(name, ok, detail) prints "PASS name" or "FAIL name: detail" and co
 From Python:  sys.path.insert(0, "test"); from testlib import bound; ok = bound(name, value, 1e-3)
 From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1 when it fails;
               a VALUE that is not a number fails and is shown)
+              python3 test/testlib.py --same-run DIR_A DIR_B STEP   (exit status 0 when two runs
+              wrote the same checkpoint at STEP and the same metrics: same_run(); else prints why)
 """
 import math
 import sys
@@ -55,7 +57,47 @@ def checkpoint_tensors(path):
     return out
 
 
+def same_metrics(dir_a, dir_b):
+    """Whether two runs' metrics.jsonl hold the same rows, every field but the times (t_*, ms,
+    tokens_per_s, eta_s, mfu) compared exactly; False when either is empty or missing."""
+    import json
+
+    def rows(d):
+        with open(d + "/metrics.jsonl") as f:
+            return [{k: v for k, v in json.loads(l).items() if not k.startswith("t_") and k not in ("ms", "tokens_per_s", "eta_s", "mfu")}
+                    for l in f]
+    try:
+        a, b = rows(dir_a), rows(dir_b)
+    except (OSError, ValueError):
+        return False
+    return a == b and len(a) > 0
+
+
+def same_run(dir_a, dir_b, step):
+    """Whether two runs ended alike: the model and every rank's state file of checkpoint `step`
+    byte for byte, and same_metrics(). Returns (verdict, what differs)."""
+    import filecmp
+    import glob
+    import os
+    tag = "%08d" % step
+    names = ["model_%s.bin" % tag] + sorted(os.path.basename(p) for p in glob.glob(os.path.join(dir_a, "state_%s_*.bin" % tag)))
+    if not os.path.isfile(os.path.join(dir_a, names[0])):
+        return False, "%s has no %s" % (dir_a, names[0])
+    differ = [n for n in names if not os.path.isfile(os.path.join(dir_b, n)) or
+              not filecmp.cmp(os.path.join(dir_a, n), os.path.join(dir_b, n), shallow=False)]
+    if differ:
+        return False, "files differ: " + " ".join(differ)
+    if not same_metrics(dir_a, dir_b):
+        return False, "metrics.jsonl rows differ"
+    return True, ""
+
+
 def main(argv):
+    if len(argv) == 5 and argv[1] == "--same-run":
+        ok, why = same_run(argv[2], argv[3], int(argv[4]))
+        if not ok:
+            print(why)
+        return 0 if ok else 1
     if len(argv) not in (4, 5):
         print("usage: python3 test/testlib.py NAME VALUE BOUND [DETAIL]", file=sys.stderr)
         return 2
