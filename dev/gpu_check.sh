@@ -16,9 +16,12 @@
 #   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so)
 #   bench_<p>     tokens/s, MFU (ours and llm.c's convention), peak memory and per-phase times of
 #                 d12, llama300m (B=4, T=4096) and llama600m (B=4, T=2048): 5 timed steps after 2 warm-up steps
-#   bench_buckets d12 (B=4, T=1024) in -c fp8 on a one-rank NCCL communicator, with --bucket-mb 0
-#                 (after the backward) and 25 (a stream of its own during the backward): the ms per
-#                 step of each and their ratio, the cost of the bucket plumbing itself at 1 GPU
+#   bench_buckets d12 (B=4, T=1024) on a one-rank NCCL communicator: -c fp8 with --bucket-mb 0
+#                 (after the backward) and 25 (a stream of its own during the backward), the ms per
+#                 step of each and their ratio (the cost of the bucket plumbing itself at 1 GPU);
+#                 and -c fp32 with --bucket-mb 0, for the next row
+#   scaling_model scripts/scaling_model.py on the two --bucket-mb 0 runs: the predicted step time
+#                 and gain of fp8 over fp32 at 64 GPUs, without and with overlap
 #   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio
 # The reference curves are made beforehand by the CPU engine (make gpu-refs, i.e. this script's
 # --refs): the GPU machine runs no CPU reference and needs no BLAS.
@@ -186,7 +189,8 @@ if [ "$ACTION" = list ]; then
     ref_files | while read -r f; do echo "refs/$f $REFS/$f"; done
     base=$ROOT; [ "$LAYOUT" = repo ] && base=$src_root
     # the runs' default data (llmc/train_config.h) and the tokenizer
-    for f in data/gpt2_tokenizer.bin "$base"/data/kjv/kjv_train_*.bin "$base"/data/kjv/kjv_val_*.bin "${FIXTURES[@]}" dev/bench_pytorch.py; do
+    for f in data/gpt2_tokenizer.bin "$base"/data/kjv/kjv_train_*.bin "$base"/data/kjv/kjv_val_*.bin "${FIXTURES[@]}" dev/bench_pytorch.py \
+             scripts/scaling_model.py llmc/llama.h; do
         f=${f#"$base"/}
         echo "$f $base/$f"
     done
@@ -798,21 +802,40 @@ if wanted "$key"; then
     elif ! blocked "$key" train_llama; then
         if ! in_budget 40; then out_of_budget "$key"
         else
-            detail="d12 B=4 T=1024 -c fp8, one-rank NCCL, steps $((BENCH_WARMUP + 1))-$((BENCH_WARMUP + BENCH_TIMED)):"
+            detail="d12 B=4 T=1024, one-rank NCCL, steps $((BENCH_WARMUP + 1))-$((BENCH_WARMUP + BENCH_TIMED)):"
             result=PASS; t0=$SECONDS; ms0=""
-            for mb in 0 25; do
-                rm -rf "${LOGS:?}/${key}_$mb"
-                run 90 "$LOGS/${key}_$mb.log" env TRAIN_LLAMA_TEST_NCCL=1 "$BIN/train_llama" -e d12 -b 4 -t 1024 -c fp8 --bucket-mb $mb \
-                    -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$LOGS/${key}_$mb"
-                if [ $RC -ne 0 ]; then result=FAIL; detail="$detail --bucket-mb $mb: $(why "$LOGS/${key}_$mb.log")"; break; fi
-                read -r n ms _ _ _ c _ <<<"$(timed_means "$LOGS/${key}_$mb/metrics.jsonl")"
-                if [ "${n:-0}" -ne "$BENCH_TIMED" ]; then result=FAIL; detail="$detail --bucket-mb $mb: $n timed steps"; break; fi
-                detail="$detail --bucket-mb $mb $ms ms (comm $c ms);"
-                [ -z "$ms0" ] && ms0=$ms
+            for run_spec in "fp8 0" "fp8 25" "fp32 0"; do
+                read -r comm mb <<<"$run_spec"
+                dir=$LOGS/${key}_${comm}_$mb
+                rm -rf "${dir:?}"
+                run 90 "$dir.log" env TRAIN_LLAMA_TEST_NCCL=1 "$BIN/train_llama" -e d12 -b 4 -t 1024 -c "$comm" --bucket-mb "$mb" \
+                    -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$dir"
+                if [ $RC -ne 0 ]; then result=FAIL; detail="$detail -c $comm --bucket-mb $mb: $(why "$dir.log")"; break; fi
+                read -r n ms _ _ _ c _ <<<"$(timed_means "$dir/metrics.jsonl")"
+                if [ "${n:-0}" -ne "$BENCH_TIMED" ]; then result=FAIL; detail="$detail -c $comm --bucket-mb $mb: $n timed steps"; break; fi
+                detail="$detail -c $comm --bucket-mb $mb $ms ms (comm $c ms);"
+                if [ "$comm $mb" = "fp8 0" ]; then ms0=$ms; fi
+                if [ "$comm $mb" = "fp8 25" ]; then detail="$detail ratio $(awk -v a="$ms" -v b="$ms0" 'BEGIN { printf "%.3f", a / b }') (bucketed / after the backward);"; fi
             done
-            [ "$result" = PASS ] && detail="$detail ratio $(awk -v a="$ms" -v b="$ms0" 'BEGIN { printf "%.3f", a / b }') (bucketed / after the backward)"
             row "$key" "$result" $((SECONDS - t0)) "$detail"
         fi
+    fi
+fi
+
+# the scaling model on those runs: the 64-GPU row of its table (an alpha-beta prediction from
+# 1-GPU phase times, with the link defaults of the script)
+key=scaling_model
+if wanted "$key"; then
+    if [ "$EMULATE" = 1 ]; then row "$key" SKIP 0 "emulated: no phase times"
+    elif [ ! -s "$LOGS/bench_buckets_fp32_0/metrics.jsonl" ] || [ ! -s "$LOGS/bench_buckets_fp8_0/metrics.jsonl" ]; then
+        row "$key" SKIP 0 "the bench_buckets runs are missing"
+    elif ! command -v python3 >/dev/null 2>&1; then row "$key" SKIP 0 "no python3"
+    else
+        run 60 "$LOGS/$key.log" python3 scripts/scaling_model.py --model d12 --run fp32="$LOGS/bench_buckets_fp32_0" \
+            --run fp8="$LOGS/bench_buckets_fp8_0" --skip-steps "$BENCH_WARMUP" --gpus 8,16,32,64
+        line=$(grep '^| 64 |' "$LOGS/$key.log" | head -1)
+        if [ $RC -eq 0 ] && [ -n "$line" ]; then row "$key" PASS "$DT" "d12 B=4 T=1024 at 64 GPUs (ms; gain over fp32; then overlapped): $line"
+        else row "$key" FAIL "$DT" "$(why "$LOGS/$key.log") $(tail -1 "$LOGS/$key.log")"; fi
     fi
 fi
 
