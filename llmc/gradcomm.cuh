@@ -6,8 +6,9 @@
 // gradcomm_gpu_reduce() replaces the local fp32 gradient buffer grads (num_params, flat layout of
 // llama.h, device) by the communicated average over ranks after the last micro-step; with
 // --bucket-mb > 0 the same work runs bucket by bucket during that micro-step's backward on a
-// stream of its own (gradcomm_gpu_start / _unit_ready / _bucket_wait / _bucket_finish, below). Every kernel / cuBLAS / cuSOLVER step is llmc/geofp8.cuh (GeoFP8Device),
-// every collective is llmc/comm.cuh (NCCL on the trainer's stream or the bucket stream); this file only orders them:
+// stream of its own (gradcomm_gpu_start / _unit_ready / _bucket_wait / _bucket_finish, below).
+// Every kernel / cuBLAS / cuSOLVER step is llmc/geofp8.cuh (GeoFP8Device), every collective is
+// llmc/comm.cuh (NCCL on the trainer's stream or the bucket stream); this file only orders them:
 //
 //   fp32      f32 SUM all-reduce, / N
 //   bf16      bf16 encode, bf16 SUM all-reduce (bf16 rounding at every combine), decode / N
