@@ -59,13 +59,14 @@ def checkpoint_tensors(path):
 
 def same_metrics(dir_a, dir_b):
     """Whether two runs' metrics.jsonl hold the same rows, every field but the times (t_*, ms,
-    tokens_per_s, eta_s, mfu) compared exactly; False when either is empty or missing."""
+    tokens_per_s, eta_s, mfu) and how the step went out (comm_buckets_overlapped) compared
+    exactly; False when either is empty or missing."""
     import json
+    skip = ("ms", "tokens_per_s", "eta_s", "mfu", "comm_buckets_overlapped")
 
     def rows(d):
         with open(d + "/metrics.jsonl") as f:
-            return [{k: v for k, v in json.loads(l).items() if not k.startswith("t_") and k not in ("ms", "tokens_per_s", "eta_s", "mfu")}
-                    for l in f]
+            return [{k: v for k, v in json.loads(l).items() if not k.startswith("t_") and k not in skip} for l in f]
     try:
         a, b = rows(dir_a), rows(dir_b)
     except (OSError, ValueError):
