@@ -104,7 +104,7 @@ test-gpu: cuda-all
 	for op in $(DEV_OPS); do ./$(BUILD)/dev_$$op --validate-only; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ] || status=1; done; \
 	exit $$status
 
-# One line per kernel of llmc/attention.cuh and llmc/muon.cuh, from nvcc -Xptxas -v.
+# One line per kernel of llmc/attention.cuh (flash_attention.cuh's included) and llmc/muon.cuh, from nvcc -Xptxas -v.
 ptxas-report:
 	@mkdir -p $(BUILD)
 	@{ echo "# ptxas resource usage of the attention and Muon kernels (nvcc -Xptxas -v, -arch=$(GPU_ARCH), -O3)"; \
@@ -114,7 +114,7 @@ ptxas-report:
 	     printf "%-5s %-6s %-6s %-7s %-7s %s\n" regs smem stack spill_st spill_ld kernel; \
 	     $(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -Xptxas -v -c dev/cuda/$$op.cu -o $(BUILD)/ptxas_$$op.o 2>&1 | awk -v op="$$op" ' \
 	       /Compiling entry function/ { match($$0, /_Z[0-9]+[a-z_]+/); name = substr($$0, RSTART, RLENGTH); \
-	         fn = $$0; sub(/.*function .__*/, "", fn); sub(/. for .*/, "", fn); full = "_" fn; keep = (name ~ ("^_Z[0-9]+" op "_")); next } \
+	         fn = $$0; sub(/.*function .__*/, "", fn); sub(/. for .*/, "", fn); full = "_" fn; keep = (name ~ ("^_Z[0-9]+" op "_") || (op == "attention" && name ~ /^_Z[0-9]+flash_/)); next } \
 	       /bytes stack frame/ { stack = $$1; sst = $$5; sld = $$9; next } \
 	       /Used [0-9]+ registers/ { if (keep) { regs = $$0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs); \
 	         smem = "0"; if ($$0 ~ /bytes smem/) { smem = $$0; sub(/ bytes smem.*/, "", smem); sub(/.*, /, "", smem) } \

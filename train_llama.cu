@@ -157,7 +157,7 @@ typedef struct {
     cudaStream_t stream;
 } LlamaModel;
 
-static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T) {
+static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T, AttentionKind attention) {
     m->config = *c;
     m->num_params = llama_num_params(c);
     size_t P = m->num_params;
@@ -204,7 +204,7 @@ static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T)
     rope_precompute_cpu(cos_t.data(), sin_t.data(), T, HS);
     m->rope_cos = cuda_upload(cos_t.data(), cos_t.size());
     m->rope_sin = cuda_upload(sin_t.data(), sin_t.size());
-    attention_scratch_alloc(&m->attn, B, T, c->NH, c->NKV, HS);
+    attention_scratch_alloc(&m->attn, attention, B, T, c->NH, c->NKV, HS);
     muon_workspace_init(&m->muon);
     m->muon_x = NULL;
     // reserve the largest Muon batch now so no allocation happens inside the training loop
@@ -815,6 +815,10 @@ int main(int argc, char** argv) {
     LlamaConfig lc;
     bool from_file = false;
     int accum_steps = run_resolve_config(&tc, &lc, grid.world_size, &from_file);
+    AttentionKind attention = ATTENTION_CUBLAS;
+    if (!attention_kind_from_name(tc.attention.c_str(), llama_head_size(&lc), &attention))
+        user_error("--attention flash: the fused kernels take head sizes 16, 32, 64 and 128, this model's is %d (use cublas or auto)",
+                   llama_head_size(&lc));
     MuonPreset preset = MUON_MOONLIGHT;
     muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
     MuonConfig mc = muon_config(preset);
@@ -850,7 +854,7 @@ int main(int argc, char** argv) {
     int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
     CudaDeviceInfo dev = cuda_device_info(grid.nccl.device);
     LlamaModel model;
-    llama_model_alloc(&model, &lc, tc.B, tc.T);
+    llama_model_alloc(&model, &lc, tc.B, tc.T, attention);
     if (start_step > 0) {
         llama_set_params(&model, resume_params.data());
         std::vector<float>().swap(resume_params);
@@ -881,6 +885,9 @@ int main(int argc, char** argv) {
         if (dev.peak_bf16_flops > 0) snprintf(b, sizeof(b), "%.0f TFLOP/s bf16 dense", dev.peak_bf16_flops / 1e12);
         else snprintf(b, sizeof(b), "unknown device: MFU n/a");
         run_print_row("peak for MFU", b);
+        snprintf(b, sizeof(b), "%s (--attention %s, head size %d)", model.attn.kind == ATTENTION_FLASH ? "flash, fused" : "cublas, unfused",
+                 tc.attention.c_str(), llama_head_size(&lc));
+        run_print_row("attention", b);
         run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
                            start_step, "NCCL", llama_buckets_row(&gc, &tc).c_str());
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);

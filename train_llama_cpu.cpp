@@ -504,6 +504,8 @@ int main(int argc, char** argv) {
     comm_init(&grid, &argc, &argv);
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
+    if (tc.attention != "auto")
+        user_error("--attention %s: train_llama_cpu has one attention, the fp32 reference (flash and cublas are train_llama's)", tc.attention.c_str());
 
     // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;

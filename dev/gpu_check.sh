@@ -16,6 +16,10 @@
 #   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so)
 #   bench_<p>     tokens/s, MFU (ours and llm.c's convention), peak memory and per-phase times of
 #                 d12, llama300m (B=4, T=4096) and llama600m (B=4, T=2048): 5 timed steps after 2 warm-up steps
+#   bench_attention  dev_attention --bench-only (causal TFLOP/s of the flash and cublas kernels at
+#                 llama300m's shape and at HS=128, T=4096, next to a measured GEMM ceiling), then
+#                 llama300m (B=4, T=4096) again with --attention cublas (the unfused path): ms/step
+#                 and peak memory next to bench_llama300m's (flash), and the speed-up
 #   bench_buckets d12 (B=4, T=1024) on a one-rank NCCL communicator: -c fp8 with --bucket-mb 0
 #                 (after the backward) and 25 (a stream of its own during the backward), the ms per
 #                 step of each and their ratio (the cost of the bucket plumbing itself at 1 GPU);
@@ -767,7 +771,7 @@ mem_sampler_start() {  # the device's used memory every 200 ms, into FILE
 }
 mem_sampler_stop() { [ -n "$MEM_PID" ] && kill "$MEM_PID" 2>/dev/null; [ -n "$MEM_PID" ] && wait "$MEM_PID" 2>/dev/null; MEM_PID=""; }
 
-declare -A OURS_TOKS=()
+declare -A OURS_TOKS=() OURS_MS=() OURS_MEM=()
 for spec in "${BENCH[@]}"; do
     read -r preset B T <<<"$spec"
     key=bench_$preset
@@ -792,8 +796,46 @@ for spec in "${BENCH[@]}"; do
         printf "\n"
     }')
     OURS_TOKS[$preset]=$(awk -v B="$B" -v T="$T" -v ms="$ms" 'BEGIN { printf "%.0f", B * T / (ms / 1000) }')
+    OURS_MS[$preset]=$ms
+    OURS_MEM[$preset]=$peakmem
     row "$key" PASS "$DT" "B=$B T=$T, steps $((BENCH_WARMUP + 1))-$((BENCH_WARMUP + BENCH_TIMED)): $summary; peak $peakmem; fwd $f bwd $b comm $c opt $o ms"
 done
+
+# the llama300m step with the unfused attention: what the fused kernels (the default) gain
+key=bench_attention
+if wanted "$key"; then
+    if [ "$EMULATE" = 1 ]; then row "$key" SKIP 0 "emulated: every timer reads 1 ms, no throughput"
+    elif ! blocked "$key" train_llama; then
+        if ! in_budget 40; then out_of_budget "$key"
+        else
+            # the kernels alone first: causal TFLOP/s of both paths at llama300m's and the HS=128, T=4096 shape
+            kern=""
+            if [ -x "$BIN/dev_attention" ]; then
+                run 90 "$LOGS/${key}_kernels.log" "$BIN/dev_attention" --bench-only
+                kern=$(awk '$1 == "bench" && ($2 == "llama300m" || $2 == "hs128_t4096") && ($4 == "forward" || $4 == "backward") {
+                           for (i = 1; i <= NF; i++) if ($i == "TFLOP/s") { printf "%s%s %s %s %s TFLOP/s", sep, $2, $3, $4, $(i - 1); sep = ", "; break } }' \
+                      "$LOGS/${key}_kernels.log")
+                ceil=$(awk '$2 == "cuBLASLt" { for (i = 1; i <= NF; i++) if ($i == "TFLOP/s") print $(i - 1) }' "$LOGS/${key}_kernels.log" | head -1)
+                [ $RC -eq 0 ] && [ -n "$kern" ] || kern="dev_attention --bench-only failed: $(why "$LOGS/${key}_kernels.log")"
+                kern="kernels (causal, GEMM ceiling ${ceil:-?} TFLOP/s): $kern; "
+            fi
+            B=4; T=4096
+            rm -rf "${LOGS:?}/$key"
+            base=$(timeout 30 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+            mem_sampler_start "$LOGS/$key.mem"
+            run 150 "$LOGS/$key.log" "$BIN/train_llama" -e llama300m -b $B -t $T --attention cublas -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$LOGS/$key"
+            mem_sampler_stop
+            read -r n ms _ f b _ _ <<<"$(timed_means "$LOGS/$key/metrics.jsonl")"
+            peakmem=$(awk -v b="${base:-0}" '$1 ~ /^[0-9]+$/ && $1 > m { m = $1 } END { if (m > 0) printf "%.1f GiB", m / 1024; else print "n/a" }' "$LOGS/$key.mem" 2>/dev/null)
+            if [ $RC -ne 0 ]; then row "$key" FAIL "$DT" "${kern}llama300m B=$B T=$T --attention cublas: $(why "$LOGS/$key.log")"
+            elif [ "${n:-0}" -ne "$BENCH_TIMED" ]; then row "$key" FAIL "$DT" "${kern}$n timed steps logged, expected $BENCH_TIMED"
+            elif [ -z "${OURS_MS[llama300m]}" ]; then row "$key" PASS "$DT" "${kern}llama300m B=$B T=$T --attention cublas: $ms ms/step (fwd $f bwd $b), peak $peakmem; no bench_llama300m (flash) to compare"
+            else
+                row "$key" PASS "$DT" "${kern}llama300m B=$B T=$T step: cublas $ms ms (fwd $f bwd $b), peak $peakmem; flash ${OURS_MS[llama300m]} ms, peak ${OURS_MEM[llama300m]}; flash speed-up $(awk -v a="$ms" -v b="${OURS_MS[llama300m]}" 'BEGIN { printf "%.2fx", a / b }')"
+            fi
+        fi
+    fi
+fi
 
 # the bucketed step's own overhead at 1 GPU (nothing to hide there: the collectives are copies)
 key=bench_buckets

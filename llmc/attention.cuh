@@ -20,8 +20,8 @@
 //   dQ = dS K,  dK = dSᵀ Q
 // Cost: the GEMMs compute the full (T, T) square although only the causal half is needed, and the
 // (B, NH, T, T) scores and probabilities go through HBM (fp32 + bf16, one layer at a time, never
-// kept). A fused flash-style kernel would remove both; this path is the correct baseline it
-// would be validated against.
+// kept). The fused kernels of flash_attention.cuh remove both; this path is their reference and
+// the fallback for head sizes they do not cover (--attention cublas|flash|auto, AttentionKind).
 // Precision: bf16 operands, fp32 GEMM accumulation, fp32 scores and softmax, bf16 probabilities.
 // Determinism: fixed GEMM plans and warp-per-row reductions; no atomics. Stream: the stream
 // argument (GEMMs share matmul.cuh's workspace).
@@ -29,12 +29,31 @@
 #include <cmath>
 #include "cuda_common.cuh"
 #include "matmul.cuh"
+#include "flash_attention.cuh"
 
 static const int ATTENTION_WARPS = 8;  // rows per block of the softmax kernels
 static const int ATTENTION_BLOCK = 256;
 
-// Per-call scratch, sized for the largest (B, T) of a run; smaller (B, T) reuse it.
+typedef enum { ATTENTION_CUBLAS, ATTENTION_FLASH } AttentionKind;
+
+// --attention: auto = flash where the head size is supported, else cublas. Returns false (and
+// leaves *kind) for a name it does not know or flash with an unsupported head size.
+static inline bool attention_kind_from_name(const char* name, int HS, AttentionKind* kind) {
+    if (strcmp(name, "cublas") == 0) { *kind = ATTENTION_CUBLAS; return true; }
+    if (strcmp(name, "flash") == 0 && !flash_attention_supported(HS)) return false;
+    if (strcmp(name, "flash") == 0 || strcmp(name, "auto") == 0) {
+        *kind = flash_attention_supported(HS) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
+        return true;
+    }
+    return false;
+}
+
+static inline const char* attention_kind_name(AttentionKind kind) { return kind == ATTENTION_FLASH ? "flash" : "cublas"; }
+
+// Per-call scratch, sized for the largest (B, T) of a run; smaller (B, T) reuse it. The flash path
+// needs only the row dots D (B, NH, T); the others stay NULL.
 typedef struct {
+    AttentionKind kind;
     bf16* q;        // (B, NH, T, HS)
     bf16* k;        // (B, NKV, T, HS)
     bf16* v;        // (B, NKV, T, HS)
@@ -44,14 +63,22 @@ typedef struct {
     bf16* dv;       // (B, NKV, T, HS)
     float* scores;  // (B, NH, T, T) S, then dP in the backward
     bf16* probs;    // (B, NH, T, T) P, then dS in the backward
+    float* rowdot;  // (B, NH, T) flash: D = rowsum(dO ∘ O)
 } AttentionScratch;
 
-static inline size_t attention_scratch_bytes(int B, int T, int NH, int NKV, int HS) {
+static inline size_t attention_scratch_bytes(AttentionKind kind, int B, int T, int NH, int NKV, int HS) {
     size_t qh = (size_t)B * NH * T * HS, kh = (size_t)B * NKV * T * HS, tt = (size_t)B * NH * T * T;
+    if (kind == ATTENTION_FLASH) return 4 * (size_t)B * NH * T;
     return 2 * (3 * qh + 4 * kh) + 4 * tt + 2 * tt;
 }
 
-static inline void attention_scratch_alloc(AttentionScratch* s, int B, int T, int NH, int NKV, int HS) {
+static inline void attention_scratch_alloc(AttentionScratch* s, AttentionKind kind, int B, int T, int NH, int NKV, int HS) {
+    memset(s, 0, sizeof(*s));
+    s->kind = kind;
+    if (kind == ATTENTION_FLASH) {
+        s->rowdot = cuda_malloc<float>((size_t)B * NH * T);
+        return;
+    }
     size_t qh = (size_t)B * NH * T * HS, kh = (size_t)B * NKV * T * HS, tt = (size_t)B * NH * T * T;
     s->q = cuda_malloc<bf16>(qh);
     s->k = cuda_malloc<bf16>(kh);
@@ -65,7 +92,7 @@ static inline void attention_scratch_alloc(AttentionScratch* s, int B, int T, in
 }
 
 static inline void attention_scratch_free(AttentionScratch* s) {
-    void* bufs[] = {s->q, s->k, s->v, s->o, s->dq, s->dk, s->dv, s->scores, s->probs};
+    void* bufs[] = {s->q, s->k, s->v, s->o, s->dq, s->dk, s->dv, s->scores, s->probs, s->rowdot};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
 }
 
@@ -213,6 +240,10 @@ static inline void attention_forward(bf16* out,          // (B, T, NH * HS)
                                      const bf16* qkv,    // (B, T, (NH + 2*NKV) * HS)
                                      AttentionScratch* s,
                                      int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    if (s->kind == ATTENTION_FLASH) {
+        flash_attention_forward(out, lse, qkv, B, T, NH, NKV, HS, stream);
+        return;
+    }
     int row = (NH + 2 * NKV) * HS, group = NH / NKV, G = group * T;
     float scale = 1.0f / sqrtf((float)HS);
     long long sq = (long long)G * HS, skv = (long long)T * HS, ss = (long long)G * T;
@@ -239,6 +270,10 @@ static inline void attention_backward(bf16* dqkv,          // (B, T, (NH + 2*NKV
                                       const float* lse,    // (B, NH, T)
                                       AttentionScratch* s,
                                       int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+    if (s->kind == ATTENTION_FLASH) {
+        flash_attention_backward(dqkv, s->rowdot, dout, qkv, out, lse, B, T, NH, NKV, HS, stream);
+        return;
+    }
     int row = (NH + 2 * NKV) * HS, group = NH / NKV, G = group * T;
     float scale = 1.0f / sqrtf((float)HS);
     long long sq = (long long)G * HS, skv = (long long)T * HS, ss = (long long)G * T;

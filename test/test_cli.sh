@@ -62,6 +62,8 @@ expect_error cli_geofp8_power_negative "--geofp8-power" "${FAST[@]}" -x 1 -c geo
 expect_error cli_geofp8_ema_with_kfac "--geofp8-ema: averages the sketch of -c geofp8" "${FAST[@]}" -x 1 -c kfac --geofp8-ema 0.9
 expect_error cli_geofp8_ema_one "--geofp8-ema: expected a number in \[0, 0.999\], found 1" "${FAST[@]}" -x 1 -c geofp8 --geofp8-ema 1
 # the FP8 format: one of the two, and only with a mode that sends FP8 codes
+expect_error cli_attention_unknown "--attention" "${FAST[@]}" -x 1 --attention fused
+expect_error cli_attention_cpu_engine "--attention flash: train_llama_cpu has one attention" "${FAST[@]}" -x 1 --attention flash
 expect_error cli_fp8_format_unknown "--fp8-format" "${FAST[@]}" -x 1 -c fp8 --fp8-format e4m2
 expect_error cli_fp8_format_with_fp32 "--fp8-format e5m2: sets the codes of the FP8 modes (fp8, fp8block, geofp8, kfac), found -c fp32" "${FAST[@]}" -x 1 -c fp32 --fp8-format e5m2
 expect_error cli_geofp8_damping_zero "--geofp8-damping: expected a number in" "${FAST[@]}" -x 1 -c geofp8 --geofp8-damping 0

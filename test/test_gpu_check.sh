@@ -65,7 +65,7 @@ else
     # the emulated programs: test_cuda_emulated.sh (before this test) builds them; again if stale
     stale=""
     if [ -x "$EMU/train_llama" ]; then
-        stale=$(find train_llama.cu llmc dev/emu dev/cuda/geofp8.cu test/test_llama_gpu.cu -newer "$EMU/train_llama" -type f 2>/dev/null | head -1)
+        stale=$(find train_llama.cu llmc dev/emu dev/cuda/geofp8.cu dev/cuda/attention.cu test/test_llama_gpu.cu test/test_mma_layout.cu -newer "$EMU/train_llama" -type f 2>/dev/null | head -1)
     fi
     if [ ! -x "$EMU/train_llama" ] || [ -n "$stale" ]; then
         bash dev/emu/build.sh "$EMU" >"$TMP/emu_build.log" 2>&1 || fail gpu_check.emu_build "$(grep -m3 -E 'error|failed' "$TMP/emu_build.log")"
@@ -99,7 +99,7 @@ else
     check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(tail -3 "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
-    want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise memcheck racecheck bench_d12 bench_llama300m bench_llama600m bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m "
+    want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise memcheck racecheck bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m "
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
@@ -112,7 +112,7 @@ else
         pass "gpu_check.emulated_tiny_measured: max rel $tiny_rel, bound 5e-3 (4 steps, bf16 against fp32)"
     else fail gpu_check.emulated_tiny_measured "no max rel in: $(detail_of tiny "$R")"; fi
     check gpu_check.emulated_mode_labelled 'detail_of mode_geofp8 "$R" | grep -q "^orchestration only (1 rank): max rel"' "$(detail_of mode_geofp8 "$R")"
-    for k in dev_matmul memcheck racecheck bench_d12 bench_llama600m bench_buckets scaling_model torch_llama300m; do
+    for k in dev_matmul memcheck racecheck bench_d12 bench_llama600m bench_attention bench_buckets scaling_model torch_llama300m; do
         check "gpu_check.emulated_${k}_skipped_with_reason" '[ "$(result_of $k "$R")" = SKIP ] && detail_of $k "$R" | grep -q "^emulated: ."' "$(row_of $k "$R")"
     done
     check gpu_check.results_in_out_while_running '[ "$seen_live" -ge 5 ]' "$seen_live rows seen in \$OUT before the end"

@@ -30,7 +30,9 @@
 // state file read back bitwise by the CPU code path (checkpoint.h readers) and the CPU reference
 // layers (llmc/*.h) compute the same logits from it as the GPU (2e-2); a CPU-written checkpoint
 // (checkpoint.h writer) loads bitwise into the GPU engine, bf16 copy included.
-// Usage: build/test_llama_gpu   (from the repository root)
+// The model runs with the attention kernels named by the argument (auto = flash where the head
+// size allows, as train_llama; flash; cublas), so both paths meet the same fixture.
+// Usage: build/test_llama_gpu [auto|flash|cublas]   (from the repository root)
 #define TRAIN_LLAMA_NO_MAIN
 #include "../train_llama.cu"
 #include "../llmc/encoder.h"
@@ -124,7 +126,8 @@ static float backward_mean_loss(LlamaModel* m, const int* tokens, const int* tar
     return llama_slot_mean_loss(m, B * T, 0);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    const char* attention_name = argc > 1 ? argv[1] : "auto";
     if (!cuda_device_present()) {
         test_skip("test_llama_gpu", "no CUDA device");
         return 77;
@@ -148,8 +151,15 @@ int main(void) {
     checkpoint_read_model_header(MODEL_PATH, "-e", &from_file, &ck_step);
     test_check("gpu_model_checkpoint_header", llama_config_equal(&from_file, &lc) && ck_step == 0, "config %s",
                llama_config_string(&from_file).c_str());
+    AttentionKind attention;
+    if (!attention_kind_from_name(attention_name, llama_head_size(&lc), &attention)) {
+        fprintf(stderr, "test_llama_gpu: attention '%s' is not auto, flash or cublas, or does not take head size %d\n", attention_name,
+                llama_head_size(&lc));
+        return 2;
+    }
+    printf("  attention: %s\n", attention_kind_name(attention));
     LlamaModel m;
-    llama_model_alloc(&m, &lc, B, T);
+    llama_model_alloc(&m, &lc, B, T, attention);
     llama_load_model(&m, MODEL_PATH, "-e");
     std::vector<float> loaded = llama_get_params(&m);
     test_check("gpu_model_checkpoint_payload", memcmp(loaded.data(), fx.f("params"), P * sizeof(float)) == 0,

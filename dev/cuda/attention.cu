@@ -1,6 +1,7 @@
-// dev/cuda/attention.cu — llmc/attention.cuh (cuBLASLt batched GEMMs + causal softmax with saved
-// lse, GQA) against attention_forward_cpu / attention_backward_cpu (llmc/attention.h), then a
-// benchmark.
+// dev/cuda/attention.cu — both attention paths of llmc/attention.cuh, the fused kernels of
+// llmc/flash_attention.cuh (--attention flash) and the unfused one (cuBLASLt batched GEMMs + causal
+// softmax with saved lse, GQA; --attention cublas), against attention_forward_cpu /
+// attention_backward_cpu (llmc/attention.h) and against each other, then a benchmark.
 // Tolerances (max |got - ref| / max |ref|), with the worst a CPU emulation of these exact
 // roundings measured on the whole-tensor shapes below (T up to 2048; dev/emu, with the GPU
 // forward's out as the backward's input, stays within the same figures there and on d12 at
@@ -30,8 +31,15 @@
 // HS=128); measured on one core of a development machine: 1.1 s and 0.6 s per slice, the
 // slices side by side. The whole llama300m tensor (64 slices) would be ~70 s on one core, hence
 // the slices. No (T, T) buffer on the host.
-// The benchmark runs B=4 at the real T.
-// Usage: build/dev_attention [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+// Flash (llmc/flash_attention.cuh) is validated at the same shapes as the cuBLAS path, plus odd
+// T (tails of every tile kind) at each head size 16..128 and GQA groups of 1 to 3; each of those
+// shapes and the B=4 real shapes also compare flash against the cuBLAS path on the GPU (same
+// tolerances) and run the flash backward twice, bitwise equal.
+// The benchmark runs both paths at B=4 and each preset's T, and at HS=128, T=4096 (16 heads), and
+// prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
+// cuBLASLt bf16 GEMM.
+// Usage: build/dev_attention [--validate-only] [--small] [--bench-only]
+//   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
@@ -98,7 +106,7 @@ static SliceRef slice_reference(const Slice& s, const float* qkv, const float* d
 }
 
 // all_slices: compare the whole outputs; otherwise the slices of slices_of(B, NKV, false).
-static bool validate(const char* tag, int B, int T, int NH, int NKV, int HS, bool all_slices, uint64_t seed) {
+static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, int NKV, int HS, bool all_slices, uint64_t seed) {
     std::string t = tag;
     int QKV = (NH + 2 * NKV) * HS, group = NH / NKV, GO = group * HS;
     size_t nqkv = (size_t)B * T * QKV, nout = (size_t)B * T * NH * HS, nlse = (size_t)B * NH * T;
@@ -110,7 +118,7 @@ static bool validate(const char* tag, int B, int T, int NH, int NKV, int HS, boo
     // GPU, forward then backward on the forward's own out and lse; scratch and buffers are freed
     // before the next shape (llama300m's scratch alone is 6 GiB)
     AttentionScratch s;
-    attention_scratch_alloc(&s, B, T, NH, NKV, HS);
+    attention_scratch_alloc(&s, kind, B, T, NH, NKV, HS);
     bf16* d_qkv = cuda_upload_bf16(qkv.data(), nqkv);
     bf16* d_dout = cuda_upload_bf16(dout.data(), nout);
     bf16* d_out = cuda_malloc<bf16>(nout);
@@ -190,11 +198,78 @@ static bool validate(const char* tag, int B, int T, int NH, int NKV, int HS, boo
     return ok;
 }
 
-static void bench(const char* preset, int B, int T, int NH, int NKV, int HS) {
+// Both paths on the GPU, same bf16 inputs: flash against cublas (out, lse, dq, dk, dv within the
+// reference tolerances), each backward on its own forward's out and lse; then the flash backward
+// once more, bitwise equal (no atomics).
+static bool flash_vs_cublas(const char* tag, int B, int T, int NH, int NKV, int HS, uint64_t seed) {
+    std::string t = tag;
+    int QKV = (NH + 2 * NKV) * HS;
+    size_t nqkv = (size_t)B * T * QKV, nout = (size_t)B * T * NH * HS, nlse = (size_t)B * NH * T;
+    std::vector<float> qkv = cuda_host_uniform(nqkv, seed, 2.0f), dout = cuda_host_uniform(nout, seed + 1, 1.0f);
+    bf16* d_qkv = cuda_upload_bf16(qkv.data(), nqkv);
+    bf16* d_dout = cuda_upload_bf16(dout.data(), nout);
+    bf16* d_out = cuda_malloc<bf16>(nout);
+    float* d_lse = cuda_malloc<float>(nlse);
+    bf16* d_dqkv = cuda_malloc<bf16>(nqkv);
+    std::vector<float> out[2], lse[2], dqkv[2];
+    AttentionKind kinds[2] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
+    std::vector<float> again;
+    for (int k = 0; k < 2; k++) {
+        AttentionScratch s;
+        attention_scratch_alloc(&s, kinds[k], B, T, NH, NKV, HS);
+        CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(bf16)));
+        attention_forward(d_out, d_lse, d_qkv, &s, B, T, NH, NKV, HS, 0);
+        attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, &s, B, T, NH, NKV, HS, 0);
+        out[k] = cuda_download_float(d_out, nout);
+        lse[k] = cuda_download(d_lse, nlse);
+        dqkv[k] = cuda_download_float(d_dqkv, nqkv);
+        if (k == 0) {
+            attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, &s, B, T, NH, NKV, HS, 0);
+            again = cuda_download_float(d_dqkv, nqkv);
+        }
+        attention_scratch_free(&s);
+    }
+    void* bufs[] = {d_qkv, d_dout, d_out, d_lse, d_dqkv};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    bool ok = cuda_check_close((t + ".out").c_str(), out[0].data(), out[1].data(), nout, TOL_OUT);
+    ok &= cuda_check_close((t + ".lse").c_str(), lse[0].data(), lse[1].data(), nlse, TOL_LSE);
+    // dq, dk, dv columns, each against its own scale
+    int c0[3] = {0, NH * HS, (NH + NKV) * HS}, width[3] = {NH * HS, NKV * HS, NKV * HS};
+    const char* parts[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        std::vector<float> g, r;
+        for (size_t row = 0; row < (size_t)B * T; row++) {
+            g.insert(g.end(), &dqkv[0][row * QKV + c0[p]], &dqkv[0][row * QKV + c0[p]] + width[p]);
+            r.insert(r.end(), &dqkv[1][row * QKV + c0[p]], &dqkv[1][row * QKV + c0[p]] + width[p]);
+        }
+        ok &= cuda_check_close((t + "." + parts[p]).c_str(), g.data(), r.data(), g.size(), TOL_DQKV);
+    }
+    bool same = memcmp(again.data(), dqkv[0].data(), nqkv * sizeof(float)) == 0;
+    printf("%s %s.backward_bitwise_repeatable\n", same ? "PASS" : "FAIL", tag);
+    fflush(stdout);
+    return ok && same;
+}
+
+// The H200's bf16 ceiling as measured here: one 8192^3 cuBLASLt GEMM.
+static double measured_gemm_flops(void) {
+    const int n = 8192;
+    bf16 *a = cuda_malloc<bf16>((size_t)n * n), *b = cuda_malloc<bf16>((size_t)n * n), *c = cuda_malloc<bf16>((size_t)n * n);
+    cuda_fill_uniform(a, (size_t)n * n, 5, 1.0f);
+    cuda_fill_uniform(b, (size_t)n * n, 6, 1.0f);
+    float ms = cuda_bench_ms([&] { matmul_cublaslt(c, CUDA_R_16BF, NULL, a, b, n, n, n, false, false, n, n, n, 1.0f, 0.0f, 1, 0, 0, 0, 0); }, 2, 10);
+    double flops = 2.0 * n * (double)n * n / (ms * 1e-3);
+    cuda_print_bench("cuBLASLt bf16 GEMM 8192^3 (the ceiling)", ms, 0, 2.0 * n * (double)n * n);
+    void* bufs[] = {a, b, c};
+    for (void* x : bufs) CUDA_CHECK(cudaFree(x));
+    return flops;
+}
+
+// Times one path at one shape; returns {forward, backward} ms.
+static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, int NKV, int HS, double ceiling, float* ms_out) {
     int QKV = (NH + 2 * NKV) * HS;
     size_t nqkv = (size_t)B * T * QKV, nout = (size_t)B * T * NH * HS;
     AttentionScratch s;
-    attention_scratch_alloc(&s, B, T, NH, NKV, HS);
+    attention_scratch_alloc(&s, kind, B, T, NH, NKV, HS);
     bf16* qkv = cuda_malloc<bf16>(nqkv);
     bf16* out = cuda_malloc<bf16>(nout);
     bf16* dout = cuda_malloc<bf16>(nout);
@@ -202,46 +277,90 @@ static void bench(const char* preset, int B, int T, int NH, int NKV, int HS) {
     float* lse = cuda_malloc<float>((size_t)B * NH * T);
     cuda_fill_uniform(qkv, nqkv, 1, 1.0f);
     cuda_fill_uniform(dout, nout, 2, 1.0f);
-    // causal useful work (what MFU counts): 2 GEMMs of 2*T*T*HS per head, halved; the backward 2.5x
+    // causal useful work (what MFU counts): 2 products of 2*T*T*HS per head, halved; the backward 2.5x
     double flops = 2.0 * 2.0 * B * NH * (double)T * T * HS / 2.0;
     char what[96];
-    float ms = cuda_bench_ms([&] { attention_forward(out, lse, qkv, &s, B, T, NH, NKV, HS, 0); }, 2, 10);
-    snprintf(what, sizeof(what), "%s attention_forward B=%d T=%d NH=%d HS=%d", preset, B, T, NH, HS);
-    cuda_print_bench(what, ms, 0, flops);
-    ms = cuda_bench_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, &s, B, T, NH, NKV, HS, 0); }, 2, 10);
-    snprintf(what, sizeof(what), "%s attention_backward", preset);
-    cuda_print_bench(what, ms, 0, 2.5 * flops);
-    printf("  (causal FLOPs; the GEMMs compute the full T x T square, so executed FLOP/s is twice that)\n");
+    const char* name = attention_kind_name(kind);
+    ms_out[0] = cuda_bench_ms([&] { attention_forward(out, lse, qkv, &s, B, T, NH, NKV, HS, 0); }, 2, 10);
+    snprintf(what, sizeof(what), "%s %s forward B=%d T=%d NH=%d HS=%d", preset, name, B, T, NH, HS);
+    cuda_print_bench(what, ms_out[0], 0, flops);
+    printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling\n", flops / (ms_out[0] * 1e-3) / 1e12,
+           100.0 * flops / (ms_out[0] * 1e-3) / ceiling);
+    ms_out[1] = cuda_bench_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, &s, B, T, NH, NKV, HS, 0); }, 2, 10);
+    snprintf(what, sizeof(what), "%s %s backward", preset, name);
+    cuda_print_bench(what, ms_out[1], 0, 2.5 * flops);
+    printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling\n", 2.5 * flops / (ms_out[1] * 1e-3) / 1e12,
+           100.0 * 2.5 * flops / (ms_out[1] * 1e-3) / ceiling);
+    fflush(stdout);
     void* bufs[] = {qkv, out, dout, dqkv, lse};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     attention_scratch_free(&s);
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    bool validate_only = false, small = false, bench_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
+        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
+        else if (strcmp(argv[i], "--bench-only") == 0) bench_only = true;
+        else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--bench-only]\n"); return 2; }
+    }
     if (!cuda_device_present()) { printf("SKIP dev_attention: no CUDA device\n"); return 77; }
     matmul_init();
-    const char* presets[] = {"tiny", "d12", "llama600m"};
-    bool ok = validate("dev_attention.odd_gqa3_HS24", 2, 37, 6, 2, 24, true, 3);
-    for (const char* name : presets) {
-        LlamaConfig c = {};
-        llama_preset(name, &c);
-        ok &= validate((std::string("dev_attention.") + name).c_str(), 1, c.T, c.NH, c.NKV, llama_head_size(&c), true, 60);
-    }
-    // the real shapes, B=4 at the preset's T, on slices
-    const char* real[] = {"d12", "llama600m", "llama300m"};
-    for (const char* name : real) {
-        LlamaConfig c = {};
-        llama_preset(name, &c);
-        std::string tag = std::string("dev_attention.") + name + "_B4_T" + std::to_string(c.T);
-        ok &= validate(tag.c_str(), 4, c.T, c.NH, c.NKV, llama_head_size(&c), false, 70);
-    }
-    if (!validate_only) {
-        const char* all[] = {"tiny", "d12", "llama300m", "llama600m"};
-        for (const char* name : all) {
+    AttentionKind kinds[2] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
+    bool ok = true;
+    if (!bench_only) {
+        ok &= validate("dev_attention.cublas.odd_gqa3_HS24", ATTENTION_CUBLAS, 2, 37, 6, 2, 24, true, 3);
+        // flash at odd T (tails of every tile kind), GQA groups of 1, 2 and 3, every head size
+        struct { int B, T, NH, NKV, HS; } odd[] = {{2, 37, 6, 2, 32}, {1, 100, 2, 2, 64}, {1, 70, 4, 2, 128}, {1, 130, 3, 1, 32}, {2, 77, 4, 2, 16}};
+        for (auto& o : odd) {
+            std::string tag = "dev_attention.flash.odd_B" + std::to_string(o.B) + "_T" + std::to_string(o.T) + "_NH" + std::to_string(o.NH) +
+                              "_NKV" + std::to_string(o.NKV) + "_HS" + std::to_string(o.HS);
+            ok &= validate(tag.c_str(), ATTENTION_FLASH, o.B, o.T, o.NH, o.NKV, o.HS, true, 3);
+            ok &= flash_vs_cublas((tag + ".vs_cublas").c_str(), o.B, o.T, o.NH, o.NKV, o.HS, 4);
+        }
+        const char* presets[] = {"tiny", "d12", "llama600m"};
+        for (const char* name : presets) {
+            if (small && strcmp(name, "tiny") != 0) continue;
             LlamaConfig c = {};
             llama_preset(name, &c);
-            bench(name, 4, c.T, c.NH, c.NKV, llama_head_size(&c));
+            for (AttentionKind k : kinds) {
+                std::string tag = std::string("dev_attention.") + attention_kind_name(k) + "." + name;
+                ok &= validate(tag.c_str(), k, 1, c.T, c.NH, c.NKV, llama_head_size(&c), true, 60);
+            }
+        }
+        // the real shapes, B=4 at the preset's T, on slices
+        const char* real[] = {"d12", "llama600m", "llama300m"};
+        for (const char* name : real) {
+            if (small) break;
+            LlamaConfig c = {};
+            llama_preset(name, &c);
+            for (AttentionKind k : kinds) {
+                std::string tag = std::string("dev_attention.") + attention_kind_name(k) + "." + name + "_B4_T" + std::to_string(c.T);
+                ok &= validate(tag.c_str(), k, 4, c.T, c.NH, c.NKV, llama_head_size(&c), false, 70);
+            }
+            std::string tag = std::string("dev_attention.flash.") + name + "_B4_T" + std::to_string(c.T) + ".vs_cublas";
+            ok &= flash_vs_cublas(tag.c_str(), 4, c.T, c.NH, c.NKV, llama_head_size(&c), 71);
+        }
+    }
+    if (!validate_only) {
+        // the presets at B=4 and their real T, then the reference shape of published flash kernels
+        // (HS=128, T=4096; 16 heads)
+        double ceiling = measured_gemm_flops();
+        struct { const char* name; int T, NH, NKV, HS; } shapes[5];
+        const char* all[] = {"tiny", "d12", "llama300m", "llama600m"};
+        for (int i = 0; i < 4; i++) {
+            LlamaConfig c = {};
+            llama_preset(all[i], &c);
+            shapes[i] = {all[i], c.T, c.NH, c.NKV, llama_head_size(&c)};
+        }
+        shapes[4] = {"hs128_t4096", 4096, 16, 16, 128};
+        for (auto& sh : shapes) {
+            float ms[2][2];
+            for (int k = 0; k < 2; k++) bench(sh.name, kinds[k], 4, sh.T, sh.NH, sh.NKV, sh.HS, ceiling, ms[k]);
+            printf("  %s B=4 T=%d HS=%d: cublas / flash time: forward %.2fx, backward %.2fx\n", sh.name, sh.T, sh.HS,
+                   ms[1][0] / ms[0][0], ms[1][1] / ms[0][1]);
+            fflush(stdout);
         }
     }
     matmul_free();

@@ -11,7 +11,7 @@
 # availability, NCCL's own behaviour, and any timing (every event reads 1 ms).
 #
 # Usage: bash dev/emu/build.sh [OUT]   (default build/emu) -> OUT/train_llama, OUT/test_llama_gpu,
-#        OUT/dev_geofp8, OUT/test_blas_shim, OUT/test_fp8_device; run them from OUT/src (a rewritten copy of the sources, with data/ linked).
+#        OUT/dev_geofp8, OUT/dev_attention, OUT/test_blas_shim, OUT/test_fp8_device, OUT/test_mma_layout; run them from OUT/src (a rewritten copy of the sources, with data/ linked).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(mkdir -p "${1:-$ROOT/build/emu}" && cd "${1:-$ROOT/build/emu}" && pwd)
@@ -36,9 +36,11 @@ build() {  # source -> binary
 build train_llama.cu train_llama &
 build test/test_llama_gpu.cu test_llama_gpu &
 build dev/cuda/geofp8.cu dev_geofp8 &
+build dev/cuda/attention.cu dev_attention &
 build test/test_blas_shim.cu test_blas_shim &
 build test/test_fp8_device.cu test_fp8_device &
+build test/test_mma_layout.cu test_mma_layout &
 fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
 [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
-echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_geofp8, $OUT/test_blas_shim, $OUT/test_fp8_device (run them from $OUT/src)"
+echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_geofp8, $OUT/dev_attention, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout (run them from $OUT/src)"

@@ -13,14 +13,20 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
-// runs fn for every thread of the grid; fibers = the kernel uses barriers or warp collectives
-void emu_launch(const char* name, bool fibers, dim3 grid, dim3 block, const std::function<void()>& fn);
-#define EMU_LAUNCH(name, fibers, grid, block, ...) emu_launch(name, fibers, dim3(grid), dim3(block), [&]() { __VA_ARGS__; })
+// runs fn for every thread of the grid; fibers = the kernel uses barriers or warp collectives;
+// smem = the launch's dynamic shared memory bytes (what emu_dynamic_smem() hands the kernel)
+void emu_launch(const char* name, bool fibers, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn);
+#define EMU_LAUNCH(name, fibers, grid, block, smem, ...) emu_launch(name, fibers, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
+// `extern __shared__ T name[];` is rewritten to `T* name = (T*)emu_dynamic_smem();`: one buffer of
+// the launch's size, shared by the threads of the block running now
+void* emu_dynamic_smem();
 
 // barriers and warp collectives (full warps only, as every kernel of the engine uses them)
 void __syncthreads();
@@ -31,6 +37,52 @@ template <typename T>
 static inline T __shfl_xor_sync(unsigned, T v, int lane_mask) { return (T)emu_shfl_xor((double)v, lane_mask); }
 static inline unsigned int __reduce_max_sync(unsigned, unsigned int v) { return emu_reduce_max_u32(v); }
 static inline unsigned int __reduce_add_sync(unsigned, unsigned int v) { return emu_reduce_add_u32(v); }
+
+// Warp-wide exchange: every lane of the (full) warp gives `bytes` bytes (at most 64); all (32 *
+// bytes) receives them in lane order. The tensor-core instructions below are built on it.
+void emu_warp_gather(const void* mine, void* all, size_t bytes);
+static inline int emu_lane() { return (int)((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32); }
+static inline float emu_bf16_bits(uint32_t u16) { float f; uint32_t u = u16 << 16; memcpy(&f, &u, 4); return f; }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (llmc/mma.cuh), per the PTX ISA's fragment
+// tables: lane = 4 * g + c holds A[g][2c..] / A[g+8][2c..] / A[g][2c+8..] / A[g+8][2c+8..] in
+// a0..a3, B[2c..][g] / B[2c+8..][g] in b0, b1 and D[g][2c..] / D[g+8][2c..] in d0, d1 / d2, d3.
+// Products of bf16 are exact in fp32; they are added to C in k order.
+#define EMU_WARP_MMA 1
+static inline void emu_warp_mma(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+    struct Regs { uint32_t a[4], b[2]; float c[4]; } mine, all[32];
+    memcpy(mine.a, a, 16); memcpy(mine.b, b, 8); memcpy(mine.c, c, 16);
+    emu_warp_gather(&mine, all, sizeof(Regs));
+    int lane = emu_lane(), g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * q + i % 2;
+        float acc = all[lane].c[i];
+        for (int k = 0; k < 16; k++) {
+            const Regs& ra = all[4 * (row % 8) + (k % 8) / 2];  // a0..a3 = rows 0-7 / 8-15, columns 0-7 / 8-15
+            float av = emu_bf16_bits((ra.a[row / 8 + 2 * (k / 8)] >> (16 * (k % 2))) & 0xffff);
+            const Regs& rb = all[4 * col + (k % 8) / 2];
+            float bv = emu_bf16_bits((rb.b[k / 8] >> (16 * (k % 2))) & 0xffff);
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 address rows 0..7 of matrix i;
+// register i receives row g, elements 2c, 2c+1 (transposed: elements [2c][g], [2c+1][g]).
+static inline void emu_warp_ldmatrix(uint32_t* r, const void* row, bool trans) {
+    const uint16_t* rows[32];
+    const uint16_t* mine = (const uint16_t*)row;
+    if (((uintptr_t)row) % 16 != 0) { fprintf(stderr, "EMU FATAL: ldmatrix row address not 16-byte aligned\n"); abort(); }
+    emu_warp_gather(&mine, rows, sizeof(mine));
+    int lane = emu_lane(), g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        uint32_t lo, hi;
+        if (!trans) { lo = rows[8 * i + g][2 * q]; hi = rows[8 * i + g][2 * q + 1]; }
+        else { lo = rows[8 * i + 2 * q][g]; hi = rows[8 * i + 2 * q + 1][g]; }
+        r[i] = lo | hi << 16;
+    }
+}
 
 // correctly rounded fp32 arithmetic (built with -ffp-contract=off, so nothing is fused)
 static inline float __fadd_rn(float a, float b) { return a + b; }

@@ -100,6 +100,12 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { *s = new 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+// the only attribute the engine sets: the opt-in dynamic shared memory of a kernel
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute a, int v) {
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize) die("cudaFuncSetAttribute: unexpected attribute %s%lld", "", (long long)a);
+    if (v < 0 || v > 227 * 1024) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
 }
 
 // ---------------------------------------------------------------- scheduler
@@ -145,7 +151,7 @@ static const char* g_kernel = "";
 // block barrier
 static int g_alive = 0, g_bar_count = 0, g_bar_gen = 0;
 // warps
-struct Warp { int alive, count, gen; double buf[32]; };
+struct Warp { int alive, count, gen; double buf[32]; unsigned char bytes[32 * 64]; };
 static std::vector<Warp> g_warps;
 static long long g_spins = 0;
 
@@ -184,6 +190,18 @@ double emu_shfl_xor(double v, int o) {
     double r = w.buf[lane ^ o];
     warp_barrier(w);
     return r;
+}
+
+void emu_warp_gather(const void* mine, void* all, size_t bytes) {
+    if (!g_fiber_mode) die("kernel %s uses a warp collective but was launched without fibers", g_kernel);
+    if (bytes > 64) die("kernel %s: warp gather of %lld bytes per lane (at most 64)", g_kernel, (long long)bytes);
+    Warp& w = g_warps[g_cur->linear / 32];
+    if (w.alive != 32) die("kernel %s: warp-wide instruction with %lld live lanes", g_kernel, w.alive);
+    int lane = g_cur->linear % 32;
+    memcpy(w.bytes + lane * bytes, mine, bytes);
+    warp_barrier(w);
+    memcpy(all, w.bytes, 32 * bytes);
+    warp_barrier(w);
 }
 
 static void run_block_fibers(dim3 block) {
@@ -251,7 +269,22 @@ static void emu_prof_dump() {
 }
 struct EmuProfAtExit { ~EmuProfAtExit() { if (g_prof_on) emu_prof_dump(); } } g_prof_at_exit;
 static void emu_launch_inner(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn);
-void emu_launch(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn) {
+static std::vector<unsigned char> g_dynamic_smem;
+static size_t g_dynamic_smem_bytes = 0;
+static const size_t EMU_MAX_DYNAMIC_SMEM = 227 * 1024;  // sm_90's opt-in limit per block
+void* emu_dynamic_smem() {
+    if (g_dynamic_smem_bytes == 0) die("kernel %s uses dynamic shared memory but was launched with 0 bytes of it", g_kernel);
+    return g_dynamic_smem.data();
+}
+void emu_launch(const char* name, bool sync, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
+    if (smem > EMU_MAX_DYNAMIC_SMEM) {
+        fprintf(stderr, "EMU: kernel %s: %zu bytes of dynamic shared memory (at most %zu)\n", name, smem, EMU_MAX_DYNAMIC_SMEM);
+        g_last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    g_dynamic_smem_bytes = smem;
+    if (g_dynamic_smem.size() < smem) g_dynamic_smem.resize(smem);
+    memset(g_dynamic_smem.data(), 0xFF, smem);  // garbage, as on a GPU
     if (!g_prof_on) { emu_launch_inner(name, sync, grid, block, fn); return; }
     auto t0 = std::chrono::steady_clock::now();
     emu_launch_inner(name, sync, grid, block, fn);

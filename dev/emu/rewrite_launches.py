@@ -3,9 +3,10 @@ dev/cuda/) from the repository root SRC into DST, turning every kernel launch
 
     kernel<<<grid, block, smem, stream>>>(args);
 into
-    EMU_LAUNCH("kernel", fibers, grid, block, kernel(args));
+    EMU_LAUNCH("kernel", fibers, grid, block, smem, kernel(args));
 
-where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
+(smem 0 when the launch gives none) and every `extern __shared__ T name[];` into
+`T* name = (T*)emu_dynamic_smem();`, where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
 __syncthreads or a warp collective, so dev/emu runs its threads as fibers. data/ and
 test/fixtures are linked, not copied. Prints one line per kernel with its launch style."""
 import os
@@ -13,7 +14,7 @@ import re
 import shutil
 import sys
 
-SYNC_TOKENS = ["__syncthreads", "__shfl", "__reduce_"]
+SYNC_TOKENS = ["__syncthreads", "__shfl", "__reduce_", "emu_warp_"]
 
 
 def block_after(text, start, opening="{", closing="}"):
@@ -89,8 +90,9 @@ def main():
             while t[p].isspace():
                 p += 1
             args = block_after(t, p, "(", ")")[1:-1]
-            out += t[pos:m.start()] + 'EMU_LAUNCH("%s", %s, %s, %s, %s%s(%s))' % (
-                name, "true" if fibers(name) else "false", cfg[0], cfg[1], name, targs, args)
+            out += t[pos:m.start()] + 'EMU_LAUNCH("%s", %s, %s, %s, %s, %s%s(%s))' % (
+                name, "true" if fibers(name) else "false", cfg[0], cfg[1], cfg[2] if len(cfg) > 2 else "0",
+                name, targs, args)
             pos = p + 1 + len(args) + 1
 
     shutil.rmtree(dst, ignore_errors=True)
@@ -98,7 +100,10 @@ def main():
         path = os.path.join(dst, f)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as out:
-            out.write(rewrite(t) if f.endswith((".cu", ".cuh")) else t)
+            if f.endswith((".cu", ".cuh")):
+                t = re.sub(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\s*\[\s*\]\s*;",
+                           r"\1* \2 = (\1*)emu_dynamic_smem();", rewrite(t))
+            out.write(t)
     for d in ["data", "test/fixtures"]:
         os.symlink(os.path.abspath(os.path.join(src, d)), os.path.join(dst, d))
     for name in sorted(kernels):

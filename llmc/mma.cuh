@@ -1,0 +1,102 @@
+// mma.cuh — the tensor-core instructions the fused attention kernels use, each wrapped in one small
+// inline function so the kernels read like the algorithm: a warp-wide bf16 matrix multiply-
+// accumulate (mma.sync.m16n8k16), 8x8 tile loads from shared memory into fragments (ldmatrix, plain
+// and transposed) and 16-byte asynchronous global-to-shared copies (cp.async, with commit/wait).
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16), per lane: g = lane / 4,
+// c = lane % 4. Registers hold two bf16, the lower column / row index in the low 16 bits.
+//   A (16 x 16, row-major), 4 regs: a0 = A[g][2c..2c+1], a1 = A[g+8][2c..2c+1],
+//                                   a2 = A[g][2c+8..2c+9], a3 = A[g+8][2c+8..2c+9]
+//   B (16 x 8, "col"),      2 regs: b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
+//   C, D (16 x 8, fp32),    4 floats: d0, d1 = D[g][2c..2c+1], d2, d3 = D[g+8][2c..2c+1]
+// ldmatrix .x4 (PTX ISA, "ldmatrix"): lanes 8i..8i+7 give the addresses of rows 0..7 of matrix i
+// (16 contiguous bytes each); register i of a lane receives matrix i's row g, elements 2c and
+// 2c+1, or with .trans its elements [2c][g] and [2c+1][g].
+// So an A fragment is ldmatrix_x4 of a row-major tile with lane l pointing at row l % 16, column
+// 8 * (l / 16); and the C fragments of two neighbouring n8 tiles of a product are, packed to bf16,
+// the A fragment of the next product's k16 step (mma_pack_a).
+//
+// dev/emu runs the same functions through emu_warp_mma / emu_warp_ldmatrix (dev/emu/emu.h), which
+// gather the warp's registers and hand each lane what the tables above say; cp.async there is a
+// plain copy (a copy that has completed before the wait is one the wait allows).
+#pragma once
+#include <cstdint>
+#include "cuda_common.cuh"
+
+// D = A B + C; a (4), b (2), c, d (4)
+__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#elif defined(EMU_WARP_MMA)
+    emu_warp_mma(d, a, b, c);
+#endif
+}
+
+// r (4): four 8x8 bf16 matrices; row is this lane's row address in shared memory (16-byte aligned)
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const bf16* row) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+#elif defined(EMU_WARP_MMA)
+    emu_warp_ldmatrix(r, row, false);
+#endif
+}
+
+// as ldmatrix_x4, each matrix transposed
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const bf16* row) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+#elif defined(EMU_WARP_MMA)
+    emu_warp_ldmatrix(r, row, true);
+#endif
+}
+
+// 16 bytes global -> shared, asynchronous; with valid = false the 16 bytes are zero-filled and
+// src is not read (masked tails).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+#else
+    if (valid) memcpy(dst, src, 16); else memset(dst, 0, 16);
+#endif
+}
+
+// closes the group of cp.async16 calls issued since the last commit
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// waits until at most N committed groups of this thread are still in flight
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// two floats -> one register of two bf16 (lo in the low half)
+__device__ __forceinline__ uint32_t mma_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+
+// a (4) = the A fragment (16 x 16, bf16) made of the C fragments c0 (columns 0..7) and c1 (8..15)
+__device__ __forceinline__ void mma_pack_a(uint32_t* a, const float* c0, const float* c1) {
+    a[0] = mma_pack_bf16(c0[0], c0[1]);
+    a[1] = mma_pack_bf16(c0[2], c0[3]);
+    a[2] = mma_pack_bf16(c1[0], c1[1]);
+    a[3] = mma_pack_bf16(c1[2], c1[3]);
+}

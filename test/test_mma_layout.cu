@@ -1,0 +1,285 @@
+// test_mma_layout.cu — the tensor-core wrappers of llmc/mma.cuh against the PTX ISA's fragment
+// tables, on the GPU and under dev/emu (whose emu_warp_mma / emu_warp_ldmatrix must hand each lane
+// what the hardware does, or an emulated kernel with a wrong layout would pass).
+// The tables below are written from these PTX ISA sections, not from llmc/mma.cuh or dev/emu:
+//   - "Matrix Fragments for mma.m16n8k16 with floating point type": .bf16 A (a0..a7) and B
+//     (b0..b3), .f32 C/D (c0..c3), through groupID = %laneid >> 2, threadID_in_group = %laneid % 4;
+//     a register's two 16-bit elements are listed low half first.
+//   - "Warp-level matrix load instruction: ldmatrix" (figure "ldmatrix fragment layout for one 8x8
+//     Matrix with 16-bit elements"): with .x4, threads 8i..8i+7 give the row addresses of matrix i,
+//     whose fragment lands in destination register i; thread t gets the t-th 32-bit piece of the
+//     matrix read row by row (four threads per row); .trans reads it column-major (the transpose).
+//   - "cp.async" (src-size below cp-size zero-fills the rest), "cp.async.commit_group",
+//     "cp.async.wait_group" (N = 0: every committed group of the thread has completed).
+// Checks, one warp each: mma on fragments built from the tables, and with A / B loaded by
+// ldmatrix_x4 ([n][k] B) or ldmatrix_x4_trans ([k][n] B), every D element against a double product
+// (integers: exact; bf16 fractions: fp32 accumulation); ldmatrix_x4[_trans], every register half,
+// padded and scattered rows; mma_pack_a against the table's A fragment of the product; cp_async16
+// copy and zero-fill seen by another lane after commit, wait<0>, __syncthreads. A failure names the
+// first lane / register that differs. Exits 77 after printing a SKIP line without a CUDA device.
+// Build: nvcc -O2 -arch=sm_90 -std=c++17 test/test_mma_layout.cu -o build/test_mma_layout
+// (on the CPU: through dev/emu, as dev/emu/build.sh builds test_fp8_device). Run from the repo root.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "../llmc/mma.cuh"
+#include "test_util.h"
+
+// ---- the PTX tables: (row, col) of element i of a lane's fragment
+// A, 16 x 16 (.row): a0..a7, elements 2j and 2j + 1 in register j
+__host__ __device__ static inline void ptx_a(int lane, int i, int* row, int* col) {
+    int group = lane >> 2, tig = lane % 4;
+    *row = (i < 2 || (i >= 4 && i < 6)) ? group : group + 8;
+    *col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+}
+// B, 16 x 8 (k x n, .col): b0..b3, elements 2j and 2j + 1 in register j
+__host__ __device__ static inline void ptx_b(int lane, int i, int* row, int* col) {
+    int group = lane >> 2, tig = lane % 4;
+    *row = tig * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+    *col = group;
+}
+// C and D, 16 x 8 (.f32): c0..c3, one per register
+__host__ __device__ static inline void ptx_cd(int lane, int i, int* row, int* col) {
+    int group = lane >> 2, tig = lane % 4;
+    *row = i < 2 ? group : group + 8;
+    *col = tig * 2 + (i & 1);
+}
+// ldmatrix .m8n8.b16, one 8x8 matrix: half h (0 low, 1 high) of thread t's register
+__host__ __device__ static inline void ptx_ldm(int t, int h, bool trans, int* row, int* col) {
+    int piece_row = t / 4, piece_col = 2 * (t % 4) + h;
+    *row = trans ? piece_col : piece_row;
+    *col = trans ? piece_row : piece_col;
+}
+// register j of a lane's A (16 x 16) or, with b, B ([k][n], 16 x 8) fragment of M (bf16 bits, row stride ld)
+__host__ __device__ static inline uint32_t frag(const uint16_t* M, int ld, int lane, int j, bool b) {
+    int r0, c0, r1, c1;
+    if (b) ptx_b(lane, 2 * j, &r0, &c0), ptx_b(lane, 2 * j + 1, &r1, &c1);
+    else ptx_a(lane, 2 * j, &r0, &c0), ptx_a(lane, 2 * j + 1, &r1, &c1);
+    return M[r0 * ld + c0] | (uint32_t)M[r1 * ld + c1] << 16;
+}
+
+static const int LDM_PITCH = 16;  // shared row stride of the ldmatrix tile: 8 elements, 8 of padding
+static const int PITCH = 24;      // of the 16 x 16 tiles: 16 elements, 8 of padding (48 bytes)
+// the shared row that holds row j of matrix m (lane 8m + j gives its address): rows scattered
+__host__ __device__ static inline int ldm_row(int l) { return (l * 13 + 5) % 32; }
+
+// out (32 x 8): each lane's ldmatrix_x4 registers, then its ldmatrix_x4_trans ones; T: 32 rows of 8
+__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* T) {
+    __shared__ __align__(16) uint16_t s[32 * LDM_PITCH];
+    int lane = threadIdx.x;
+    for (int c = 0; c < LDM_PITCH; c++) s[lane * LDM_PITCH + c] = c < 8 ? T[lane * 8 + c] : 0xffff;
+    __syncthreads();
+    const bf16* row = reinterpret_cast<const bf16*>(&s[ldm_row(lane) * LDM_PITCH]);
+    ldmatrix_x4(out + lane * 8, row);
+    ldmatrix_x4_trans(out + lane * 8 + 4, row);
+}
+
+// A, B ([k][n]: two n8 tiles) 16 x 16 bf16 bits, C 16 x 16. d (3 x 2 x 32 x 4): D = A B + C with the
+// fragments built from the tables (path 0), A and B loaded by ldmatrix_x4, B from an [n][k] copy (1),
+// B loaded by ldmatrix_x4_trans from [k][n] (2); then n tiles 0, 1. packed (32 x 4): mma_pack_a of path 0's D.
+__global__ void mma_kernel(float* d, uint32_t* packed, const uint16_t* A, const uint16_t* B, const float* C) {
+    __shared__ __align__(16) uint16_t sA[16 * PITCH], sBnk[16 * PITCH], sBkn[16 * PITCH];
+    int lane = threadIdx.x, r, c;
+    for (int e = lane; e < 256; e += 32) {
+        r = e / 16, c = e % 16;
+        sA[r * PITCH + c] = A[e];
+        sBkn[r * PITCH + c] = B[e];  // row k, column n
+        sBnk[c * PITCH + r] = B[e];  // row n, column k
+    }
+    __syncthreads();
+    uint32_t a[2][4], b[3][4];  // b[path][2t], b[path][2t + 1]: n tile t
+    float cf[2][4], acc[3][2][4];
+    for (int j = 0; j < 4; j++) {
+        a[0][j] = frag(A, 16, lane, j, false);
+        b[0][j] = frag(B + 8 * (j / 2), 16, lane, j % 2, true);
+        ptx_cd(lane, j, &r, &c);
+        cf[0][j] = C[r * 16 + c], cf[1][j] = C[r * 16 + 8 + c];
+    }
+    // matrices 0..3: rows 0-7 and 8-15 of columns 0-7, then of columns 8-15
+    ldmatrix_x4(a[1], (const bf16*)&sA[(lane % 16) * PITCH + 8 * (lane / 16)]);
+    // matrices 0..3: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+    ldmatrix_x4(b[1], (const bf16*)&sBnk[(lane % 8 + 8 * (lane / 16)) * PITCH + 8 * (lane / 8 % 2)]);
+    // matrices 0..3, each transposed: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
+    ldmatrix_x4_trans(b[2], (const bf16*)&sBkn[(lane % 8 + 8 * (lane / 8 % 2)) * PITCH + 8 * (lane / 16)]);
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < 2; t++) {
+            mma_bf16_16816(acc[p][t], a[p == 0 ? 0 : 1], b[p] + 2 * t, cf[t]);
+            for (int i = 0; i < 4; i++) d[((p * 2 + t) * 32 + lane) * 4 + i] = acc[p][t][i];
+        }
+    mma_pack_a(packed + lane * 4, acc[0][0], acc[0][1]);
+}
+
+// out (32 x 4): lane l reads the 16 bytes lane (l + 5) % 32 copied (zero-filled where that lane % 3 == 0)
+__global__ void cp_async_kernel(uint32_t* out, const uint32_t* src) {
+    __shared__ __align__(16) uint32_t s[32 * 4];
+    int lane = threadIdx.x;
+    for (int j = 0; j < 4; j++) s[lane * 4 + j] = 0xdeadbeefu;
+    __syncthreads();
+    cp_async16(&s[lane * 4], &src[lane * 4], lane % 3 != 0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int j = 0; j < 4; j++) out[lane * 4 + j] = s[(lane + 5) % 32 * 4 + j];
+}
+
+// ---- host
+static uint16_t to_bf16(float x) { uint32_t u; memcpy(&u, &x, 4); return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }  // nearest even
+static float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float x; memcpy(&x, &u, 4); return x; }
+static char* arena;  // device memory for every buffer of the test (small), handed out in order
+static size_t arena_used;
+static const size_t ARENA_BYTES = 64 << 10;
+template <typename T> static T* to_dev(const T* h, size_t n) {
+    T* d = (T*)(arena + arena_used);
+    arena_used += (n * sizeof(T) + 255) / 256 * 256;
+    if (arena_used > ARENA_BYTES) { fprintf(stderr, "test_mma_layout: arena too small\n"); exit(1); }
+    CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T> static void to_host(T* h, const T* d, size_t n) { CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost)); }
+
+// got: the D fragments of n tiles 0 and 1 (2 x 32 x 4); want, bound: 16 x 16 row-major (bound null: exact)
+static void check_d(const char* name, const float* got, const double* want, const double* bound) {
+    char first[160] = "";
+    for (int f = 0; f < 256; f++) {  // f = (tile * 32 + lane) * 4 + i
+        int t = f / 128, lane = f / 4 % 32, i = f % 4, r, c;
+        ptx_cd(lane, i, &r, &c);
+        int e = r * 16 + 8 * t + c;
+        if (!first[0] && !(fabs(got[f] - want[e]) <= (bound ? bound[e] : 0.0)))
+            snprintf(first, sizeof first, "n tile %d lane %d d%d (D[%d][%d]): expected %.9g, got %.9g", t, lane, i, r,
+                     8 * t + c, want[e], (double)got[f]);
+    }
+    test_check(name, !first[0], "%s", first);
+}
+
+static void test_tables_cover(void) {
+    int a[256] = {0}, b[128] = {0}, cd[128] = {0}, ldm[128] = {0}, r, c, bad = 0;
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 8; i++) {
+            ptx_a(l, i, &r, &c);
+            a[r * 16 + c]++;
+            if (i >= 4) continue;
+            ptx_b(l, i, &r, &c);
+            b[r * 8 + c]++;
+            ptx_cd(l, i, &r, &c);
+            cd[r * 8 + c]++;
+            ptx_ldm(l, i % 2, i / 2, &r, &c);  // plain, then .trans
+            ldm[64 * (i / 2) + r * 8 + c]++;
+        }
+    for (int e = 0; e < 256; e++) bad += (a[e] != 1) + (e < 128 && (b[e] != 1 || cd[e] != 1 || ldm[e] != 1));
+    test_check("mma_layout.tables_cover_each_element_once", bad == 0, "%d elements held by no lane or by several", bad);
+}
+
+// D = A B + C (16 x 16 x 16, A and B rounded to bf16, B [k][n]) by the three paths of mma_kernel against
+// double: exact (tol 0) or within tol times the terms' magnitude. pack: D is exact in bf16, check mma_pack_a.
+static void run_mma(const char* tag, const float* A, const float* B, const float* C, double tol, bool pack) {
+    uint16_t Ab[256], Bb[256], Pb[256];
+    double want[256], bound[256];
+    for (int e = 0; e < 256; e++) Ab[e] = to_bf16(A[e]), Bb[e] = to_bf16(B[e]);
+    for (int e = 0; e < 256; e++) {
+        want[e] = C[e], bound[e] = fabs(C[e]);
+        for (int k = 0; k < 16; k++) {
+            double p = (double)from_bf16(Ab[e / 16 * 16 + k]) * from_bf16(Bb[k * 16 + e % 16]);
+            want[e] += p, bound[e] += fabs(p);
+        }
+        bound[e] *= tol;
+        Pb[e] = to_bf16((float)want[e]);
+    }
+    float got[768] = {0}, *d = to_dev(got, 768), *dC = to_dev(C, 256);
+    uint32_t packed[128] = {0}, *dp = to_dev(packed, 128);
+    uint16_t *dA = to_dev(Ab, 256), *dB = to_dev(Bb, 256);
+    mma_kernel<<<1, 32>>>(d, dp, dA, dB, dC);
+    KERNEL_CHECK();
+    to_host(got, d, 768);
+    to_host(packed, dp, 128);
+    const char* paths[3] = {"table_fragments", "ldmatrix_a_b_from_nk", "ldmatrix_a_b_trans_from_kn"};
+    char name[96], first[160] = "";
+    for (int p = 0; p < 3; p++) {
+        snprintf(name, sizeof name, "mma_layout.%s.%s", tag, paths[p]);
+        check_d(name, got + 256 * p, want, tol > 0 ? bound : nullptr);
+    }
+    if (!pack) return;
+    for (int l = 0; l < 32; l++)
+        for (int j = 0; j < 4; j++) {
+            uint32_t w = frag(Pb, 16, l, j, false);
+            if (!first[0] && packed[l * 4 + j] != w)
+                snprintf(first, sizeof first, "lane %d register %d: expected 0x%08x, got 0x%08x", l, j, w, packed[l * 4 + j]);
+        }
+    snprintf(name, sizeof name, "mma_layout.%s.mma_pack_a", tag);
+    test_check(name, !first[0], "%s", first);
+}
+
+static void test_mma(void) {
+    float A[256], B[256], C[256];
+    for (int e = 0; e < 256; e++) {  // e = 16 row + column; integers exact in bf16, D exact in fp32
+        A[e] = (float)(e % 61 - 30), B[e] = (float)(e * 7 % 53 - 26), C[e] = (float)(3 * e - 200);
+    }
+    run_mma("integers", A, B, C, 0.0, false);
+    for (int e = 0; e < 256; e++) {  // |D| <= 16 * 4 * 3 = 192: exact in bf16 too
+        int i = e / 16, j = e % 16;
+        A[e] = (float)((i * 7 + j * 5 + i * j) % 9 - 4), B[e] = (float)((i * 3 + j * 11 + 2 * i * j) % 7 - 3), C[e] = 0.f;
+    }
+    run_mma("small_integers", A, B, C, 0.0, true);
+    uint32_t s = 12345u;  // fractions in [-1, 1); fp32 accumulation of 17 terms within 2^-14 of their magnitude
+    auto next = [&s]() { s = s * 1664525u + 1013904223u; return (float)((s >> 8) * (2.0 / 16777216.0) - 1.0); };
+    for (int e = 0; e < 256; e++) A[e] = next(), B[e] = next(), C[e] = next();
+    run_mma("fractions", A, B, C, 1.0 / 16384, false);
+}
+
+static void test_ldmatrix(void) {
+    uint16_t T[256];
+    uint32_t got[256] = {0}, *d = to_dev(got, 256);
+    for (int e = 0; e < 256; e++) T[e] = (uint16_t)(0x4000 + e);  // shared row e / 8, column e % 8
+    uint16_t* dT = to_dev(T, 256);
+    ldmatrix_kernel<<<1, 32>>>(d, dT);
+    KERNEL_CHECK();
+    to_host(got, d, 256);
+    for (int trans = 0; trans < 2; trans++) {
+        char first[160] = "";
+        for (int l = 0; l < 32; l++)
+            for (int m = 0; m < 4; m++)
+                for (int h = 0; h < 2; h++) {
+                    int r, c;
+                    ptx_ldm(l, h, trans, &r, &c);
+                    uint16_t want = T[ldm_row(8 * m + r) * 8 + c], g = (uint16_t)(got[l * 8 + 4 * trans + m] >> (16 * h));
+                    if (!first[0] && g != want)
+                        snprintf(first, sizeof first, "lane %d register %d %s half: expected 0x%04x (matrix %d [%d][%d]), got 0x%04x",
+                                 l, m, h ? "high" : "low", want, m, r, c, g);
+                }
+        test_check(trans ? "mma_layout.ldmatrix_x4_trans" : "mma_layout.ldmatrix_x4", !first[0], "%s", first);
+    }
+}
+
+static void test_cp_async(void) {
+    uint32_t src[128], got[128] = {0}, *d = to_dev(got, 128);
+    for (int e = 0; e < 128; e++) src[e] = 0xa5000000u + (uint32_t)e;
+    uint32_t* ds = to_dev(src, 128);
+    cp_async_kernel<<<1, 32>>>(d, ds);
+    KERNEL_CHECK();
+    to_host(got, d, 128);
+    char first[160] = "";
+    for (int l = 0; l < 32; l++)
+        for (int j = 0; j < 4; j++) {
+            int q = (l + 5) % 32;  // the lane whose copy lane l read
+            uint32_t want = q % 3 != 0 ? src[q * 4 + j] : 0u;
+            if (!first[0] && got[l * 4 + j] != want)
+                snprintf(first, sizeof first, "lane %d word %d (%s by lane %d): expected 0x%08x, got 0x%08x", l, j,
+                         q % 3 != 0 ? "copied" : "zero-filled", q, want, got[l * 4 + j]);
+        }
+    test_check("mma_layout.cp_async16_copy_and_zero_fill", !first[0], "%s", first);
+}
+
+int main(void) {
+    if (!cuda_device_present()) {
+        test_skip("mma_layout", "no CUDA device");
+        return 77;
+    }
+    CUDA_CHECK(cudaMalloc(&arena, ARENA_BYTES));
+    test_tables_cover();
+    test_mma();
+    test_ldmatrix();
+    test_cp_async();
+    CUDA_CHECK(cudaFree(arena));
+    return test_exit_code();
+}
