@@ -17,14 +17,20 @@
 //   backward D = rowsum(dO ∘ O) first (flash_rowdot_kernel), then two kernels that each
 //            recompute P = exp(S - lse) from the saved lse:
 //            dQ    block (64 queries, h): over key tiles, dP = dO Vᵀ, dS = scale·P ∘ (dP - D),
-//                  dQ += dS K, accumulated in registers;
+//                  dQ += dS K, accumulated in registers; V(j+1) loads while S, dS and dQ run,
+//                  K(j+1) while the next dP does;
 //            dK,dV block (64 keys, kv head g): over the group's q heads, then the query tiles at
-//                  or below the diagonal, Sᵀ = K Qᵀ, dV += Pᵀ dO, dPᵀ = V dOᵀ, dK += dSᵀ Q.
+//                  or below the diagonal, Sᵀ = K Qᵀ, dV += Pᵀ dO, dPᵀ = V dOᵀ, dK += dSᵀ Q; the
+//                  query tiles (Q, dO, lse, D) are double-buffered, the next loading while this
+//                  one is used.
 //            Every gradient element is summed by one thread in a fixed order: no atomics, and the
 //            backward is deterministic run to run. The price is that S and dP are computed twice
 //            (once per kernel): the backward does 7 tile products instead of FlashAttention-2's 5.
 // Tiles: 64 x 64 (queries x keys); the dK/dV kernel takes query tiles of 32 at HS = 128 so its
-// two (16, HS) fp32 accumulators, Sᵀ and dPᵀ stay within the register file. Shared memory rows are
+// two (16, HS) fp32 accumulators, Sᵀ and dPᵀ stay within the register file. Operands that are
+// used once per tile (K and V in the dK/dV kernel, dO in the dQ kernel) enter the products from
+// shared memory one k step at a time rather than being held in registers: no kernel spills
+// (dev/cuda/ptxas_report.txt: at most 241 registers, at HS = 128). Shared memory rows are
 // padded by 8 bf16 (16 bytes), so the 8 rows an ldmatrix reads fall in 8 different bank groups.
 // Precision: bf16 operands, fp32 accumulation, fp32 softmax; P and dS are rounded to bf16 for their
 // products (as the cuBLAS path rounds them in HBM). Stream: the last argument.
@@ -62,18 +68,34 @@ __device__ __forceinline__ void flash_load_a(uint32_t (*a)[4], const bf16* s, in
     for (int kk = 0; kk < HS / 16; kk++) ldmatrix_x4(a[kk], s + (r + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
 }
 
-// acc (N/8 tiles) += A (16 x HS, fragments a) · Bᵀ, B = rows [0, N) of a shared (N, HS) tile:
-// the score-shaped product (Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ)
+// acc (N/8 tiles) += A (16 x 16, fragment a: k step kk) · Bᵀ, B = rows [0, N) of a shared (N, HS)
+// tile: one k step of the score-shaped product (Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ)
+template <int HS, int N>
+__device__ __forceinline__ void flash_mma_abt_step(float (*acc)[4], const uint32_t* a, const bf16* s, int kk) {
+    int lane = threadIdx.x % 32;
+    for (int n = 0; n < N / 16; n++) {
+        uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
+        ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
+        mma_bf16_16816(acc[2 * n], a, b, acc[2 * n]);
+        mma_bf16_16816(acc[2 * n + 1], a, b + 2, acc[2 * n + 1]);
+    }
+}
+
+// acc += A Bᵀ with A (16 x HS) in registers (fragments a)
 template <int HS, int N>
 __device__ __forceinline__ void flash_mma_abt(float (*acc)[4], const uint32_t (*a)[4], const bf16* s) {
+    for (int kk = 0; kk < HS / 16; kk++) flash_mma_abt_step<HS, N>(acc, a[kk], s, kk);
+}
+
+// acc += A Bᵀ with A = rows [r, r + 16) of a shared (., HS) tile, loaded one k step at a time
+template <int HS, int N>
+__device__ __forceinline__ void flash_mma_abt_shared(float (*acc)[4], const bf16* sa, int r, const bf16* s) {
     int lane = threadIdx.x % 32;
-    for (int kk = 0; kk < HS / 16; kk++)
-        for (int n = 0; n < N / 16; n++) {
-            uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
-            ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
-            mma_bf16_16816(acc[2 * n], a[kk], b, acc[2 * n]);
-            mma_bf16_16816(acc[2 * n + 1], a[kk], b + 2, acc[2 * n + 1]);
-        }
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sa + (r + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
+        flash_mma_abt_step<HS, N>(acc, a, s, kk);
+    }
 }
 
 // acc (HS/8 tiles) += P (16 x K, fp32 C fragments p, rounded to bf16) · V, V = rows [0, K) of a
@@ -240,15 +262,14 @@ __global__ void flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf1
     flash_load_tile<HS, FLASH_TILE>(sQ, q, ld, q0, T);
     flash_load_tile<HS, FLASH_TILE>(sdO, dO, NH * HS, q0, T);
     cp_async_commit();
-    flash_load_tile<HS, FLASH_TILE>(sK, k, ld, 0, T);
-    cp_async_commit();
     flash_load_tile<HS, FLASH_TILE>(sV, v, ld, 0, T);
+    cp_async_commit();
+    flash_load_tile<HS, FLASH_TILE>(sK, k, ld, 0, T);
     cp_async_commit();
     cp_async_wait<2>();
     __syncthreads();
-    uint32_t qf[HS / 16][4], dof[HS / 16][4];
+    uint32_t qf[HS / 16][4];  // Q in registers; dO enters from shared memory (registers for dQ)
     flash_load_a<HS>(qf, sQ, warp * 16);
-    flash_load_a<HS>(dof, sdO, warp * 16);
     int rq[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
     float lse2[2], d[2];  // rows past T: P = 0
     for (int half = 0; half < 2; half++) {
@@ -260,15 +281,18 @@ __global__ void flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf1
     float dq[HS / 8][4];
     flash_zero<HS / 8>(dq);
     for (int kt = 0; kt <= qt; kt++) {
-        cp_async_wait<1>();  // K of tile kt
+        cp_async_wait<1>();  // V of tile kt (K may still be loading)
         __syncthreads();
         float s[FLASH_TILE / 8][4], dp[FLASH_TILE / 8][4];
-        flash_zero<FLASH_TILE / 8>(s);
-        flash_mma_abt<HS, FLASH_TILE>(s, qf, sK);
-        cp_async_wait<0>();  // V of tile kt
-        __syncthreads();
         flash_zero<FLASH_TILE / 8>(dp);
-        flash_mma_abt<HS, FLASH_TILE>(dp, dof, sV);
+        flash_mma_abt_shared<HS, FLASH_TILE>(dp, sdO, warp * 16, sV);  // dP = dO Vᵀ
+        __syncthreads();  // every warp is done with sV
+        if (kt < qt) flash_load_tile<HS, FLASH_TILE>(sV, v, ld, (kt + 1) * FLASH_TILE, T);
+        cp_async_commit();
+        cp_async_wait<1>();  // K of tile kt
+        __syncthreads();
+        flash_zero<FLASH_TILE / 8>(s);
+        flash_mma_abt<HS, FLASH_TILE>(s, qf, sK);  // S = Q Kᵀ
         // dS = scale · P ∘ (dP - D), P = exp(S - lse) below the diagonal
         for (int n = 0; n < FLASH_TILE / 8; n++)
             for (int i = 0; i < 4; i++) {
@@ -276,81 +300,80 @@ __global__ void flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf1
                 float p = key <= rq[half] ? exp2f(s[n][i] * scale_log2 - lse2[half]) : 0.0f;
                 s[n][i] = scale * p * (dp[n][i] - d[half]);
             }
-        flash_mma_pv<HS, FLASH_TILE>(dq, s, sK);
-        __syncthreads();  // every warp is done with sK and sV
-        if (kt < qt) {
-            flash_load_tile<HS, FLASH_TILE>(sK, k, ld, (kt + 1) * FLASH_TILE, T);
-            cp_async_commit();
-            flash_load_tile<HS, FLASH_TILE>(sV, v, ld, (kt + 1) * FLASH_TILE, T);
-            cp_async_commit();
-        }
+        flash_mma_pv<HS, FLASH_TILE>(dq, s, sK);  // dQ += dS K
+        __syncthreads();  // every warp is done with sK
+        if (kt < qt) flash_load_tile<HS, FLASH_TILE>(sK, k, ld, (kt + 1) * FLASH_TILE, T);
+        cp_async_commit();
     }
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + h * HS, ld, q0 + warp * 16, T, dq, 1.0f, 1.0f);
 }
 
-// dK, dV: grid (ceil(T/64), NKV, B), FLASH_THREADS threads, 2 key tiles and 2 query tiles of
-// shared memory plus the query tile's lse and D
+// dK, dV: grid (ceil(T/64), NKV, B), FLASH_THREADS threads; shared memory: the key tile's K and V,
+// and two buffers of a query tile (Q, dO, lse, D), the next one loading while this one is used.
+// K and V enter the products from shared memory one k step at a time, which leaves the registers
+// to the two (16, HS) fp32 accumulators.
 template <int HS>
 __global__ void flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
                                           int T, int NH, int NKV, float scale, float scale_log2) {
     const int BQ = FlashBwdTile<HS>::BQ;
     extern __shared__ __align__(16) bf16 flash_smem[];
     const int P = HS + 8;
+    // buffer i: Q at sQ + i * QBUF, dO at sdO + i * QBUF; lse at sL + i * LBUF, D at sD + i * LBUF
+    const int QBUF = 2 * BQ * P, LBUF = 2 * BQ;
     bf16 *sK = flash_smem, *sV = sK + FLASH_TILE * P, *sQ = sV + FLASH_TILE * P, *sdO = sQ + BQ * P;
-    float *sL = (float*)(sdO + BQ * P), *sD = sL + BQ;
+    float *sL = (float*)(sQ + 2 * QBUF), *sD = sL + BQ;
     int kt = blockIdx.x;  // the longest columns (earliest keys) first
     int kvh = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     int ld = (NH + 2 * NKV) * HS, k0 = kt * FLASH_TILE;
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
     const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = lane % 4;
+    int rk[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
+    // the work: the group's q heads, each with the query tiles that reach key k0
+    int it0 = k0 / BQ, per_head = (T + BQ - 1) / BQ - it0, total = group * per_head;
+    auto issue = [&](int idx, int buf) {  // loads query tile idx into buffer buf
+        int h = kvh * group + idx / per_head, q0 = (it0 + idx % per_head) * BQ;
+        flash_load_tile<HS, BQ>(sQ + buf * QBUF, qkv + (size_t)b * T * ld + h * HS, ld, q0, T);
+        flash_load_tile<HS, BQ>(sdO + buf * QBUF, dout + (size_t)b * T * NH * HS + h * HS, NH * HS, q0, T);
+        for (int i = threadIdx.x; i < BQ; i += FLASH_THREADS) {
+            size_t r = ((size_t)b * NH + h) * T + q0 + i;
+            sL[buf * LBUF + i] = q0 + i < T ? lse[r] * FLASH_LOG2E : INFINITY;  // rows past T: P = 0
+            sD[buf * LBUF + i] = q0 + i < T ? D[r] : 0.0f;
+        }
+    };
 
     flash_load_tile<HS, FLASH_TILE>(sK, k, ld, k0, T);
     flash_load_tile<HS, FLASH_TILE>(sV, v, ld, k0, T);
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    uint32_t kf[HS / 16][4], vf[HS / 16][4];
-    flash_load_a<HS>(kf, sK, warp * 16);
-    flash_load_a<HS>(vf, sV, warp * 16);
-
+    issue(0, 0);
+    cp_async_commit();
     float dk[HS / 8][4], dv[HS / 8][4];
     flash_zero<HS / 8>(dk);
     flash_zero<HS / 8>(dv);
-    int nq = (T + BQ - 1) / BQ;
-    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const bf16* q = qkv + (size_t)b * T * ld + h * HS;
-        const bf16* dO = dout + (size_t)b * T * NH * HS + h * HS;
-        for (int it = k0 / BQ; it < nq; it++) {  // query tiles that reach key k0
-            int q0 = it * BQ;
-            __syncthreads();  // every warp is done with the previous query tile
-            flash_load_tile<HS, BQ>(sQ, q, ld, q0, T);
-            flash_load_tile<HS, BQ>(sdO, dO, NH * HS, q0, T);
-            cp_async_commit();
-            for (int i = threadIdx.x; i < BQ; i += FLASH_THREADS) {
-                size_t r = ((size_t)b * NH + h) * T + q0 + i;
-                sL[i] = q0 + i < T ? lse[r] * FLASH_LOG2E : INFINITY;  // rows past T: P = 0
-                sD[i] = q0 + i < T ? D[r] : 0.0f;
+    for (int idx = 0; idx < total; idx++) {
+        int buf = idx % 2, q0 = (it0 + idx % per_head) * BQ;
+        if (idx + 1 < total) issue(idx + 1, 1 - buf);  // the other buffer: free since the last iteration's end
+        cp_async_commit();
+        cp_async_wait<1>();  // everything but the tile just issued
+        __syncthreads();
+        const bf16 *q_s = sQ + buf * QBUF, *do_s = sdO + buf * QBUF;
+        const float *l_s = sL + buf * LBUF, *d_s = sD + buf * LBUF;
+        // Pᵀ (16 keys x BQ queries) = exp(scale · K Qᵀ - lse) at or below the diagonal
+        float s[BQ / 8][4], dp[BQ / 8][4];
+        flash_zero<BQ / 8>(s);
+        flash_mma_abt_shared<HS, BQ>(s, sK, warp * 16, q_s);
+        for (int n = 0; n < BQ / 8; n++)
+            for (int i = 0; i < 4; i++) {
+                int col = n * 8 + 2 * c + i % 2;
+                s[n][i] = rk[i / 2] <= q0 + col ? exp2f(s[n][i] * scale_log2 - l_s[col]) : 0.0f;
             }
-            cp_async_wait<0>();
-            __syncthreads();
-            // Pᵀ (16 keys x BQ queries) = exp(scale · K Qᵀ - lse) at or below the diagonal
-            float s[BQ / 8][4], dp[BQ / 8][4];
-            flash_zero<BQ / 8>(s);
-            flash_mma_abt<HS, BQ>(s, kf, sQ);
-            for (int n = 0; n < BQ / 8; n++)
-                for (int i = 0; i < 4; i++) {
-                    int col = n * 8 + 2 * c + i % 2;
-                    s[n][i] = rk[i / 2] <= q0 + col ? exp2f(s[n][i] * scale_log2 - sL[col]) : 0.0f;
-                }
-            flash_mma_pv<HS, BQ>(dv, s, sdO);  // dV += Pᵀ dO
-            flash_zero<BQ / 8>(dp);
-            flash_mma_abt<HS, BQ>(dp, vf, sdO);  // dPᵀ = V dOᵀ
-            for (int n = 0; n < BQ / 8; n++)
-                for (int i = 0; i < 4; i++) s[n][i] = scale * s[n][i] * (dp[n][i] - sD[n * 8 + 2 * c + i % 2]);
-            flash_mma_pv<HS, BQ>(dk, s, sQ);  // dK += dSᵀ Q
-        }
+        flash_mma_pv<HS, BQ>(dv, s, do_s);  // dV += Pᵀ dO
+        flash_zero<BQ / 8>(dp);
+        flash_mma_abt_shared<HS, BQ>(dp, sV, warp * 16, do_s);  // dPᵀ = V dOᵀ
+        for (int n = 0; n < BQ / 8; n++)
+            for (int i = 0; i < 4; i++) s[n][i] = scale * s[n][i] * (dp[n][i] - d_s[n * 8 + 2 * c + i % 2]);
+        flash_mma_pv<HS, BQ>(dk, s, q_s);  // dK += dSᵀ Q
+        __syncthreads();  // every warp is done with buffer buf
     }
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + kvh) * HS, ld, k0 + warp * 16, T, dk, 1.0f, 1.0f);
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS, ld, k0 + warp * 16, T, dv, 1.0f, 1.0f);
@@ -363,7 +386,7 @@ template <int HS> static inline size_t flash_forward_smem() { return (size_t)3 *
 template <int HS> static inline size_t flash_dq_smem() { return (size_t)4 * FLASH_TILE * (HS + 8) * sizeof(bf16); }
 template <int HS> static inline size_t flash_dkv_smem() {
     const int BQ = FlashBwdTile<HS>::BQ;
-    return (size_t)(2 * FLASH_TILE + 2 * BQ) * (HS + 8) * sizeof(bf16) + 2 * BQ * sizeof(float);
+    return (size_t)(2 * FLASH_TILE + 4 * BQ) * (HS + 8) * sizeof(bf16) + 4 * BQ * sizeof(float);
 }
 
 // Shared memory above 48 KB must be opted into, once per kernel.
