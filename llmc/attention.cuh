@@ -219,11 +219,8 @@ __global__ void attention_softmax_backward_kernel(bf16* probs, const float* dsco
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= B * NH * T) return;
-    int t = r % T, h = (r / T) % NH, b = r / (T * NH);
-    size_t o = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-    float D = 0.0f;
-    for (int i = lane; i < HS; i += 32) D += __bfloat162float(dout[o + i]) * __bfloat162float(out[o + i]);
-    D = cuda_warp_sum(D);
+    int t = r % T;
+    float D = attention_row_dot(dout, out, r, T, NH, HS);
     bf16* p = probs + (size_t)r * T;
     const float* dp = dscores + (size_t)r * T;
     for (int j = lane; j < T; j += 32) {

@@ -230,17 +230,24 @@ __global__ void flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int
 // ----------------------------------------------------------------------------
 // backward
 
-// D (B*NH*T) = rowsum(dO ∘ O) per (b, h, t), one warp per row; dout, out (B, T, NH*HS)
-__global__ void flash_rowdot_kernel(float* D, const bf16* dout, const bf16* out, int B, int T, int NH, int HS) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+// D_r = dO_r · O_r over the head, row r = (b, h, t) of (B, NH, T), dout and out (B, T, NH*HS):
+// the softmax backward's row term, summed by one warp (every lane gets it; attention.cuh's
+// unfused path uses the same sum)
+__device__ __forceinline__ float attention_row_dot(const bf16* dout, const bf16* out, int r, int T, int NH, int HS) {
     int lane = threadIdx.x % 32;
-    if (r >= B * NH * T) return;
     int t = r % T, h = (r / T) % NH, b = r / (T * NH);
     size_t o = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
     float d = 0.0f;
     for (int i = lane; i < HS; i += 32) d += __bfloat162float(dout[o + i]) * __bfloat162float(out[o + i]);
-    d = cuda_warp_sum(d);
-    if (lane == 0) D[r] = d;
+    return cuda_warp_sum(d);
+}
+
+// D (B*NH*T) = rowsum(dO ∘ O) per (b, h, t), one warp per row; dout, out (B, T, NH*HS)
+__global__ void flash_rowdot_kernel(float* D, const bf16* dout, const bf16* out, int B, int T, int NH, int HS) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= B * NH * T) return;
+    float d = attention_row_dot(dout, out, r, T, NH, HS);
+    if (threadIdx.x % 32 == 0) D[r] = d;
 }
 
 // dQ: grid (ceil(T/64), NH, B), FLASH_THREADS threads, 4 tiles of shared memory
