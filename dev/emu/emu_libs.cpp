@@ -23,15 +23,21 @@
 
 static void xdie(const char* m) { fprintf(stderr, "emu: %s\n", m); abort(); }
 
-// ---- warp reductions (through the fibers' shuffle) ---------------------------------------------
-double emu_shfl_xor(double v, int o);
+// ---- warp reductions (through the fibers' warp exchange) ---------------------------------------
+void emu_warp_gather(const void* mine, void* all, size_t bytes);
+// __reduce_{max,add}_sync over the whole warp: one exchange, then every lane folds the 32 values
+// (max and the wrapping u32 sum do not depend on the order)
 unsigned int emu_reduce_max_u32(unsigned int v) {
-    for (int o = 16; o > 0; o >>= 1) { unsigned int w = (unsigned int)emu_shfl_xor((double)v, o); v = v > w ? v : w; }
+    unsigned int all[32];
+    emu_warp_gather(&v, all, sizeof(v));
+    for (int i = 0; i < 32; i++) v = v > all[i] ? v : all[i];
     return v;
 }
 unsigned int emu_reduce_add_u32(unsigned int v) {
-    for (int o = 16; o > 0; o >>= 1) { unsigned int w = (unsigned int)emu_shfl_xor((double)v, o); v = v + w; }
-    return v;
+    unsigned int all[32], sum = 0;
+    emu_warp_gather(&v, all, sizeof(v));
+    for (int i = 0; i < 32; i++) sum += all[i];
+    return sum;
 }
 
 extern "C" {

@@ -113,6 +113,7 @@ struct Fiber {
     bool done;
     uint3 tid;
     int linear;
+    unsigned coll;  // warp collectives made so far: its parity picks the exchange slot
     void* stack;
     void* sp;
 };
@@ -151,7 +152,10 @@ static const char* g_kernel = "";
 // block barrier
 static int g_alive = 0, g_bar_count = 0, g_bar_gen = 0;
 // warps
-struct Warp { int alive, count, gen; double buf[32]; unsigned char bytes[32 * 64]; };
+// A warp collective is one barrier: each lane writes its value into the exchange slot of the
+// collective's parity, waits for the warp, then reads. Slot p is written again two collectives
+// later, after every lane has passed the barrier in between, so after every lane has read it.
+struct Warp { int alive, count, gen; double buf[2][32]; unsigned char bytes[2][32 * 64]; };
 static std::vector<Warp> g_warps;
 static long long g_spins = 0;
 
@@ -184,12 +188,10 @@ double emu_shfl_xor(double v, int o) {
     if (nthreads % 32 != 0) die("kernel %s: warp shuffle with a block of %lld threads (not a multiple of 32)", g_kernel, nthreads);
     Warp& w = g_warps[g_cur->linear / 32];
     if (w.alive != 32) die("kernel %s: full-mask warp shuffle with %lld live lanes", g_kernel, w.alive);
-    int lane = g_cur->linear % 32;
-    w.buf[lane] = v;
+    int lane = g_cur->linear % 32, p = g_cur->coll++ & 1;
+    w.buf[p][lane] = v;
     warp_barrier(w);
-    double r = w.buf[lane ^ o];
-    warp_barrier(w);
-    return r;
+    return w.buf[p][lane ^ o];
 }
 
 void emu_warp_gather(const void* mine, void* all, size_t bytes) {
@@ -197,11 +199,10 @@ void emu_warp_gather(const void* mine, void* all, size_t bytes) {
     if (bytes > 64) die("kernel %s: warp gather of %lld bytes per lane (at most 64)", g_kernel, (long long)bytes);
     Warp& w = g_warps[g_cur->linear / 32];
     if (w.alive != 32) die("kernel %s: warp-wide instruction with %lld live lanes", g_kernel, w.alive);
-    int lane = g_cur->linear % 32;
-    memcpy(w.bytes + lane * bytes, mine, bytes);
+    int lane = g_cur->linear % 32, p = g_cur->coll++ & 1;
+    memcpy(w.bytes[p] + lane * bytes, mine, bytes);
     warp_barrier(w);
-    memcpy(all, w.bytes, 32 * bytes);
-    warp_barrier(w);
+    memcpy(all, w.bytes[p], 32 * bytes);
 }
 
 static void run_block_fibers(dim3 block) {
@@ -215,6 +216,7 @@ static void run_block_fibers(dim3 block) {
         Fiber& f = g_fibers[i];
         f.done = false;
         f.linear = i;
+        f.coll = 0;
         f.tid.x = i % block.x; f.tid.y = (i / block.x) % block.y; f.tid.z = i / (block.x * block.y);
         f.stack = g_stacks[i];
         // a fresh stack whose first switch "returns" into trampoline
