@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 #include <functional>
+#include <sys/mman.h>
 
 
 uint3 threadIdx, blockIdx;
@@ -117,7 +118,13 @@ struct Fiber {
     void* stack;
     void* sp;
 };
-static const size_t STACK = 256 * 1024;
+// Fiber stacks: one region for the largest block (1024 threads), STACK bytes each, on transparent
+// huge pages where the kernel allows: resuming a fiber reads the top of its stack, and with 4 KiB
+// pages every resume of a 512-thread block would miss the TLB. A canary at the bottom of each
+// stack catches an overflow when the block ends (the usable depth is STACK - 16 KiB, see below).
+static const size_t STACK = 128 * 1024;
+static const int MAX_FIBERS = 1024;
+static const uint64_t STACK_CANARY = 0x5AFEC0DE5AFEC0DEull;
 // minimal x86-64 context switch (callee-saved registers + stack pointer; no signal mask syscalls)
 extern "C" void emu_ctx_switch(void** save_sp, void* load_sp);
 asm(R"(
@@ -143,7 +150,7 @@ emu_ctx_switch:
 .size emu_ctx_switch, .-emu_ctx_switch
 )");
 static void* g_sched_sp = NULL;
-static std::vector<void*> g_stacks;
+static unsigned char* g_stack_pool = NULL;
 static std::vector<Fiber> g_fibers;
 static Fiber* g_cur = NULL;
 static const std::function<void()>* g_fn = NULL;
@@ -207,7 +214,13 @@ void emu_warp_gather(const void* mine, void* all, size_t bytes) {
 
 static void run_block_fibers(dim3 block) {
     int n = block.x * block.y * block.z;
-    while ((int)g_stacks.size() < n) g_stacks.push_back(malloc(STACK));
+    if (n > MAX_FIBERS) die("kernel %s: %lld threads in a block (at most 1024)", g_kernel, n);
+    if (!g_stack_pool) {
+        void* p = mmap(NULL, STACK * MAX_FIBERS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) die("cannot map the fiber stacks");
+        madvise(p, STACK * MAX_FIBERS, MADV_HUGEPAGE);  // advice only: 4 KiB pages work, slower
+        g_stack_pool = (unsigned char*)p;
+    }
     g_fibers.assign(n, Fiber());
     g_warps.assign((n + 31) / 32, Warp());
     for (int i = 0; i < (n + 31) / 32; i++) { g_warps[i].alive = std::min(32, n - 32 * i); g_warps[i].count = 0; g_warps[i].gen = 0; }
@@ -218,9 +231,12 @@ static void run_block_fibers(dim3 block) {
         f.linear = i;
         f.coll = 0;
         f.tid.x = i % block.x; f.tid.y = (i / block.x) % block.y; f.tid.z = i / (block.x * block.y);
-        f.stack = g_stacks[i];
+        f.stack = g_stack_pool + (size_t)i * STACK;
+        memcpy(f.stack, &STACK_CANARY, sizeof(STACK_CANARY));
         // a fresh stack whose first switch "returns" into trampoline
-        uintptr_t top = ((uintptr_t)f.stack + STACK) & ~(uintptr_t)15;
+        // tops staggered by 64 bytes per fiber (16 KiB at most): stacks STACK apart would put every
+        // fiber's top in the same cache sets
+        uintptr_t top = ((uintptr_t)f.stack + STACK - (size_t)(i % 256) * 64) & ~(uintptr_t)15;
         void** sp = (void**)top;
         *--sp = NULL;                               // alignment slot (trampoline never returns)
         *--sp = (void*)&trampoline;                 // return address of the first switch
@@ -257,6 +273,9 @@ static void run_block_fibers(dim3 block) {
         }
     }
     g_cur = NULL;
+    for (int i = 0; i < n; i++)
+        if (memcmp(g_fibers[i].stack, &STACK_CANARY, sizeof(STACK_CANARY)) != 0)
+            die("kernel %s: a thread overflowed its %lld-byte fiber stack", g_kernel, (long long)STACK);
 }
 
 #include <chrono>
