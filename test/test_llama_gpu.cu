@@ -16,14 +16,20 @@
 //                                    grad norms (rel)   6.3e-2 -> 0.15
 //                                    weight change, per-tensor relative L2   0.11 -> 0.25
 //   10 training steps, AdamW (lr 1e-2 oscillates here, which amplifies any difference):
-//                                    losses 3.2e-2 -> 0.1, grad norms 0.30 -> 0.6,
+//                                    losses 3.2e-2 -> 0.1, grad norms 0.30 -> 0.6 (0.8: flash, below),
 //                                    weight change per-tensor relative L2 0.13 -> 0.35
 // They bound what bf16 costs, not rounding noise, so their margin is about 2x over that cost.
 // Run on the CPU through dev/emu (cuBLAS emulated with OpenBLAS), the worst cases over five OpenBLAS
 // kernel families (dev/tolerance_sweep.py) are those of the emulation or below: logits 2.9e-3,
 // loss 1.5e-5, gradients 8.3e-3; Muon losses 2.9e-3, grad norms 6.4e-2, weight change 0.108;
 // AdamW losses 2.0e-2, grad norms 0.304, weight change 0.130; none varies by more than 1.5x
-// across the kernels. On a GPU, cuBLASLt's own summation order adds to them.
+// across the kernels. Those figures are the unfused attention's (cublas). The fused flash path
+// (the default: the fixture's head size is 16) rounds P and dS per 64-key tile and sums in
+// another order; its worst cases over four kernel families (Prescott, Nehalem, Sandybridge,
+// Haswell) and the CPU's own: logits 2.9e-3, gradients 9.8e-3 (ln2w); Muon losses 2.4e-3, grad
+// norms 5.6e-2, weight change 0.104; AdamW losses 4.2e-2, grad norms 0.398, weight change 0.133,
+// each within 1.05x across the kernels. The AdamW grad-norm bound is 0.8 for it (2x; 0.6 before).
+// On a GPU, cuBLASLt's own summation order adds to them.
 // Every run must also lower the loss and stay finite. Other checks: gradient accumulation (two
 // micro-steps of B/2 equal one step of B: 1e-2), bitwise repeatability of forward + backward,
 // padded vocabulary rows get exactly zero gradient, and checkpoints: a GPU-written model and
@@ -58,7 +64,7 @@ static const double TOL_LOSS = 1e-3;
 static const double TOL_GRADS = 2e-2;
 static const double TOL_ACCUM = 1e-2;
 static const double TOL_MUON_LOSSES = 2e-2, TOL_MUON_NORMS = 0.15, TOL_MUON_WEIGHTS = 0.25;
-static const double TOL_ADAMW_LOSSES = 0.1, TOL_ADAMW_NORMS = 0.6, TOL_ADAMW_WEIGHTS = 0.35;
+static const double TOL_ADAMW_LOSSES = 0.1, TOL_ADAMW_NORMS = 0.8, TOL_ADAMW_WEIGHTS = 0.35;
 
 typedef struct {
     const int* inputs;
