@@ -113,15 +113,27 @@ static inline bool cuda_aligned16(const void* p) { return ((uintptr_t)p & 15) ==
 // ----------------------------------------------------------------------------
 // warp and block reductions (blockDim.x a multiple of 32, at most 1024)
 
+// Under dev/emu (EMU_WARP_REDUCE) each butterfly below runs in one warp exchange instead of five:
+// the same xor tree (o = 16, 8, 4, 2, 1, x_lane combined with x_(lane^o)) on the 32 lane values,
+// so the same bits in every lane, at a fifth of the emulated cost.
 __device__ __forceinline__ float cuda_warp_sum(float x) {
+#if !defined(__CUDA_ARCH__) && defined(EMU_WARP_REDUCE)
+    return (float)emu_warp_butterfly(x, EMU_BUTTERFLY_SUM_F32);
+#endif
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 __device__ __forceinline__ float cuda_warp_max(float x) {
+#if !defined(__CUDA_ARCH__) && defined(EMU_WARP_REDUCE)
+    return (float)emu_warp_butterfly(x, EMU_BUTTERFLY_MAX_F32);
+#endif
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
 __device__ __forceinline__ double cuda_warp_sum_double(double x) {
+#if !defined(__CUDA_ARCH__) && defined(EMU_WARP_REDUCE)
+    return emu_warp_butterfly(x, EMU_BUTTERFLY_SUM_F64);
+#endif
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }

@@ -11,6 +11,10 @@
 //     matrix read row by row (four threads per row); .trans reads it column-major (the transpose).
 //   - "cp.async" (src-size below cp-size zero-fills the rest), "cp.async.commit_group",
 //     "cp.async.wait_group" (N = 0: every committed group of the thread has completed).
+// Also llmc/cuda_common.cuh's warp reductions (cuda_warp_sum, cuda_warp_max, cuda_warp_sum_double)
+// against the xor butterfly of __shfl_xor_sync written out on the host (round o = 16..1: lane l
+// combines its value with lane l ^ o's), bit for bit in every lane of two warps, on values whose
+// sum depends on the order; dev/emu computes these in one exchange and must give the same bits.
 // Checks, one warp each: mma on fragments built from the tables, and with A / B loaded by
 // ldmatrix_x4 ([n][k] B) or ldmatrix_x4_trans ([k][n] B), every D element against a double product
 // (integers: exact; bf16 fractions: fp32 accumulation); ldmatrix_x4[_trans], every register half,
@@ -124,12 +128,20 @@ __global__ void cp_async_kernel(uint32_t* out, const uint32_t* src) {
     for (int j = 0; j < 4; j++) out[lane * 4 + j] = s[(lane + 5) % 32 * 4 + j];
 }
 
+// sum, mx, dsum (64): each lane's warp reduction of x / xd (64)
+__global__ void warp_reduce_kernel(float* sum, float* mx, double* dsum, const float* x, const double* xd) {
+    int t = threadIdx.x;
+    sum[t] = cuda_warp_sum(x[t]);
+    mx[t] = cuda_warp_max(x[t]);
+    dsum[t] = cuda_warp_sum_double(xd[t]);
+}
+
 // ---- host
 static uint16_t to_bf16(float x) { uint32_t u; memcpy(&u, &x, 4); return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }  // nearest even
 static float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float x; memcpy(&x, &u, 4); return x; }
 static char* arena;  // device memory for every buffer of the test (small), handed out in order
 static size_t arena_used;
-static const size_t ARENA_BYTES = 64 << 10;
+static const size_t ARENA_BYTES = 128 << 10;
 template <typename T> static T* to_dev(const T* h, size_t n) {
     T* d = (T*)(arena + arena_used);
     arena_used += (n * sizeof(T) + 255) / 256 * 256;
@@ -270,6 +282,55 @@ static void test_cp_async(void) {
     test_check("mma_layout.cp_async16_copy_and_zero_fill", !first[0], "%s", first);
 }
 
+// each lane's value after the xor butterfly of __shfl_xor_sync over one warp's v (32)
+template <typename T, typename F> static void butterfly(T* v, F combine) {
+    for (int o = 16; o > 0; o >>= 1) {
+        T next[32];
+        for (int l = 0; l < 32; l++) next[l] = combine(v[l], v[l ^ o]);
+        memcpy(v, next, sizeof(next));
+    }
+}
+
+static void test_warp_reductions(void) {
+    float x[64], sum[64] = {0}, mx[64] = {0};
+    double xd[64], dsum[64] = {0};
+    uint32_t r = 12345;
+    for (int t = 0; t < 64; t++) {  // magnitudes 2^-10..2^20, both signs: the order of the sum shows
+        r = r * 1664525u + 1013904223u;
+        float u = (float)(r >> 8) / 16777216.0f;
+        x[t] = ldexpf(u + 0.5f, (int)(r % 31) - 10) * ((r >> 5) & 1 ? -1.0f : 1.0f);
+        xd[t] = (double)x[t] * (1.0 + 1e-9 * t);
+    }
+    x[37] = NAN;        // fmaxf keeps the other operand; the sum of warp 1 is NaN
+    x[40] = -INFINITY;
+    float* dsum_f = to_dev(sum, 64);
+    float* dmx = to_dev(mx, 64);
+    double* ddsum = to_dev(dsum, 64);
+    warp_reduce_kernel<<<1, 64>>>(dsum_f, dmx, ddsum, to_dev(x, 64), to_dev(xd, 64));
+    KERNEL_CHECK();
+    to_host(sum, dsum_f, 64);
+    to_host(mx, dmx, 64);
+    to_host(dsum, ddsum, 64);
+    char first[200] = "";
+    for (int w = 0; w < 2; w++) {
+        float ws[32], wm[32];
+        double wd[32];
+        memcpy(ws, x + 32 * w, sizeof(ws));
+        memcpy(wm, x + 32 * w, sizeof(wm));
+        memcpy(wd, xd + 32 * w, sizeof(wd));
+        butterfly(ws, [](float a, float b) { return a + b; });
+        butterfly(wm, [](float a, float b) { return fmaxf(a, b); });
+        butterfly(wd, [](double a, double b) { return a + b; });
+        for (int l = 0; l < 32 && !first[0]; l++) {
+            int t = 32 * w + l;
+            if (memcmp(&sum[t], &ws[l], 4) || memcmp(&mx[t], &wm[l], 4) || memcmp(&dsum[t], &wd[l], 8))
+                snprintf(first, sizeof first, "warp %d lane %d: sum %a / %a, max %a / %a, double sum %a / %a (got / butterfly)",
+                         w, l, sum[t], ws[l], mx[t], wm[l], dsum[t], wd[l]);
+        }
+    }
+    test_check("mma_layout.warp_reductions_are_the_shuffle_butterfly", !first[0], "%s", first);
+}
+
 int main(void) {
     if (!cuda_device_present()) {
         test_skip("mma_layout", "no CUDA device");
@@ -280,6 +341,7 @@ int main(void) {
     test_mma();
     test_ldmatrix();
     test_cp_async();
+    test_warp_reductions();
     CUDA_CHECK(cudaFree(arena));
     return test_exit_code();
 }

@@ -20,7 +20,7 @@ if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || { [ ! -f "$CUDA_INC/nccl.h" ] && [ ! -
     echo "dev/emu/build.sh: needs the CUDA headers (cuda_runtime.h, nccl.h) under $CUDA_INC" >&2; exit 2
 fi
 python3 "$ROOT/dev/emu/rewrite_launches.py" "$ROOT" "$OUT/src" > "$OUT/kernels.txt"
-CXX=(mpicxx -std=c++17 -O2 -fopenmp -ffp-contract=off -Wall -Wno-unused-function -Wno-unused-variable -I"$CUDA_INC")
+CXX=(mpicxx -std=c++17 -O3 -march=native -fopenmp -ffp-contract=off -Wall -Wno-unused-function -Wno-unused-variable -I"$CUDA_INC")
 LIBS=(-lopenblas -llapacke -lm)
 "${CXX[@]}" -c "$ROOT/dev/emu/emu_runtime.cpp" -o "$OUT/emu_runtime.o" &
 "${CXX[@]}" -c "$ROOT/dev/emu/emu_libs.cpp" -o "$OUT/emu_libs.o" &

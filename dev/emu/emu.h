@@ -23,7 +23,35 @@ extern dim3 blockDim, gridDim;
 // runs fn for every thread of the grid; fibers = the kernel uses barriers or warp collectives;
 // smem = the launch's dynamic shared memory bytes (what emu_dynamic_smem() hands the kernel)
 void emu_launch(const char* name, bool fibers, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn);
-#define EMU_LAUNCH(name, fibers, grid, block, smem, ...) emu_launch(name, fibers, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
+// A kernel without barriers runs its threads in a plain loop here, in the program's own code, so
+// that the compiler inlines the kernel's body into the loop (a call through std::function per
+// thread costs more than most of these bodies). emu_launch_begin checks the launch and sets
+// gridDim / blockDim (false: an invalid launch, recorded for cudaGetLastError); emu_launch_end
+// ends its profile entry.
+bool emu_launch_begin(const char* name, dim3 grid, dim3 block, size_t smem);
+void emu_launch_end(const char* name);
+template <typename F>
+__attribute__((flatten)) static inline void emu_launch_plain(const char* name, dim3 grid, dim3 block, size_t smem, const F& fn) {
+    if (!emu_launch_begin(name, grid, block, smem)) return;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+                for (unsigned tz = 0; tz < block.z; tz++)
+                    for (unsigned ty = 0; ty < block.y; ty++)
+                        for (unsigned tx = 0; tx < block.x; tx++) {
+                            threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;
+                            fn();
+                        }
+            }
+    emu_launch_end(name);
+}
+// fibers is the literal true or false that rewrite_launches.py writes
+#define EMU_LAUNCH(name, fibers, grid, block, smem, ...) EMU_LAUNCH_##fibers(name, grid, block, smem, __VA_ARGS__)
+#define EMU_LAUNCH_true(name, grid, block, smem, ...) \
+    emu_launch(name, true, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
+#define EMU_LAUNCH_false(name, grid, block, smem, ...) \
+    emu_launch_plain(name, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
 // `extern __shared__ T name[];` is rewritten to `T* name = (T*)emu_dynamic_smem();`: one buffer of
 // the launch's size, shared by the threads of the block running now
 void* emu_dynamic_smem();
@@ -33,6 +61,11 @@ void __syncthreads();
 double emu_shfl_xor(double v, int lane_mask);
 unsigned int emu_reduce_max_u32(unsigned int v);
 unsigned int emu_reduce_add_u32(unsigned int v);
+// llmc/cuda_common.cuh's warp sums and max (EMU_WARP_REDUCE): every lane's result of the xor
+// butterfly over the warp's 32 values, computed once per warp in one exchange
+#define EMU_WARP_REDUCE 1
+enum { EMU_BUTTERFLY_SUM_F32 = 0, EMU_BUTTERFLY_MAX_F32 = 1, EMU_BUTTERFLY_SUM_F64 = 2 };
+double emu_warp_butterfly(double v, int op);
 template <typename T>
 static inline T __shfl_xor_sync(unsigned, T v, int lane_mask) { return (T)emu_shfl_xor((double)v, lane_mask); }
 static inline unsigned int __reduce_max_sync(unsigned, unsigned int v) { return emu_reduce_max_u32(v); }

@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cublasLt.h>
 #include <cstdio>
+#include <cmath>
 #include <cblas.h>
 #include <algorithm>
 #include <cstdlib>
@@ -162,31 +163,76 @@ static int g_alive = 0, g_bar_count = 0, g_bar_gen = 0;
 // A warp collective is one barrier: each lane writes its value into the exchange slot of the
 // collective's parity, waits for the warp, then reads. Slot p is written again two collectives
 // later, after every lane has passed the barrier in between, so after every lane has read it.
-struct Warp { int alive, count, gen; double buf[2][32]; unsigned char bytes[2][32 * 64]; };
+struct Warp { int alive, count, gen; int op; double buf[2][32]; unsigned char bytes[2][32 * 64]; };
 static std::vector<Warp> g_warps;
 static long long g_spins = 0;
 
-static void yield_to_sched() { emu_ctx_switch(&g_cur->sp, g_sched_sp); }
+// The threads of a block run as a ring: a thread that waits at a barrier switches straight to
+// the next thread (in index order, wrapping) that has not finished, and the last one to arrive
+// goes on. So a barrier costs one switch per thread, and the scheduler (run_block_fibers) is
+// entered only at the start and when the block's last thread finishes. A full lap of the ring in
+// which no barrier opened and no thread finished is idle; four in a row mean the threads wait at
+// barriers that can never open.
+static int g_nfibers = 0;
+static long long g_progress = 0, g_progress_at_lap = 0;
+static int g_idle_laps = 0;
 
-// first code a fiber runs: the thread's body, then back to the scheduler for good
+static Fiber* next_fiber() {
+    int i = g_cur->linear;
+    do {
+        if (++i == g_nfibers) {
+            i = 0;
+            if (g_progress == g_progress_at_lap) {
+                if (++g_idle_laps > 3) die("kernel %s: deadlock (threads of a block wait at different barriers)", g_kernel);
+            } else {
+                g_idle_laps = 0;
+                g_progress_at_lap = g_progress;
+            }
+        }
+    } while (g_fibers[i].done);
+    return &g_fibers[i];
+}
+static void switch_to(Fiber* f) {
+    Fiber* from = g_cur;
+    g_cur = f;
+    threadIdx = f->tid;
+    emu_ctx_switch(&from->sp, f->sp);
+}
+static void wait_for_next() { g_spins++; switch_to(next_fiber()); }
+
+// first code a fiber runs: the thread's body; then it leaves the ring for good (opening a
+// barrier its exit completes) and hands over to the next thread, or to the scheduler
 static void trampoline() {
     (*g_fn)();
-    g_cur->done = true;
-    emu_ctx_switch(&g_cur->sp, g_sched_sp);  // never resumed
-    abort();
+    Fiber* f = g_cur;
+    f->done = true;
+    g_alive--;
+    g_progress++;
+    Warp& w = g_warps[f->linear / 32];
+    w.alive--;
+    if (g_bar_count > 0 && g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; }
+    if (w.count > 0 && w.count == w.alive) { w.count = 0; w.gen++; }
+    if (g_alive == 0) emu_ctx_switch(&f->sp, g_sched_sp);
+    else switch_to(next_fiber());
+    abort();  // never resumed
 }
 
 void __syncthreads() {
     if (!g_fiber_mode) die("kernel %s calls __syncthreads but was launched without fibers", g_kernel);
     int g = g_bar_gen;
-    if (++g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; return; }
-    while (g_bar_gen == g) { g_spins++; yield_to_sched(); }
+    if (++g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; g_progress++; return; }
+    while (g_bar_gen == g) wait_for_next();
 }
 
-static void warp_barrier(Warp& w) {
+// last: run by the lane that completes the barrier, before the others go on
+static void warp_barrier(Warp& w, void (*last)(Warp&, int) = NULL, int slot = 0) {
     int g = w.gen;
-    if (++w.count == w.alive) { w.count = 0; w.gen++; return; }
-    while (w.gen == g) { g_spins++; yield_to_sched(); }
+    if (++w.count == w.alive) {
+        if (last) last(w, slot);
+        w.count = 0; w.gen++; g_progress++;
+        return;
+    }
+    while (w.gen == g) wait_for_next();
 }
 
 double emu_shfl_xor(double v, int o) {
@@ -199,6 +245,36 @@ double emu_shfl_xor(double v, int o) {
     w.buf[p][lane] = v;
     warp_barrier(w);
     return w.buf[p][lane ^ o];
+}
+
+// the butterfly of llmc/cuda_common.cuh's warp reductions on the 32 values of a slot, in place:
+// round o combines lane l's value with lane (l ^ o)'s, x_l first, as `x += __shfl_xor_sync(x, o)`
+template <typename T, typename F>
+static void butterfly(double* v, F combine) {
+    T x[32], y[32];
+    for (int l = 0; l < 32; l++) x[l] = (T)v[l];
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int l = 0; l < 32; l++) y[l] = combine(x[l], x[l ^ o]);
+        memcpy(x, y, sizeof(x));
+    }
+    for (int l = 0; l < 32; l++) v[l] = (double)x[l];
+}
+static void butterfly_last(Warp& w, int slot) {
+    double* v = w.buf[slot];
+    if (w.op == 0) butterfly<float>(v, [](float a, float b) { return a + b; });
+    else if (w.op == 1) butterfly<float>(v, [](float a, float b) { return fmaxf(a, b); });
+    else butterfly<double>(v, [](double a, double b) { return a + b; });
+}
+// op: emu.h's EMU_BUTTERFLY_*: 0 float sum, 1 float max (fmaxf), 2 double sum
+double emu_warp_butterfly(double v, int op) {
+    if (!g_fiber_mode) die("kernel %s uses a warp reduction but was launched without fibers", g_kernel);
+    Warp& w = g_warps[g_cur->linear / 32];
+    if (w.alive != 32) die("kernel %s: full-mask warp reduction with %lld live lanes", g_kernel, w.alive);
+    int lane = g_cur->linear % 32, p = g_cur->coll++ & 1;
+    w.buf[p][lane] = v;
+    w.op = op;  // the same in every lane (one call site of the warp at a time)
+    warp_barrier(w, butterfly_last, p);
+    return w.buf[p][lane];
 }
 
 void emu_warp_gather(const void* mine, void* all, size_t bytes) {
@@ -221,10 +297,14 @@ static void run_block_fibers(dim3 block) {
         madvise(p, STACK * MAX_FIBERS, MADV_HUGEPAGE);  // advice only: 4 KiB pages work, slower
         g_stack_pool = (unsigned char*)p;
     }
-    g_fibers.assign(n, Fiber());
-    g_warps.assign((n + 31) / 32, Warp());
-    for (int i = 0; i < (n + 31) / 32; i++) { g_warps[i].alive = std::min(32, n - 32 * i); g_warps[i].count = 0; g_warps[i].gen = 0; }
+    // sized once and reused: a Warp holds 4.6 KB of exchange slots that need no clearing
+    if ((int)g_fibers.size() < n) g_fibers.resize(n);
+    const int nw = (n + 31) / 32;
+    if ((int)g_warps.size() < nw) g_warps.resize(nw);
+    for (int i = 0; i < nw; i++) { g_warps[i].alive = std::min(32, n - 32 * i); g_warps[i].count = 0; g_warps[i].gen = 0; }
+    g_nfibers = n;
     g_alive = n; g_bar_count = 0; g_bar_gen = 0;
+    g_idle_laps = 0; g_progress_at_lap = g_progress;
     for (int i = 0; i < n; i++) {
         Fiber& f = g_fibers[i];
         f.done = false;
@@ -243,35 +323,10 @@ static void run_block_fibers(dim3 block) {
         for (int r = 0; r < 6; r++) *--sp = NULL;   // rbp rbx r12..r15
         f.sp = (void*)sp;
     }
-    int live = n;
-    long long idle_rounds = 0;
-    while (live > 0) {
-        long long before_gen = g_bar_gen, exits = 0;
-        long long warp_gen_sum = 0;
-        for (Warp& w : g_warps) warp_gen_sum += w.gen;
-        for (int i = 0; i < n; i++) {
-            Fiber& f = g_fibers[i];
-            if (f.done) continue;
-            g_cur = &f;
-            threadIdx = f.tid;
-            emu_ctx_switch(&g_sched_sp, f.sp);
-            if (f.done) {
-                live--; exits++;
-                g_alive--;
-                Warp& w = g_warps[i / 32];
-                w.alive--;
-                if (g_bar_count > 0 && g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; }
-                if (w.count > 0 && w.count == w.alive) { w.count = 0; w.gen++; }
-            }
-        }
-        long long warp_gen_sum2 = 0;
-        for (Warp& w : g_warps) warp_gen_sum2 += w.gen;
-        if (exits == 0 && before_gen == g_bar_gen && warp_gen_sum == warp_gen_sum2) {
-            if (++idle_rounds > 3) die("kernel %s: deadlock (threads of a block wait at different barriers)", g_kernel);
-        } else {
-            idle_rounds = 0;
-        }
-    }
+    // the ring runs until its last thread finishes and switches back here
+    g_cur = &g_fibers[0];
+    threadIdx = g_cur->tid;
+    emu_ctx_switch(&g_sched_sp, g_cur->sp);
     g_cur = NULL;
     for (int i = 0; i < n; i++)
         if (memcmp(g_fibers[i].stack, &STACK_CANARY, sizeof(STACK_CANARY)) != 0)
@@ -280,16 +335,21 @@ static void run_block_fibers(dim3 block) {
 
 #include <chrono>
 #include <string>
-static std::map<std::string, double> g_prof;
+// EMU_PROFILE=1: per kernel, the seconds, launches and threads, printed at exit (largest first)
+struct ProfEntry { double seconds = 0, threads = 0; long long launches = 0; };
+static std::map<std::string, ProfEntry> g_prof;
 static bool g_prof_on = getenv("EMU_PROFILE") != NULL;
 static void emu_prof_dump() {
     std::vector<std::pair<double, std::string>> v;
-    for (auto& kv : g_prof) v.push_back({kv.second, kv.first});
+    for (auto& kv : g_prof) v.push_back({kv.second.seconds, kv.first});
     std::sort(v.rbegin(), v.rend());
-    for (size_t i = 0; i < v.size() && i < 25; i++) fprintf(stderr, "EMU PROFILE %8.2f s  %s\n", v[i].first, v[i].second.c_str());
+    for (size_t i = 0; i < v.size() && i < 25; i++) {
+        const ProfEntry& e = g_prof[v[i].second];
+        fprintf(stderr, "EMU PROFILE %8.2f s %6lld launches %9.3g threads %6.1f ns/thread  %s\n", e.seconds, e.launches, e.threads,
+                1e9 * e.seconds / std::max(1.0, e.threads), v[i].second.c_str());
+    }
 }
 struct EmuProfAtExit { ~EmuProfAtExit() { if (g_prof_on) emu_prof_dump(); } } g_prof_at_exit;
-static void emu_launch_inner(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn);
 static std::vector<unsigned char> g_dynamic_smem;
 static size_t g_dynamic_smem_bytes = 0;
 static const size_t EMU_MAX_DYNAMIC_SMEM = 227 * 1024;  // sm_90's opt-in limit per block
@@ -297,48 +357,57 @@ void* emu_dynamic_smem() {
     if (g_dynamic_smem_bytes == 0) die("kernel %s uses dynamic shared memory but was launched with 0 bytes of it", g_kernel);
     return g_dynamic_smem.data();
 }
-void emu_launch(const char* name, bool sync, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
+static bool launch_config_ok(const char* name, dim3 grid, dim3 block, size_t smem) {
     if (smem > EMU_MAX_DYNAMIC_SMEM) {
         fprintf(stderr, "EMU: kernel %s: %zu bytes of dynamic shared memory (at most %zu)\n", name, smem, EMU_MAX_DYNAMIC_SMEM);
         g_last_error = cudaErrorInvalidConfiguration;
-        return;
+        return false;
     }
-    g_dynamic_smem_bytes = smem;
-    if (g_dynamic_smem.size() < smem) g_dynamic_smem.resize(smem);
-    memset(g_dynamic_smem.data(), 0xFF, smem);  // garbage, as on a GPU
-    if (!g_prof_on) { emu_launch_inner(name, sync, grid, block, fn); return; }
-    auto t0 = std::chrono::steady_clock::now();
-    emu_launch_inner(name, sync, grid, block, fn);
-    g_prof[name] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-static void emu_launch_inner(const char* name, bool sync, dim3 grid, dim3 block, const std::function<void()>& fn) {
     long long nthreads = (long long)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
         fprintf(stderr, "EMU: kernel %s: invalid launch configuration grid (%u,%u,%u) block (%u,%u,%u)\n", name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
         g_last_error = cudaErrorInvalidConfiguration;
-        return;
+        return false;
     }
+    g_dynamic_smem_bytes = smem;
+    if (g_dynamic_smem.size() < smem) g_dynamic_smem.resize(smem);
+    memset(g_dynamic_smem.data(), 0xFF, smem);  // garbage, as on a GPU
     g_kernel = name;
     gridDim = grid;
     blockDim = block;
+    return true;
+}
+static void prof_add(const char* name, std::chrono::steady_clock::time_point t0, dim3 grid, dim3 block) {
+    ProfEntry& e = g_prof[name];
+    e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    e.launches++;
+    e.threads += (double)grid.x * grid.y * grid.z * block.x * block.y * block.z;
+}
+static std::chrono::steady_clock::time_point g_plain_t0;
+bool emu_launch_begin(const char* name, dim3 grid, dim3 block, size_t smem) {
+    if (!launch_config_ok(name, grid, block, smem)) return false;
+    g_fiber_mode = false;
+    if (g_prof_on) g_plain_t0 = std::chrono::steady_clock::now();
+    return true;
+}
+void emu_launch_end(const char* name) {
+    if (g_prof_on) prof_add(name, g_plain_t0, gridDim, blockDim);
+}
+// a kernel with barriers or warp collectives: every block's threads as fibers
+void emu_launch(const char* name, bool sync, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
+    if (!sync) die("emu_launch: kernel %s without barriers goes through emu_launch_plain", name);
+    if (!launch_config_ok(name, grid, block, smem)) return;
+    auto t0 = std::chrono::steady_clock::now();
     g_fn = &fn;
-    g_fiber_mode = sync;
+    g_fiber_mode = true;
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-                if (sync) {
-                    run_block_fibers(block);
-                } else {
-                    for (unsigned tz = 0; tz < block.z; tz++)
-                        for (unsigned ty = 0; ty < block.y; ty++)
-                            for (unsigned tx = 0; tx < block.x; tx++) {
-                                threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;
-                                fn();
-                            }
-                }
+                run_block_fibers(block);
             }
     g_fiber_mode = false;
+    if (g_prof_on) prof_add(name, t0, grid, block);
 }
 
 // ---------------------------------------------------------------- GEMMs
