@@ -38,6 +38,9 @@ static const char* const LLAMA_TENSOR_NAMES[LLAMA_NUM_TENSORS] = {
 static inline int llama_head_size(const LlamaConfig* c) { return c->C / c->NH; }
 static inline int llama_qkv_channels(const LlamaConfig* c) { return (c->NH + 2 * c->NKV) * llama_head_size(c); }
 
+// Vp: V rounded up to a multiple of 128 (the rows of wte and lm_head)
+static inline int llama_padded_vocab(int V) { return (V + 127) / 128 * 128; }
+
 // Returns 1 and fills *out for a known preset name, else 0.
 static inline int llama_preset(const char* name, LlamaConfig* out) {
     struct { const char* name; int C, L, NH, NKV, FF, T; } presets[] = {

@@ -22,6 +22,10 @@
 static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world_size, bool* from_file) {
     *from_file = !llama_preset(tc->model.c_str(), lc);
     if (*from_file) checkpoint_read_model_header(tc->model.c_str(), "-e", lc, NULL);
+    if (tc->vocab_size > 0 && *from_file && tc->vocab_size != lc->V)
+        user_error("--vocab-size: the checkpoint '%s' has a vocabulary of %d, found --vocab-size %d (hint: leave --vocab-size out with a checkpoint)",
+                   tc->model.c_str(), lc->V, tc->vocab_size);
+    if (tc->vocab_size > 0) { lc->V = tc->vocab_size; lc->Vp = llama_padded_vocab(lc->V); }
     if (tc->T == 0) tc->T = lc->T;
     if (tc->T > lc->T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc->T, tc->T);
     // the layers index a micro-batch's tokens with int: B*T must fit (64-bit products below)

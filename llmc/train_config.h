@@ -26,6 +26,7 @@ typedef struct {
     std::string train_data;    // -i  glob of train shards
     std::string val_data;      // -j  glob of val shards
     std::string model;         // -e  preset name or checkpoint file
+    int vocab_size;            // --vocab-size V of a preset (0 = GPT-2's; a checkpoint keeps its own)
     std::string output_dir;    // -o  logs and checkpoints ("" = none)
     int B;                     // -b  micro-batch
     int T;                     // -t  sequence length (0 = the model's T)
@@ -71,6 +72,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->train_data = TRAIN_DEFAULT_TRAIN_DATA;
     c->val_data = TRAIN_DEFAULT_VAL_DATA;
     c->model = "tiny";
+    c->vocab_size = 0;
     c->output_dir = "";
     c->B = 4;
     c->T = 0;
@@ -140,6 +142,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-i", "--train-data", OPT_STR, train_data, 0, 0, NULL, OPT_RUN, "glob of train shards"),
     TOPT("-j", "--val-data", OPT_STR, val_data, 0, 0, NULL, OPT_RUN, "glob of val shards"),
     TOPT("-e", "--model", OPT_STR, model, 0, 0, NULL, OPT_RANKS, "preset (tiny, d12, llama300m, llama600m) or model checkpoint file"),
+    TOPT(NULL, "--vocab-size", OPT_INT, vocab_size, 0, 65536, NULL, OPT_RANKS, "vocabulary size V of a preset model, every token < V (0 = GPT-2's 50257; a checkpoint has its own)"),
     TOPT("-o", "--output-dir", OPT_STR, output_dir, 0, 0, NULL, OPT_RANKS, "directory for logs and checkpoints"),
     TOPT("-b", "--batch-size", OPT_INT, B, 1, 1 << 20, NULL, OPT_RUN, "micro-batch size in sequences"),
     TOPT("-t", "--seq-len", OPT_INT, T, 1, 1 << 20, NULL, OPT_RUN, "sequence length (default: the model's T)"),

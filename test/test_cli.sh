@@ -122,6 +122,16 @@ expect_error ckpt_corrupted_payload "ck_corrupt.bin" "${FAST[@]}" -x 1 -i "$TMP/
 # the fixture model has V=500: the GPT-2 shards hold larger ids
 expect_error ckpt_vocab_vs_data "good.bin" -b 2 -t 32 -v 0 -x 1 -i "$TMP/good.bin" -e test/fixtures/model_small.bin
 
+# --vocab-size: a preset with another vocabulary trains on shards within it, is refused on
+# shards beyond it (naming the token), and must match a checkpoint's own vocabulary
+if timeout 120 "$BIN" -e tiny --vocab-size 500 -b 2 -t 32 -v 0 -x 1 -i "$TMP/vocab500.bin" >"$TMP/v500.out" 2>&1 &&
+   grep -q "V=500 Vp=512" "$TMP/v500.out" && grep -q "^step     1/1 | loss" "$TMP/v500.out"; then pass cli_vocab_size_preset_trains
+else fail cli_vocab_size_preset_trains "$(grep -m1 'model ' "$TMP/v500.out") $(tail -2 "$TMP/v500.out")"; fi
+expect_error cli_vocab_size_below_data "good.bin': token [0-9]* has id [0-9]*, expected < vocab size 500" -e tiny --vocab-size 500 "${FAST[@]:2}" -x 1 -i "$TMP/good.bin"
+expect_error cli_vocab_size_out_of_range "--vocab-size: expected an integer in \[0, 65536\], found 70000" --vocab-size 70000
+expect_error cli_vocab_size_vs_checkpoint "--vocab-size: the checkpoint 'test/fixtures/model_small.bin' has a vocabulary of 500, found --vocab-size 600" \
+    --vocab-size 600 -b 2 -t 32 -v 0 -x 1 -i "$TMP/vocab500.bin" -e test/fixtures/model_small.bin
+
 # generation on a model whose vocabulary (500) lacks GPT-2's <|endoftext|> (50256) starts from
 # its last token instead of embedding a row past the table
 if timeout 120 "$BIN" -b 2 -t 32 -v 0 -x 1 -s 1 -g 8 -i "$TMP/vocab500.bin" -e test/fixtures/model_small.bin >"$TMP/sample.out" 2>&1 \
