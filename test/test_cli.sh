@@ -8,9 +8,7 @@ BIN=./train_llama_cpu
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+source test/testlib.sh  # pass, fail, why, small_model
 
 # expect_error NAME PATTERN ARGS...: exit 1, one stderr line matching PATTERN, no -o dir created
 expect_error() {
@@ -126,7 +124,7 @@ expect_error ckpt_vocab_vs_data "good.bin" -b 2 -t 32 -v 0 -x 1 -i "$TMP/good.bi
 # shards beyond it (naming the token), and must match a checkpoint's own vocabulary
 if timeout 120 "$BIN" -e tiny --vocab-size 500 -b 2 -t 32 -v 0 -x 1 -i "$TMP/vocab500.bin" >"$TMP/v500.out" 2>&1 &&
    grep -q "V=500 Vp=512" "$TMP/v500.out" && grep -q "^step     1/1 | loss" "$TMP/v500.out"; then pass cli_vocab_size_preset_trains
-else fail cli_vocab_size_preset_trains "$(grep -m1 'model ' "$TMP/v500.out") $(tail -2 "$TMP/v500.out")"; fi
+else fail cli_vocab_size_preset_trains "$(grep -m1 'model ' "$TMP/v500.out") $(why "$TMP/v500.out")"; fi
 expect_error cli_vocab_size_below_data "good.bin': token [0-9]* has id [0-9]*, expected < vocab size 500" -e tiny --vocab-size 500 "${FAST[@]:2}" -x 1 -i "$TMP/good.bin"
 expect_error cli_vocab_size_out_of_range "--vocab-size: expected an integer in \[0, 65536\], found 70000" --vocab-size 70000
 expect_error cli_vocab_size_vs_checkpoint "--vocab-size: the checkpoint 'test/fixtures/model_small.bin' has a vocabulary of 500, found --vocab-size 600" \
@@ -136,7 +134,7 @@ expect_error cli_vocab_size_vs_checkpoint "--vocab-size: the checkpoint 'test/fi
 # its last token instead of embedding a row past the table
 if timeout 120 "$BIN" -b 2 -t 32 -v 0 -x 1 -s 1 -g 8 -i "$TMP/vocab500.bin" -e test/fixtures/model_small.bin >"$TMP/sample.out" 2>&1 \
     && grep -q '^generating' "$TMP/sample.out"; then pass sample_small_vocabulary
-else fail sample_small_vocabulary "$(tail -3 "$TMP/sample.out")"; fi
+else fail sample_small_vocabulary "$(why "$TMP/sample.out")"; fi
 
 # --- resume: 6 steps straight == 3 steps + resume + 3 steps, bitwise
 RUN=("${FAST[@]}" -x 6 -n 3 -l 3e-3 -u 1)
@@ -159,7 +157,7 @@ if timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/straight" >"$TMP/straight.out" 2>&1; 
         fi
         grep -q '"train_loss"' "$TMP/straight/metrics.jsonl" && pass metrics_jsonl_written || fail metrics_jsonl_written "no train_loss in metrics.jsonl"
     else
-        fail resume_bitwise_weights_and_state "resumed run failed: $(tail -3 "$TMP/resumed.out")"
+        fail resume_bitwise_weights_and_state "resumed run failed: $(why "$TMP/resumed.out")"
     fi
     # resume refuses a checkpoint written with other settings or another model
     expect_error resume_different_settings "settings" "${FAST[@]}" -x 6 -n 3 -l 1e-3 -u 1 -y 1 -o "$TMP/straight"
@@ -182,7 +180,7 @@ import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[5000]^=0x55; open
         else fail resume_$damage "rc=$rc: $(cat "$TMP/d.err")"; fi
     done
 else
-    fail resume_bitwise_weights_and_state "straight run failed: $(tail -3 "$TMP/straight.out")"
+    fail resume_bitwise_weights_and_state "straight run failed: $(why "$TMP/straight.out")"
 fi
 
 # the fidelity tool: every row of both tables, mean ± std over the batches, no NaN; the symmetric
@@ -195,7 +193,7 @@ if [ -x "$FID" ]; then
     if [ $rc -eq 0 ] && [ "$rows" -eq 54 ] && grep -q "2 val batches" "$TMP/fid.out" && ! grep -qi nan "$TMP/fid.out" &&
        grep -q "^| symmetric, p auto (q/2) |" "$TMP/fid.out" && grep -q "^| low-rank-A-32, 4 refreshes (deployed) |" "$TMP/fid.out"; then
         pass fidelity_tool_tables
-    else fail fidelity_tool_tables "rc=$rc, $rows rows: $(tail -2 "$TMP/fid.err")"; fi
+    else fail fidelity_tool_tables "rc=$rc, $rows rows: $(why "$TMP/fid.err")"; fi
     "$FID" -e tiny -k 0 >/dev/null 2>"$TMP/fid0.err"
     rc=$?
     if [ $rc -eq 1 ] && grep -q "^error: -k: expected a number of batches in \[1, 100000\], found 0" "$TMP/fid0.err"; then pass fidelity_tool_bad_k
@@ -209,7 +207,7 @@ if [ -x "$FID" ]; then
     if [ $rc -eq 0 ] && grep -q "FP8 format e5m2" "$TMP/fid5.out" &&
        python3 -c "import sys; r = float(sys.argv[2]) / float(sys.argv[1]); print(f'  fidelity e5m2 / e4m3 Euclidean fc2: {r:.3f}'); sys.exit(0 if 1.8 <= r <= 2.2 else 1)" "$r4" "$r5"; then
         pass fidelity_tool_e5m2_doubles_euclidean
-    else fail fidelity_tool_e5m2_doubles_euclidean "rc=$rc e4m3 '$r4' e5m2 '$r5' $(tail -1 "$TMP/fid5.err")"; fi
+    else fail fidelity_tool_e5m2_doubles_euclidean "rc=$rc e4m3 '$r4' e5m2 '$r5' $(why "$TMP/fid5.err")"; fi
     # --ranks: one row per N and unit kind as each N completes; one rank is the one-rank round trip
     # (twophase = native there, test_geofp8 checks it bitwise); rank lists are validated
     timeout 300 "$FID" -e tiny -b 1 -t 32 -k 2 --ranks 1,4 >"$TMP/fidr.out" 2>"$TMP/fidr.err"
@@ -218,7 +216,7 @@ if [ -x "$FID" ]; then
     same1=$(grep -E '^\| 1 \| fc2 \|' "$TMP/fidr.out" | awk -F'|' '{print ($5 == $6 || index($6, $5 " (")) ? "yes" : "no"}')
     if [ $rc -eq 0 ] && [ "$rrows" -eq 4 ] && ! grep -qi nan "$TMP/fidr.out" && grep -q "N-rank reduction (e4m3)" "$TMP/fidr.out"; then
         pass "fidelity_tool_ranks_table: $(grep -E '^\| 4 \| fc2 \|' "$TMP/fidr.out" | cut -c1-120)"
-    else fail fidelity_tool_ranks_table "rc=$rc, $rrows rows, N=1 twophase==native: $same1; $(tail -1 "$TMP/fidr.err")"; fi
+    else fail fidelity_tool_ranks_table "rc=$rc, $rrows rows, N=1 twophase==native: $same1; $(why "$TMP/fidr.err")"; fi
     "$FID" -e tiny --ranks 2,,8 >/dev/null 2>"$TMP/fid7.err"
     rc=$?
     if [ $rc -eq 1 ] && grep -q "^error: --ranks: expected a comma list of rank counts in \[1, 1024\], found '2,,8'" "$TMP/fid7.err"; then

@@ -36,9 +36,7 @@ if ! command -v mpicxx >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; t
 if [ "$(uname -m)" != x86_64 ]; then echo "SKIP test_cuda_emulated: dev/emu runs on x86-64 only"; exit 0; fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+source test/testlib.sh  # pass, fail, why, small_model
 EMU=$ROOT/build/emu
 if ! bash dev/emu/build.sh "$EMU" >"$TMP/build.log" 2>&1; then
     fail emu_build "$(grep -m3 -E 'error|failed' "$TMP/build.log")"; exit 1
@@ -46,55 +44,60 @@ fi
 pass emu_build
 CPU=$ROOT/train_llama_cpu
 MPIRUN=(timeout 600 mpirun --oversubscribe)
+# the small test model (test/testlib.py: tiny's layers, a 1000-token vocabulary)
+small_model
 cd "$EMU/src" || exit 1  # the rewritten sources, with data/ and test/fixtures linked
-# the short run most rows below use: tiny, 8 steps of 64 tokens
-RUN=(-e tiny -b 1 -t 32 -d 64 -x 8 -v 0 -s 0 -n -1 -l 3e-3 -u 2 --seed 1337 --fidelity-every 1 --geofp8-refresh 3)
+# the short run most rows below use: the small model, 8 steps of 64 tokens; TINY (GPT-2's
+# vocabulary) for the attention rows, so that one emulated run trains on the whole vocabulary
+STEPS=(-b 1 -t 32 -d 64 -x 8 -v 0 -s 0 -n -1 -l 3e-3 -u 2 --seed 1337 --fidelity-every 1 --geofp8-refresh 3)
+RUN=("${SMALL[@]}" "${STEPS[@]}")
+TINY=(-e tiny "${STEPS[@]}")
 GEO=(--geofp8-layers layers.1.fc1,layers.2.fc2,layers.3.fc2 --geofp8-rank 8)
 
 # --- the GPU model test and the GeoFP8 kernels, emulated
 timeout 900 "$EMU/test_llama_gpu" >"$TMP/model.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu.test_llama_gpu./p' "$TMP/model.out"
-[ $rc -eq 0 ] || fail emu.test_llama_gpu_exit "rc=$rc $(tail -2 "$TMP/model.out")"
+[ $rc -eq 0 ] || fail emu.test_llama_gpu_exit "rc=$rc $(why "$TMP/model.out")"
 # dev/cuda/blas_shim (the CPU references' CBLAS / LAPACKE on cuBLAS / cuSOLVER) against the
 # operations' definitions
 timeout 300 "$EMU/test_blas_shim" >"$TMP/shim.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/shim.out"
-[ $rc -eq 0 ] || fail emu.test_blas_shim_exit "rc=$rc $(tail -2 "$TMP/shim.out")"
+[ $rc -eq 0 ] || fail emu.test_blas_shim_exit "rc=$rc $(why "$TMP/shim.out")"
 # the FP8 / BF16 codecs as kernels: every float32 bit pattern against CUDA's own conversions
 # (__nv_cvt_float_to_fp8 satfinite E4M3 and E5M2, __float2bfloat16_rn; their host implementations
 # here, the cvt instructions on a GPU) and the fixture's ml_dtypes codes; about 35 s
 timeout 600 "$EMU/test_fp8_device" >"$TMP/fp8dev.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/fp8dev.out"
-[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/fp8dev.out")" -eq 10 ] || fail emu.test_fp8_device_exit "rc=$rc $(tail -2 "$TMP/fp8dev.out")"
+[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/fp8dev.out")" -eq 10 ] || fail emu.test_fp8_device_exit "rc=$rc $(why "$TMP/fp8dev.out")"
 timeout 900 "$EMU/dev_geofp8" --small >"$TMP/geofp8.out" 2>&1
 rc=$?
 np=$(grep -c '^PASS dev_geofp8' "$TMP/geofp8.out"); nf=$(grep -c '^FAIL' "$TMP/geofp8.out")
 grep '^FAIL' "$TMP/geofp8.out" | sed 's/^FAIL /FAIL emu./'
 if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -gt 150 ]; then pass "emu.dev_geofp8_small: $np kernel checks against llmc/geofp8.h"
-else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(tail -1 "$TMP/geofp8.out")"; fi
+else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(why "$TMP/geofp8.out")"; fi
 
 # the tensor-core instructions of llmc/mma.cuh as dev/emu runs them, against the PTX ISA's
 # fragment tables (mma.m16n8k16 bf16, ldmatrix x4 and .trans, cp.async with zero fill)
 timeout 300 "$EMU/test_mma_layout" >"$TMP/mma.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/mma.out"
-[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 14 ] || fail emu.test_mma_layout_exit "rc=$rc $(tail -2 "$TMP/mma.out")"
+[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 14 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
 # both attention paths (flash: llmc/flash_attention.cuh on the instructions above; cublas) against
 # llmc/attention.h and against each other: odd T at every head size, GQA groups 1-3, tiny (~5 s)
 timeout 600 "$EMU/dev_attention" --small >"$TMP/attn.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/attn.out"
 np=$(grep -c '^PASS dev_attention' "$TMP/attn.out")
-[ $rc -eq 0 ] && [ "$np" -ge 60 ] || fail emu.dev_attention_small_exit "rc=$rc, $np passed: $(tail -2 "$TMP/attn.out")"
+[ $rc -eq 0 ] && [ "$np" -ge 60 ] || fail emu.dev_attention_small_exit "rc=$rc, $np passed: $(why "$TMP/attn.out")"
 
 # --attention flash (the default at tiny's head size 32) trains as the unfused cublas path: the
 # same 8 steps on one emulated GPU, per-step losses within bf16 tolerance, the choice in the table
 for a in flash cublas; do
-    timeout 600 "$EMU/train_llama" "${RUN[@]}" --attention $a -o "$TMP/attn_$a" >"$TMP/attn_$a.out" 2>&1 ||
-        fail "emu.attention_${a}_runs" "$(tail -2 "$TMP/attn_$a.out")"
+    timeout 600 "$EMU/train_llama" "${TINY[@]}" --attention $a -o "$TMP/attn_$a" >"$TMP/attn_$a.out" 2>&1 ||
+        fail "emu.attention_${a}_runs" "$(why "$TMP/attn_$a.out")"
 done
 if grep -q '^| attention *| flash, fused (--attention flash, head size 32)' "$TMP/attn_flash.out" &&
    grep -q '^| attention *| cublas, unfused (--attention cublas' "$TMP/attn_cublas.out"; then pass emu.attention_in_config_table
@@ -129,9 +132,9 @@ for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:
     if [ "$red" = ema ]; then red=native; extra+=(--geofp8-ema 0.9); fi
     if [ "$red" = e5m2 ]; then red=native; extra+=(--fp8-format e5m2); t=${mode}_e5m2; fi
     "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
-        fail "emu.mode_${t}_np2_runs" "$(tail -2 "$TMP/g_$t.out")"
+        fail "emu.mode_${t}_np2_runs" "$(why "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
-        fail "emu.mode_${t}_np2_cpu_runs" "$(tail -2 "$TMP/c_$t.out")"
+        fail "emu.mode_${t}_np2_cpu_runs" "$(why "$TMP/c_$t.out")"
     python3 - "$TMP/g_$t/metrics.jsonl" "$TMP/c_$t/metrics.jsonl" "emu.mode_${t}_np2" "$ROOT" <<'PY'
 import json, math, sys
 sys.path.insert(0, sys.argv[4] + "/test")
@@ -194,7 +197,7 @@ rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/auto/geofp8_layers.txt" ] && ! grep -vqE '^layers\.[0-3]\.fc[12] ' "$TMP/auto/geofp8_layers.txt" &&
    grep -q "profiled 3 steps" "$TMP/auto.out"; then
     pass "emu.geofp8_auto_selection_np2: $(cut -d' ' -f1 "$TMP/auto/geofp8_layers.txt" | tr '\n' ' ')"
-else fail emu.geofp8_auto_selection_np2 "rc=$rc $(tail -2 "$TMP/auto.out")"; fi
+else fail emu.geofp8_auto_selection_np2 "rc=$rc $(why "$TMP/auto.out")"; fi
 
 # --- --muon-shard 1 on 2 emulated GPUs: each rank orthogonalizes its share (matrix by matrix),
 #     broadcasts its X in bf16, and the model equals the unsharded (batched) run's bit for bit
@@ -209,7 +212,7 @@ for d in sys.argv[1:]: print(sorted({r['ns_matrices'] for r in map(json.loads, o
 if cmp -s "$TMP/ms0/model_00000004.bin" "$TMP/ms1/model_00000004.bin" && [ -f "$TMP/ms1/model_00000004.bin" ] &&
    [[ "$counts" == "[16] [8] " ]] && grep -q "Newton-Schulz sharded over the ranks" "$TMP/ms1.out"; then
     pass "emu.muon_shard_bitwise_np2: rank 0 orthogonalizes 8 of 16 matrices"
-else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(tail -2 "$TMP/ms1.out")"; fi
+else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(why "$TMP/ms1.out")"; fi
 
 # --- gradient buckets (--bucket-mb): each mode gives bitwise the same run whether each unit is its
 #     own bucket, sent on the bucket stream as the backward finishes it (0.0001 MB: 27 buckets on
@@ -220,7 +223,7 @@ else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(tail -2 "$TM
 #     geofp8 one with 2 micro-steps per rank (-d 128), and on 4 emulated GPUs; a NaN on rank 1 at
 #     the bucketed step 2 (skipped; the residuals the quantizer wrote are not kept); the auto
 #     selection with --geofp8-ema (step 1 profiles in buckets, step 3 on the geometry path).
-BK=(-e tiny -b 1 -t 32 -x 3 -n 3 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
+BK=("${SMALL[@]}" -b 1 -t 32 -x 3 -n 3 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
 BGEO="-c geofp8 --geofp8-layers layers.1.fc2,layers.2.fc1 --geofp8-rank 8 --geofp8-refresh 2 --geofp8-power auto"
 i=0
 for spec in "2 fp32|-d 64 -c fp32" "2 bf16|-d 64 -c bf16" "2 fp8block|-d 64 -c fp8block --fp8-format e5m2" "2 geofp8_accum2|-d 128 $BGEO" \
@@ -241,7 +244,7 @@ for spec in "2 fp32|-d 64 -c fp32" "2 bf16|-d 64 -c bf16" "2 fp8block|-d 64 -c f
     if [ "$same" = 1 ] && [ "$buckets" = "27 of" ] && { [ -n "$nan" ] || [ "$overlapped" -ge 1 ]; } &&
        { [ -z "$nan" ] || grep -q "step     2/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; then
         pass "emu.buckets_bitwise_np${np}_$name"
-    else fail "emu.buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets', $overlapped bucketed steps logged; $(tail -1 "$TMP/bk${i}_0.0001.out")"; fi
+    else fail "emu.buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets', $overlapped bucketed steps logged; $(why "$TMP/bk${i}_0.0001.out")"; fi
 done
 
 # --- bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint: rank 1's step-6
@@ -260,7 +263,7 @@ if grep -q "warning: -y: checkpoint step 6 is damaged: state file '.*state_00000
    cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
    cmp -s "$TMP/straight/state_00000006_00001.bin" "$TMP/resumed/state_00000006_00001.bin"; then
     pass emu.geofp8_resume_fallback_bitwise_np2
-else fail emu.geofp8_resume_fallback_bitwise_np2 "step-6 files differ or missing: $(head -c 300 "$TMP/r.err") $(tail -2 "$TMP/r.out")"; fi
+else fail emu.geofp8_resume_fallback_bitwise_np2 "step-6 files differ or missing: $(head -c 300 "$TMP/r.err") $(why "$TMP/r.out")"; fi
 
 # --- the lock on -o: a second run on a directory a running one holds stops at once, naming it
 TRAIN_LLAMA_TEST_SLOW=1 "$EMU/train_llama" "${RUN[@]}" -x 3 -o "$TMP/locked" >"$TMP/l1.out" 2>&1 &
@@ -351,6 +354,6 @@ else fail emu.native_fp8_refused_below_sm90_twophase_runs "rc=$rc rc2=$rc2 $(hea
 TRAIN_LLAMA_TEST_NCCL=1 timeout 300 "$EMU/train_llama" "${RUN[@]}" -x 3 -c geofp8 "${GEO[@]}" --fp8-reduce twophase -o "$TMP/one" >"$TMP/one.out" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && [ "$(grep -c '"train_loss"' "$TMP/one/metrics.jsonl")" -eq 3 ]; then pass emu.single_rank_nccl_communicator
-else fail emu.single_rank_nccl_communicator "rc=$rc $(tail -2 "$TMP/one.out")"; fi
+else fail emu.single_rank_nccl_communicator "rc=$rc $(why "$TMP/one.out")"; fi
 
 [ "$failures" -eq 0 ]

@@ -14,15 +14,17 @@ MPIRUN=(timeout 240 mpirun --oversubscribe)
 if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP test_faults: mpirun not found"; exit 0; fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+source test/testlib.sh  # pass, fail, why, small_model
 # expect_error NAME RC FILE PATTERN: the command failed with status 1 and said PATTERN on one line
 expect_error() {
     if [ "$2" -eq 1 ] && grep -q -- "$4" "$3"; then pass "$1"; else fail "$1" "rc=$2: $(head -c 400 "$3")"; fi
 }
 
-S=(-e tiny -b 2 -t 32 -v 0 -l 3e-3 -u 2)
+# the small test model (test/testlib.py: tiny's layers, a 1000-token vocabulary): model files of
+# 4.2 MB, state files of 8.4 MB; the kill loop below keeps tiny (55 and 110 MB), whose
+# checkpoints take long enough to write that a random kill lands inside one
+small_model
+S=("${SMALL[@]}" -b 2 -t 32 -v 0 -l 3e-3 -u 2)
 
 # --- ranks that disagree on a flag the resume check does not compare: every rank stops at start,
 #     naming the flag (before: a crash, hangs, a DONE without rank 1's state, mixed val averages)
@@ -42,7 +44,7 @@ done
 
 # --- ranks reading different files under the same path (same names and sizes, other tokens)
 mkdir -p "$TMP/node0/d" "$TMP/node1/d"
-cp data/kjv/kjv_train_000001.bin "$TMP/node0/d/train_000.bin"
+cp "$SMALL_DIR/train_000001.bin" "$TMP/node0/d/train_000.bin"
 python3 - "$TMP/node0/d/train_000.bin" "$TMP/node1/d/train_000.bin" "$TMP/perm_000.bin" <<'PYEOF'
 import sys
 import numpy as np
@@ -64,7 +66,7 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 disagrees with rank 0 on 
 else fail faults_ranks_read_different_content "rc=$rc $(head -c 300 "$TMP/df.err")"; fi
 
 # --- the straight 6-step run every resume below must reproduce bitwise
-"$BIN" "${S[@]}" -x 6 -n 2 -o "$TMP/straight" >"$TMP/straight.out" 2>&1 || fail faults_straight_run "$(tail -2 "$TMP/straight.out")"
+"$BIN" "${S[@]}" -x 6 -n 2 -o "$TMP/straight" >"$TMP/straight.out" 2>&1 || fail faults_straight_run "$(why "$TMP/straight.out")"
 same_as_straight() { cmp -s "$TMP/straight/model_00000006.bin" "$1/model_00000006.bin" &&
                      cmp -s "$TMP/straight/state_00000006_00000.bin" "$1/state_00000006_00000.bin"; }
 
@@ -99,7 +101,7 @@ rc=$?
 if [ $rc -eq 0 ] && grep -q "deleted the checkpoints of steps 2, 4 and 6" "$TMP/fr2.out" &&
    [ "$(ls "$TMP/fresh" | grep '^DONE_' | tr '\n' ' ')" = "DONE_00000004 " ] && [ "$(grep -c trl "$TMP/fresh/main.log")" -eq 4 ]; then
     pass faults_overwrite_replaces_checkpoints
-else fail faults_overwrite_replaces_checkpoints "rc=$rc $(ls "$TMP/fresh" | tr '\n' ' ') $(tail -2 "$TMP/fr2.out")"; fi
+else fail faults_overwrite_replaces_checkpoints "rc=$rc $(ls "$TMP/fresh" | tr '\n' ' ') $(why "$TMP/fr2.out")"; fi
 
 # --- a full disk under each log: one line naming the file, exit 1 (before: exit 0, empty logs)
 for log in main.log metrics.jsonl; do
@@ -109,11 +111,12 @@ for log in main.log metrics.jsonl; do
     expect_error "faults_full_disk_log_${log%%.*}" $? "$TMP/fl.err" "cannot write log file '$TMP/full_$log/$log' (No space left on device)"
 done
 
-# --- a full disk (here: a file-size limit) while the step-4 checkpoint is written: one line
+# --- a full disk (here: a file-size limit of 6.1 MB, above the model file and below the state
+#     file) while the step-4 checkpoint is written: one line
 #     naming the file, no temporary file left behind, step 2 intact and resumable
 cp -r "$TMP/straight" "$TMP/quota"
 rm -f "$TMP/quota/"*_00000004* "$TMP/quota/"*_00000006*
-(ulimit -f 60000; trap '' XFSZ; exec "$BIN" "${S[@]}" -x 6 -n 2 -y 1 -o "$TMP/quota") >"$TMP/q.out" 2>"$TMP/q.err"
+(ulimit -f 6000; trap '' XFSZ; exec "$BIN" "${S[@]}" -x 6 -n 2 -y 1 -o "$TMP/quota") >"$TMP/q.out" 2>"$TMP/q.err"
 rc=$?
 if [ $rc -eq 1 ] && grep -q "^error: cannot write '$TMP/quota/state_00000004_00000.bin.tmp-[^']*' (File too large)$" "$TMP/q.err" &&
    ! ls "$TMP/quota" | grep -q tmp && [ ! -e "$TMP/quota/DONE_00000004" ]; then
@@ -121,7 +124,7 @@ if [ $rc -eq 1 ] && grep -q "^error: cannot write '$TMP/quota/state_00000004_000
 else fail faults_full_disk_checkpoint_names_file "rc=$rc $(head -c 300 "$TMP/q.err") $(ls "$TMP/quota" | tr '\n' ' ')"; fi
 "$BIN" "${S[@]}" -x 6 -n 2 -y 1 -o "$TMP/quota" >"$TMP/q2.out" 2>&1
 if grep -q "resuming from step 2" "$TMP/q2.out" && same_as_straight "$TMP/quota"; then pass faults_full_disk_checkpoint_resumes
-else fail faults_full_disk_checkpoint_resumes "$(tail -3 "$TMP/q2.out")"; fi
+else fail faults_full_disk_checkpoint_resumes "$(why "$TMP/q2.out")"; fi
 
 # --- every checkpoint file is synced before its rename and the directory after it
 if command -v strace >/dev/null 2>&1; then
@@ -202,7 +205,7 @@ if [ $rc -eq 0 ] && grep -q "holds rank 1's state, expected rank 0's" "$TMP/sw.e
 else fail faults_swapped_rank_states_fall_back "rc=$rc $(head -c 400 "$TMP/sw.err")"; fi
 
 # --- a train shard replaced by a permutation of its own tokens (same name and size): resume refused
-mkdir -p "$TMP/permdata" && cp data/kjv/kjv_train_000001.bin "$TMP/permdata/t_000.bin"
+mkdir -p "$TMP/permdata" && cp "$SMALL_DIR/train_000001.bin" "$TMP/permdata/t_000.bin"
 "$BIN" "${S[@]}" -x 4 -n 2 -i "$TMP/permdata/t_*.bin" -o "$TMP/perm" >"$TMP/p1.out" 2>&1
 cp "$TMP/perm_000.bin" "$TMP/permdata/t_000.bin"
 "$BIN" "${S[@]}" -x 4 -n 2 -i "$TMP/permdata/t_*.bin" -y 1 -o "$TMP/perm" >"$TMP/p2.out" 2>"$TMP/p2.err"
@@ -210,20 +213,20 @@ expect_error faults_permuted_shard_refused_on_resume $? "$TMP/p2.err" "was writt
 
 # --- a bad token in the second shard: refused at start, before the first step (before: after 15 steps)
 mkdir -p "$TMP/badtok"
-cp data/kjv/kjv_train_000001.bin "$TMP/badtok/b_000.bin"
+cp "$SMALL_DIR/train_000001.bin" "$TMP/badtok/b_000.bin"
 python3 - "$TMP/badtok/b_000.bin" "$TMP/badtok/b_001.bin" <<'PYEOF'
 import sys
 import numpy as np
 header = np.fromfile(sys.argv[1], dtype=np.int32, count=256)
 tokens = np.fromfile(sys.argv[1], dtype=np.uint16, offset=1024)[:200000].copy()
 header[2] = len(tokens)
-tokens[123456] = 60000  # >= the GPT-2 vocabulary of 50257
+tokens[123456] = 60000  # >= the small model's vocabulary of 1000 (and GPT-2's 50257)
 with open(sys.argv[2], "wb") as f:
     header.tofile(f); tokens.tofile(f)
 PYEOF
 "$BIN" "${S[@]}" -x 20 -i "$TMP/badtok/b_*.bin" >"$TMP/bt.out" 2>"$TMP/bt.err"
 rc=$?
-if [ $rc -eq 1 ] && grep -q "shard '$TMP/badtok/b_001.bin': token 123456 has id 60000, expected < vocab size 50257" "$TMP/bt.err" &&
+if [ $rc -eq 1 ] && grep -q "shard '$TMP/badtok/b_001.bin': token 123456 has id 60000, expected < vocab size 1000" "$TMP/bt.err" &&
    ! grep -q "^step" "$TMP/bt.out"; then pass faults_bad_token_in_second_shard_at_start
 else fail faults_bad_token_in_second_shard_at_start "rc=$rc $(head -c 300 "$TMP/bt.err")"; fi
 
@@ -233,7 +236,7 @@ if command -v setpriv >/dev/null 2>&1 && setpriv --reuid=65534 --regid=65534 --c
    setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$BIN"; then
     chmod 755 "$TMP"
     mkdir -p "$TMP/noread" "$TMP/nolist"
-    cp data/kjv/kjv_val_000000.bin "$TMP/noread/"
+    cp "$SMALL_DIR/val_000000.bin" "$TMP/noread/"
     chmod 000 "$TMP/noread"; chmod 333 "$TMP/nolist"
     nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
     "${nobody[@]}" "$BIN" "${S[@]}" -x 1 -i "$TMP/noread/*.bin" >"$TMP/nr.out" 2>"$TMP/nr.err"
@@ -248,7 +251,7 @@ fi
 
 # --- the kill loop: a 2-rank run checkpointing every step, one rank SIGKILLed at a random moment
 #     20 times (each restart is -y 1), then -y 1 to the end: bitwise the straight run's weights
-KS=("${S[@]}" -x 16 -n 1 -nk 2)
+KS=(-e tiny -b 2 -t 32 -v 0 -l 3e-3 -u 2 -x 16 -n 1 -nk 2)
 "${MPIRUN[@]}" -np 2 "$BIN" "${KS[@]}" -o "$TMP/kstraight" >"$TMP/ks.out" 2>&1
 python3 - "$TMP" "$BIN" "${KS[@]}" <<'PYEOF' >"$TMP/kill_loop.txt" 2>&1
 import os, random, signal, subprocess, sys, time

@@ -23,10 +23,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset EMULATE GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_TIMEOUT GPU_CHECK_REBUILD GPU_CHECK_BIN GPU_CHECK_REFS GPU_CHECK_LOGS OUT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
-skip() { echo "SKIP $1: $2"; }
+source test/testlib.sh  # pass, fail, skip, why
 check() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
 # the row of KEY in a results file: "RESULT|SECONDS|DETAIL"
 row_of() { awk -F' [|] ' -v k="$1" '{ gsub(/^\| /, "", $1); gsub(/ +$/, "", $1); gsub(/ +$/, "", $2) } $1 == k { sub(/ s$/, "", $3); gsub(/ /, "", $3); d = $4; for (i = 5; i <= NF; i++) d = d " | " $i; print $2 "|" $3 "|" d; exit }' "$2"; }
@@ -62,14 +59,8 @@ else
     if ! make --no-print-directory train_llama_cpu >"$TMP/make_cpu.log" 2>&1; then
         fail gpu_check.cpu_engine_builds "$(tail -3 "$TMP/make_cpu.log")"
     fi
-    # the emulated programs: test_cuda_emulated.sh (before this test) builds them; again if stale
-    stale=""
-    if [ -x "$EMU/train_llama" ]; then
-        stale=$(find train_llama.cu llmc dev/emu dev/cuda/geofp8.cu dev/cuda/attention.cu test/test_llama_gpu.cu test/test_mma_layout.cu -newer "$EMU/train_llama" -type f 2>/dev/null | head -1)
-    fi
-    if [ ! -x "$EMU/train_llama" ] || [ -n "$stale" ]; then
-        bash dev/emu/build.sh "$EMU" >"$TMP/emu_build.log" 2>&1 || fail gpu_check.emu_build "$(grep -m3 -E 'error|failed' "$TMP/emu_build.log")"
-    fi
+    # the emulated programs (make test builds them first; dev/emu/build.sh rebuilds only when stale)
+    bash dev/emu/build.sh "$EMU" >"$TMP/emu_build.log" 2>&1 || fail gpu_check.emu_build "$(grep -m3 -E 'error|failed' "$TMP/emu_build.log")"
 
     # --- the reference curves of the emulated flags, by the CPU engine
     EMULATE=1 bash dev/gpu_check.sh --refs "$TMP/refs" >"$TMP/refs.out" 2>&1
@@ -77,9 +68,9 @@ else
     if [ $rc -eq 0 ] && grep -q '^kind emulated' "$TMP/refs/flags.txt" && [ "$(grep -c '^run ' "$TMP/refs/flags.txt")" -eq 7 ] &&
        [ "$(grep -c trl: "$TMP/refs/tiny/main.log")" -eq 4 ] && [ "$(grep -c train_loss "$TMP/refs/mode_kfac/metrics.jsonl")" -eq 3 ]; then
         pass "gpu_check.refs_made: 7 runs, flags recorded"
-    else fail gpu_check.refs_made "rc=$rc $(tail -3 "$TMP/refs.out")"; fi
+    else fail gpu_check.refs_made "rc=$rc $(why "$TMP/refs.out")"; fi
     EMULATE=1 GPU_CHECK_EMU="$EMU" bash dev/gpu_check.sh --refs "$TMP/refs" >"$TMP/refs2.out" 2>&1
-    check gpu_check.refs_kept_when_up_to_date 'grep -q "is up to date" "$TMP/refs2.out"' "$(tail -2 "$TMP/refs2.out")"
+    check gpu_check.refs_kept_when_up_to_date 'grep -q "is up to date" "$TMP/refs2.out"' "$(why "$TMP/refs2.out")"
 
     # --- the emulated run; $OUT watched while it runs
     mkdir -p "$TMP/out"
@@ -96,7 +87,7 @@ else
     wait $pid
     rc=$?
     R=$TMP/logs/results.txt
-    check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(tail -3 "$TMP/emu.out")"
+    check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(why "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
     want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise memcheck racecheck bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m "
@@ -232,7 +223,7 @@ else
         A=$TMP/away/bundle/out/results.txt
         fails=$(grep -E '^\| [a-z_0-9]+ +\| FAIL' "$A" | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
         check gpu_check.bundle_runs_away_from_repo '[ $rc -eq 1 ] && [ "$fails" = "refs " ] && [ "$(result_of bundle "$A")" = PASS ] && [ "$(result_of binaries "$A")" = PASS ] && [ "$(result_of libraries "$A")" = PASS ]' \
-            "rc=$rc, FAIL rows: $fails; $(row_of bundle "$A") $(row_of binaries "$A") $(tail -2 "$TMP/away.out")"
+            "rc=$rc, FAIL rows: $fails; $(row_of bundle "$A") $(row_of binaries "$A") $(why "$TMP/away.out")"
         check gpu_check.bundle_refs_other_flags_named 'detail_of refs "$A" | grep -q "made with other flags"' "$(row_of refs "$A")"
         check gpu_check.bundle_no_device_skips '[ "$(result_of gpu "$A")" = SKIP ] && [ "$(result_of tiny "$A")" = SKIP ] && [ "$(result_of dev_matmul "$A")" = SKIP ] && [ "$(result_of bench_llama300m "$A")" = SKIP ]' \
             "$(row_of gpu "$A") $(row_of tiny "$A")"

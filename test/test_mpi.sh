@@ -13,13 +13,13 @@ MPIRUN=(timeout 240 mpirun --oversubscribe)
 if ! command -v mpirun >/dev/null 2>&1; then echo "SKIP test_mpi: mpirun not found"; exit 0; fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+source test/testlib.sh  # pass, fail, why, small_model
 # check_bound NAME VALUE BOUND [DETAIL]: "PASS|FAIL NAME: measured VALUE, bound BOUND" (test/testlib.py)
 check_bound() { python3 test/testlib.py "$@" || failures=$((failures + 1)); }
 
-FAST=(-e tiny -b 2 -t 32 -v 0 -l 3e-3 -u 2)
+# the small test model (test/testlib.py: tiny's layers, a 1000-token vocabulary)
+small_model
+FAST=("${SMALL[@]}" -b 2 -t 32 -v 0 -l 3e-3 -u 2)
 
 # train losses of a run dir as "step loss" lines at full precision, from metrics.jsonl; the last
 # occurrence of each step wins (a resumed run appends)
@@ -58,17 +58,17 @@ EOF
 # --- fp32: 1 rank x 4 micro-steps == 2 ranks x 2 == 4 ranks x 1 (same global batch of 256 tokens)
 for n in 1 2 4; do
     "${MPIRUN[@]}" -np $n "$BIN" "${FAST[@]}" -d 256 -x 10 -n 9 -o "$TMP/fp32_np$n" >"$TMP/fp32_np$n.out" 2>&1 ||
-        fail "mpi_fp32_np${n}_runs" "$(tail -3 "$TMP/fp32_np$n.out")"
+        fail "mpi_fp32_np${n}_runs" "$(why "$TMP/fp32_np$n.out")"
     losses "$TMP/fp32_np$n/main.log" >"$TMP/l$n"
 done
-# Worst cases over five OpenBLAS kernel families (dev/tolerance_sweep.py): the losses agree bit for
-# bit (0: metrics.jsonl keeps every float32 digit); the weights differ by 1.6e-4 of the last
-# update (projw; 1.1x across the kernels), where max |dw| / max |w| followed one entry and moved
-# 2.4e-6..5.9e-6 with the kernel. Ranks stepping on their own gradients differ by O(1) in both.
+# Worst cases over the seven OpenBLAS kernel families this CPU runs (dev/tolerance_sweep.py, the
+# small model): the losses agree bit for bit with most kernels and to 8.0e-8 with the rest
+# (metrics.jsonl keeps every float32 digit); the weights differ by 2.1e-4 of the last update
+# (1.5x across the kernels), bound 3e-3. Ranks stepping on their own gradients differ by O(1) in both.
 for n in 2 4; do
     check_bound "mpi_fp32_losses_np${n}_vs_np1" "$(compare_losses "$TMP/l$n" "$TMP/l1" 2>&1)" 1e-6 "max rel diff over 10 steps"
     check_bound "mpi_fp32_weights_np${n}_vs_np1" "$(compare_models "$TMP/fp32_np$n/model_00000010.bin" \
-        "$TMP/fp32_np1/model_00000010.bin" "$TMP/fp32_np1/model_00000009.bin" 2>&1)" 2e-3 "per tensor, in units of the last update"
+        "$TMP/fp32_np1/model_00000010.bin" "$TMP/fp32_np1/model_00000009.bin" 2>&1)" 3e-3 "per tensor, in units of the last update"
 done
 grep -q '"comm_bytes": 0' "$TMP/fp32_np1/metrics.jsonl" && pass mpi_comm_bytes_zero_single_rank || fail mpi_comm_bytes_zero_single_rank "metrics.jsonl"
 
@@ -77,7 +77,7 @@ grep -q '"comm_bytes": 0' "$TMP/fp32_np1/metrics.jsonl" && pass mpi_comm_bytes_z
 "${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -d 256 -x 20 -c bf16 -o "$TMP/b16" >"$TMP/b16.out" 2>&1
 losses "$TMP/f32/main.log" >"$TMP/lf32"; losses "$TMP/b16/main.log" >"$TMP/lb16"
 d=$(compare_losses "$TMP/lb16" "$TMP/lf32" 2>&1)
-check_bound mpi_bf16_losses_near_fp32 "$d" 2e-3 "max rel diff over 20 steps"  # worst 4.2e-5
+check_bound mpi_bf16_losses_near_fp32 "$d" 2e-3 "max rel diff over 20 steps"  # worst 3.2e-5 (seven kernel families)
 # and the bf16 rounding really happened
 if python3 -c "import sys; sys.exit(0 if float('$d') > 0 else 1)" 2>/dev/null; then pass mpi_bf16_differs_from_fp32
 else fail mpi_bf16_differs_from_fp32 "max rel diff $d"; fi
@@ -95,7 +95,7 @@ rm -f "$TMP/resumed/DONE_00000008" "$TMP/resumed/model_00000008.bin" "$TMP/resum
 if cmp -s "$TMP/straight/model_00000008.bin" "$TMP/resumed/model_00000008.bin" &&
    cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/resumed/state_00000008_00001.bin"; then
     pass mpi_resume_bitwise_np2
-else fail mpi_resume_bitwise_np2 "step-8 files differ: $(tail -2 "$TMP/r.out")"; fi
+else fail mpi_resume_bitwise_np2 "step-8 files differ: $(why "$TMP/r.out")"; fi
 
 # --- a checkpoint from another rank count is refused
 "${MPIRUN[@]}" -np 1 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/straight" >"$TMP/o.out" 2>"$TMP/o.err"
@@ -138,7 +138,7 @@ else fail mpi_sigkill_ends_job "victim=$victim rc=$(cat "$TMP/k.rc" 2>/dev/null)
 if cmp -s "$TMP/whole/model_00000012.bin" "$TMP/killed/model_00000012.bin" &&
    [ "$(losses "$TMP/whole/main.log")" = "$(losses "$TMP/killed/main.log")" ]; then
     pass mpi_sigkill_resume_same_losses_and_weights
-else fail mpi_sigkill_resume_same_losses_and_weights "$(tail -2 "$TMP/k2.out")"; fi
+else fail mpi_sigkill_resume_same_losses_and_weights "$(why "$TMP/k2.out")"; fi
 
 # --- a crash while the step-6 checkpoint is written leaves step 3 intact and resumable
 for what in model done; do
@@ -149,7 +149,7 @@ for what in model done; do
     if [ $rc -ne 0 ] && [ "$latest" = "DONE_00000003" ] && grep -q "steps" "$TMP/c2.out" &&
        cmp -s "$TMP/whole/model_00000012.bin" "$TMP/crash_$what/model_00000012.bin"; then
         pass "mpi_crash_during_checkpoint_${what}_resumes"
-    else fail "mpi_crash_during_checkpoint_${what}_resumes" "rc=$rc latest=$latest $(tail -2 "$TMP/c2.out")"; fi
+    else fail "mpi_crash_during_checkpoint_${what}_resumes" "rc=$rc latest=$latest $(why "$TMP/c2.out")"; fi
 done
 
 # --- an injected NaN gradient on rank 1 at step 3: every rank skips that step and training goes on
@@ -196,17 +196,17 @@ for d in sys.argv[1:]: print(sorted({r['ns_matrices'] for r in map(json.loads, o
        [[ "$counts" == "[$total] [$share] " ]] && [ "$share" -ge 1 ] && [ "$share" -lt "$total" ]; then
         echo "  note: rank 0 orthogonalizes $share of $total matrices on $np ranks"
         pass "mpi_muon_shard_bitwise_np${np}_$preset"
-    else fail "mpi_muon_shard_bitwise_np${np}_$preset" "identical $same, rank 0 ns_matrices $counts; $(tail -1 "$TMP/ms_${np}_1.out")"; fi
+    else fail "mpi_muon_shard_bitwise_np${np}_$preset" "identical $same, rank 0 ns_matrices $counts; $(why "$TMP/ms_${np}_1.out")"; fi
 done
 cp -r "$TMP/ms_2_0" "$TMP/ms_2_r"
 rm -f "$TMP/ms_2_r/DONE_00000006" "$TMP/ms_2_r/model_00000006.bin" "$TMP/ms_2_r"/state_00000006_*
 "${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -x 6 -n 3 --muon-shard 1 -y 1 -o "$TMP/ms_2_r" >"$TMP/ms_2_r.out" 2>&1
 if grep -q "resuming from step 3" "$TMP/ms_2_r.out" && cmp -s "$TMP/ms_2_0/model_00000006.bin" "$TMP/ms_2_r/model_00000006.bin"; then
     pass mpi_muon_shard_switch_on_resume_bitwise
-else fail mpi_muon_shard_switch_on_resume_bitwise "$(tail -2 "$TMP/ms_2_r.out")"; fi
+else fail mpi_muon_shard_switch_on_resume_bitwise "$(why "$TMP/ms_2_r.out")"; fi
 
 # --- gradient buckets (--bucket-mb): each mode gives bitwise the same run whether each unit is its
-# own bucket, sent as the backward finishes it (0.0001 MB: 27 buckets on tiny), or the whole
+# own bucket, sent as the backward finishes it (0.0001 MB: 27 buckets on tiny's 27 units), or the whole
 # gradient goes after the backward (0): the model, every rank's state file (residuals, factors,
 # the twophase server residual) and every metrics field but the times. Steps 1 and 3 refresh the
 # geometry, step 2 measures the fidelity; the geofp8 rows cover --geofp8-power auto (2 and 4
@@ -229,7 +229,7 @@ for spec in "2 fp32|-c fp32" "2 bf16|-c bf16" "2 fp8block|-c fp8block --fp8-form
     buckets=$(grep -o "gradient buckets *| [0-9]* of" "$TMP/bk${i}_0.0001.out" | grep -o "[0-9]* of")
     if [ "$same" = 1 ] && { [[ "$flags" == *twophase* ]] || [ "$buckets" = "27 of" ]; } && { [ -z "$nan" ] || grep -q "step     3/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; then
         pass "mpi_buckets_bitwise_np${np}_$name"
-    else fail "mpi_buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets'; $(tail -1 "$TMP/bk${i}_0.0001.out")"; fi
+    else fail "mpi_buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets'; $(why "$TMP/bk${i}_0.0001.out")"; fi
 done
 
 [ "$failures" -eq 0 ]

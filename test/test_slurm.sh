@@ -3,7 +3,8 @@
 # munged, slurmctld and slurmd from Debian's packages (scripts/install_deps.sh --slurm) with a
 # configuration written under a temporary directory, then submits the runs through
 # submit_paper_runs.sh with TRAINER=./train_llama_cpu, two ranks per job over srun --mpi=pmix and
-# a tiny configuration (MODEL=tiny, T=64, global batch 4 sequences):
+# a tiny configuration (MODEL=tiny with the small test model's 1000-token vocabulary through
+# TRAIN_EXTRA, T=64, global batch 4 sequences):
 #   - the geofp8 job waits for the profiling job (afterok dependency) and trains with the
 #     geofp8_layers.txt it wrote;
 #   - the fp32 job is requeued (scontrol requeue) after its first checkpoint; its second start
@@ -14,10 +15,8 @@
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
 REPO=$PWD
-failures=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
-skip() { echo "SKIP test_slurm: $1"; exit $((failures > 0)); }
+source test/testlib.sh  # pass, fail, why, small_model
+skip_all() { echo "SKIP test_slurm: $1"; exit $((failures > 0)); }
 
 # --- the paper's defaults, without a cluster: DRY_RUN=1 prints the ten sbatch commands -----------
 dry=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama DRY_RUN=1 bash scripts/slurm/submit_paper_runs.sh 2>&1)
@@ -29,10 +28,10 @@ else fail slurm_dry_run_paper_defaults "profiles $n_prof/2, runs $n_runs/8, depe
 
 for prog in munged slurmctld slurmd sbatch scontrol squeue srun; do
     if ! command -v "$prog" >/dev/null 2>&1; then
-        skip "$prog not found (install Slurm and munge with: bash scripts/install_deps.sh --slurm)"
+        skip_all "$prog not found (install Slurm and munge with: bash scripts/install_deps.sh --slurm)"
     fi
 done
-if [ "$(id -u)" -ne 0 ]; then skip "slurmd and munged need root, this is uid $(id -u)"; fi
+if [ "$(id -u)" -ne 0 ]; then skip_all "slurmd and munged need root, this is uid $(id -u)"; fi
 if [ ! -x train_llama_cpu ]; then echo "FAIL slurm_setup: ./train_llama_cpu is missing (make train_llama_cpu)"; exit 1; fi
 
 TMP=$(mktemp -d /tmp/test_slurm.XXXXXX)
@@ -58,7 +57,7 @@ s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
 host=$(hostname -s)
-cpus=$(nproc)
+cpus=$(getconf _NPROCESSORS_ONLN)  # not nproc: it answers OMP_NUM_THREADS where that is set
 mkdir -p "$TMP/state" "$TMP/spool"
 head -c 1024 /dev/urandom >"$TMP/munge.key"
 chmod 400 "$TMP/munge.key"
@@ -96,7 +95,7 @@ EOF
 export SLURM_CONF=$TMP/slurm.conf
 if ! munged --socket="$TMP/munge.sock" --key-file="$TMP/munge.key" --pid-file="$TMP/munged.pid" \
         --log-file="$TMP/munged.log" --seed-file="$TMP/munge.seed" --force >"$TMP/munged.out" 2>&1; then
-    skip "munged cannot start here: $(head -c 300 "$TMP/munged.out")"
+    skip_all "munged cannot start here: $(head -c 300 "$TMP/munged.out")"
 fi
 slurmctld -f "$SLURM_CONF" >"$TMP/slurmctld.out" 2>&1
 slurmd -f "$SLURM_CONF" >"$TMP/slurmd.out" 2>&1
@@ -112,11 +111,15 @@ else
 fi
 
 # --- the paper's submission at a tiny scale (config.sh reads all of these from the environment) --
+# the small test model's data (test/testlib.py: tiny's layers, a 1000-token vocabulary) under the
+# names the recipes expect; TRAIN_EXTRA gives every run its --vocab-size
+small_model
+SMALL_VOCAB=$(grep -o -- '--vocab-size [0-9]*' <<<"${SMALL[*]}")
 mkdir -p "$TMP/data"
-ln -s "$REPO/data/kjv/kjv_train_000001.bin" "$TMP/data/openwebtext_train_000001.bin"
-ln -s "$REPO/data/kjv/kjv_val_000000.bin" "$TMP/data/openwebtext_val_000000.bin"
+ln -s "$SMALL_DIR/train_000001.bin" "$TMP/data/openwebtext_train_000001.bin"
+ln -s "$SMALL_DIR/val_000000.bin" "$TMP/data/openwebtext_val_000000.bin"
 STEPS=40
-export REPO_DIR=$REPO TRAINER=./train_llama_cpu SRUN_MPI=pmix SRUN_EXTRA= \
+export REPO_DIR=$REPO TRAINER=./train_llama_cpu TRAIN_EXTRA="$SMALL_VOCAB" SRUN_MPI=pmix SRUN_EXTRA= \
        SLURM_PARTITION=test SLURM_ACCOUNT_NAME= REQUEST_GPUS=0 GPUS_PER_NODE=2 CPUS_PER_TASK=1 \
        PAPER_GPUS=2 PAPER_GLOBAL_BATCH=4 PAPER_MICRO_BATCH=2 SEQ_LEN=64 STEPS \
        DATA_DIR=$TMP/data OUT_ROOT=$TMP/runs SHARED_ROOT=$TMP/shared \

@@ -11,6 +11,17 @@ From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1
               a VALUE that is not a number fails and is shown)
               python3 test/testlib.py --same-run DIR_A DIR_B STEP   (exit status 0 when two runs
               wrote the same checkpoint at STEP and the same metrics: same_run(); else prints why)
+              python3 test/testlib.py --small-model   (prints the flags of the small test model,
+              after writing its data if missing: small_model_flags(); --small-model-dir: its data
+              directory)
+
+The small test model. Most training runs of the tests use the tiny preset with a vocabulary of
+SMALL_VOCAB tokens instead of GPT-2's 50257 (--vocab-size), on the bundled KJV shards with every
+token renumbered: the SMALL_VOCAB - 1 most frequent train tokens by rank, all others one shared
+last token (87% of the train tokens keep their identity). The layers are tiny's; wte and
+lm_head shrink from 2 x 6.4M to 2 x 131k parameters, so the steps (whose cost on this model is
+mostly per parameter: optimizer, gradient communication, checkpoints) run about six times
+faster. Runs that need GPT-2's vocabulary itself (export, sampling, the GPU check's curves) keep it.
 """
 import math
 import sys
@@ -93,7 +104,61 @@ def same_run(dir_a, dir_b, step):
     return True, ""
 
 
+SMALL_VOCAB = 1000
+SMALL_DATA_SOURCE = ("data/kjv/kjv_train_000001.bin", "data/kjv/kjv_val_000000.bin")
+SHARD_HEADER_INTS = 256  # llm.c shard header: int32[256] (magic, version, token count, ...)
+
+
+def small_vocab_data(out_dir, root="."):
+    """Writes out_dir/{train_000001,val_000000}.bin, the KJV shards renumbered to SMALL_VOCAB
+    tokens (see the module comment), unless they are already there; deterministic bytes. Safe when
+    several tests call it at once: each file is written under a private name and renamed."""
+    import os
+    import numpy as np
+    names = ("train_000001.bin", "val_000000.bin")
+    if all(os.path.isfile(os.path.join(out_dir, n)) for n in names):
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    src = [os.path.join(root, p) for p in SMALL_DATA_SOURCE]
+    train = np.fromfile(src[0], dtype="<u2", offset=4 * SHARD_HEADER_INTS)
+    counts = np.bincount(train, minlength=1 << 16)
+    top = np.argsort(-counts, kind="stable")[:SMALL_VOCAB - 1]  # ties by token id
+    remap = np.full(1 << 16, SMALL_VOCAB - 1, dtype="<u2")
+    remap[top] = np.arange(SMALL_VOCAB - 1, dtype="<u2")
+    for path, name in zip(src, names):
+        header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)
+        tokens = np.fromfile(path, dtype="<u2", offset=4 * SHARD_HEADER_INTS)
+        tmp = os.path.join(out_dir, ".%s.%d" % (name, os.getpid()))
+        with open(tmp, "wb") as f:
+            header.tofile(f)
+            remap[tokens].tofile(f)
+        os.replace(tmp, os.path.join(out_dir, name))
+
+
+def small_model_dir(root="."):
+    """The small model's data directory, root/build/testdata/kjv_v<SMALL_VOCAB> (written when
+    missing): train_000001.bin and val_000000.bin."""
+    import os
+    root = os.path.abspath(root)
+    d = os.path.join(root, "build", "testdata", "kjv_v%d" % SMALL_VOCAB)
+    small_vocab_data(d, root)
+    return d
+
+
+def small_model_flags(root="."):
+    """The engine flags of the small test model: tiny, --vocab-size SMALL_VOCAB, its train and
+    val shards (small_model_dir), as one line."""
+    d = small_model_dir(root)
+    return "-e tiny --vocab-size %d -i %s/train_*.bin -j %s/val_*.bin" % (SMALL_VOCAB, d, d)
+
+
 def main(argv):
+    if len(argv) == 2 and argv[1] == "--small-model":
+        print(small_model_flags())
+        return 0
+    if len(argv) == 2 and argv[1] == "--small-model-dir":
+        print(small_model_dir())
+        return 0
     if len(argv) == 5 and argv[1] == "--same-run":
         ok, why = same_run(argv[2], argv[3], int(argv[4]))
         if not ok:

@@ -12,6 +12,8 @@
 #
 # Usage: bash dev/emu/build.sh [OUT]   (default build/emu) -> OUT/train_llama, OUT/test_llama_gpu,
 #        OUT/dev_geofp8, OUT/dev_attention, OUT/test_blas_shim, OUT/test_fp8_device, OUT/test_mma_layout; run them from OUT/src (a rewritten copy of the sources, with data/ linked).
+# Nothing is rebuilt when OUT is newer than every source it is made from (OUT/BUILT records the
+# last complete build); a lock on OUT lets several tests ask for the same build at once.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(mkdir -p "${1:-$ROOT/build/emu}" && cd "${1:-$ROOT/build/emu}" && pwd)
@@ -19,6 +21,15 @@ CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
 if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || { [ ! -f "$CUDA_INC/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; }; then
     echo "dev/emu/build.sh: needs the CUDA headers (cuda_runtime.h, nccl.h) under $CUDA_INC" >&2; exit 2
 fi
+exec 9>"$OUT/.lock"
+flock 9
+newer() { cd "$ROOT" && find train_llama.cu llmc dev/cuda dev/emu -type f -newer "$OUT/BUILT" -print -quit &&
+          find test -maxdepth 1 -type f \( -name '*.cu' -o -name '*.h' \) -newer "$OUT/BUILT" -print -quit; }
+if [ -f "$OUT/BUILT" ] && [ -z "$(newer)" ]; then
+    echo "dev/emu: $OUT is up to date"
+    exit 0
+fi
+rm -f "$OUT/BUILT"
 python3 "$ROOT/dev/emu/rewrite_launches.py" "$ROOT" "$OUT/src" > "$OUT/kernels.txt"
 CXX=(mpicxx -std=c++17 -O3 -march=native -fopenmp -ffp-contract=off -Wall -Wno-unused-function -Wno-unused-variable -I"$CUDA_INC")
 LIBS=(-lopenblas -llapacke -lm)
@@ -43,4 +54,5 @@ build test/test_mma_layout.cu test_mma_layout &
 fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
 [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
+touch "$OUT/BUILT"
 echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_geofp8, $OUT/dev_attention, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout (run them from $OUT/src)"

@@ -126,6 +126,9 @@ submit() {
 
 # The trainer every task runs: ./train_llama (GPU), or TRAINER=./train_llama_cpu on CPU nodes.
 : "${TRAINER:=./train_llama}"
+# More trainer flags, appended to every run's (e.g. --vocab-size N for shards of another
+# tokenizer, --attention cublas; empty: none)
+: "${TRAIN_EXTRA=}"
 
 # Runs $TRAINER on every task of the allocation with -o RUN_DIR and the given flags.
 run_train_llama() {
@@ -138,8 +141,8 @@ run_train_llama() {
         echo "error: $REPO_DIR/$TRAINER is missing; build it first (make ${TRAINER#./})" >&2
         return 1
     fi
-    echo "run: srun $TRAINER -o $run_dir $* (tasks $SLURM_NTASKS, nodes $SLURM_JOB_NUM_NODES)"
+    echo "run: srun $TRAINER -o $run_dir $*${TRAIN_EXTRA:+ $TRAIN_EXTRA} (tasks $SLURM_NTASKS, nodes $SLURM_JOB_NUM_NODES)"
     # shellcheck disable=SC2086
     srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --ntasks="$SLURM_NTASKS" --ntasks-per-node="$GPUS_PER_NODE" $SRUN_EXTRA \
-        "$TRAINER" -o "$run_dir" "$@"
+        "$TRAINER" -o "$run_dir" "$@" $TRAIN_EXTRA
 }
