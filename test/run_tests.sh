@@ -6,9 +6,9 @@
 #
 # Programs run side by side, TEST_JOBS at a time (default 2: this machine's cores); most are
 # single-process or two ranks of one thread, and they wait on I/O, mpirun start-up and Python in
-# between. The longest start first (LONGEST below, by the last measured times); each program's
-# output is kept whole and printed in the usual order (binaries, Python tests, shell tests, each
-# alphabetical) once it and every program before it have finished.
+# between. The quick ones start first, then the long ones longest first (LONGEST below); each
+# program's output is kept whole and printed in the usual order (binaries, Python tests, shell
+# tests, each alphabetical) once it and every program before it have finished.
 #   TEST_JOBS=1 bash test/run_tests.sh          one program at a time
 #   bash test/run_tests.sh test/test_cli.sh ... only these programs
 # A program that fails without a FAIL line of its own gets one: "FAIL <program>: exited with
@@ -36,14 +36,17 @@ else
     for t in build/test_*; do [ -x "$t" ] && [ -f "$t" ] && programs+=("$t"); done
     for t in test/test_*.py test/test_*.sh; do [ -f "$t" ] && programs+=("$t"); done
 fi
-# started first, longest first (measured on this machine); the rest follow in printing order
-LONGEST=(test/test_cuda_emulated.sh test/test_faults.sh test/test_slurm.sh test/test_gpu_check.sh test/test_mpi.sh
-         test/test_comm_modes.sh test/test_cli.sh test/test_scaling_model.py)
-order=()
+# the start order: the quick programs first, in printing order (their output appears at once),
+# then the long ones longest first (LONGEST, by the last measured times), so that the two lanes
+# end close together
+LONGEST=(test/test_cuda_emulated.sh test/test_faults.sh test/test_gpu_check.sh test/test_comm_modes.sh
+         test/test_mpi.sh test/test_cli.sh test/test_scaling_model.py test/test_slurm.sh)
+order=() long=()
 for l in "${LONGEST[@]}"; do
-    for i in "${!programs[@]}"; do [ "${programs[$i]}" = "$l" ] && order+=("$i"); done
+    for i in "${!programs[@]}"; do [ "${programs[$i]}" = "$l" ] && long+=("$i"); done
 done
-for i in "${!programs[@]}"; do [[ " ${order[*]} " == *" $i "* ]] || order+=("$i"); done
+for i in "${!programs[@]}"; do [[ " ${long[*]} " == *" $i "* ]] || order+=("$i"); done
+order+=("${long[@]}")
 
 DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$DIR"' EXIT
