@@ -20,9 +20,10 @@
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
-// runs fn for every thread of the grid; fibers = the kernel uses barriers or warp collectives;
-// smem = the launch's dynamic shared memory bytes (what emu_dynamic_smem() hands the kernel)
-void emu_launch(const char* name, bool fibers, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn);
+// runs fn for every thread of the grid, each block's threads as fibers (the kernel uses barriers
+// or warp collectives); smem = the launch's dynamic shared memory bytes (what emu_dynamic_smem()
+// hands the kernel)
+void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn);
 // A kernel without barriers runs its threads in a plain loop here, in the program's own code, so
 // that the compiler inlines the kernel's body into the loop (a call through std::function per
 // thread costs more than most of these bodies). emu_launch_begin checks the launch and sets
@@ -49,7 +50,7 @@ __attribute__((flatten)) static inline void emu_launch_plain(const char* name, d
 // fibers is the literal true or false that rewrite_launches.py writes
 #define EMU_LAUNCH(name, fibers, grid, block, smem, ...) EMU_LAUNCH_##fibers(name, grid, block, smem, __VA_ARGS__)
 #define EMU_LAUNCH_true(name, grid, block, smem, ...) \
-    emu_launch(name, true, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
+    emu_launch_fibers(name, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
 #define EMU_LAUNCH_false(name, grid, block, smem, ...) \
     emu_launch_plain(name, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
 // `extern __shared__ T name[];` is rewritten to `T* name = (T*)emu_dynamic_smem();`: one buffer of

@@ -394,8 +394,7 @@ void emu_launch_end(const char* name) {
     if (g_prof_on) prof_add(name, g_plain_t0, gridDim, blockDim);
 }
 // a kernel with barriers or warp collectives: every block's threads as fibers
-void emu_launch(const char* name, bool sync, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
-    if (!sync) die("emu_launch: kernel %s without barriers goes through emu_launch_plain", name);
+void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
     if (!launch_config_ok(name, grid, block, smem)) return;
     auto t0 = std::chrono::steady_clock::now();
     g_fn = &fn;
