@@ -7,6 +7,10 @@ so each engine's tokens/s have a baseline measured on the same machine:
   --device cuda --dtype bfloat16    the CUDA engine's anchor (dev/gpu_check.sh): bf16 autocast with
                                     fp32 weights and optimizer, as train_llama (bf16 compute, fp32
                                     master weights)
+Newton-Schulz: torch.optim.Muon orthogonalizes in bfloat16, which is the GPU engine's choice but
+about ten times slower than fp32 on a CPU without bf16 matrix units, and not what the CPU engine
+does (fp32). So on --device cpu the anchor replaces torch's iteration with the same quintic in
+fp32 (--ns-dtype float32, the default there; bfloat16 keeps torch's own), and says so in its line.
 Random tokens; the timed steps follow --warmup untimed ones. Written against torch 2.15.
 
     python dev/bench_pytorch.py --preset tiny -b 4 -t 256 --threads 2
@@ -102,6 +106,31 @@ class Llama(nn.Module):
         return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
 
 
+def newton_schulz_fp32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim._muon._zeropower_via_newtonschulz's iteration, in float32 instead of bfloat16."""
+    a, b, c = ns_coefficients
+    x = grad.to(dtype=torch.float32, copy=True)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.addmm(x, update, x, beta=a)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    return x
+
+
+def use_fp32_newton_schulz():
+    """Makes torch.optim.Muon orthogonalize in fp32 (it looks the function up at each step)."""
+    import torch.optim._muon as muon_impl
+    if not hasattr(muon_impl, "_zeropower_via_newtonschulz"):
+        raise SystemExit("error: --ns-dtype float32: torch %s has no torch.optim._muon._zeropower_via_newtonschulz to replace "
+                         "(hint: --ns-dtype bfloat16 keeps torch's own)" % torch.__version__)
+    muon_impl._zeropower_via_newtonschulz = newton_schulz_fp32
+
+
 def make_optimizers(model, lr, wd):
     hidden = [p for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2]
     embeds = [model.wte.weight, model.lm_head.weight]
@@ -126,7 +155,13 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                         help="compute precision; bfloat16 = autocast over fp32 weights")
     parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--ns-dtype", choices=["float32", "bfloat16"], default=None,
+                        help="Muon's Newton-Schulz precision (float32 on cpu, as train_llama_cpu; bfloat16 on cuda, torch's own)")
     args = parser.parse_args()
+    if args.ns_dtype is None:
+        args.ns_dtype = "float32" if args.device == "cpu" else "bfloat16"
+    if args.ns_dtype == "float32":
+        use_fp32_newton_schulz()
     if args.b < 1 or args.t < 1 or args.steps < 1 or args.threads < 1 or args.warmup < 0:
         parser.error("-b, -t, --steps and --threads must be positive, --warmup at least 0")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -167,8 +202,8 @@ def main():
     if not math.isfinite(loss):
         raise SystemExit("error: non-finite loss %r after %d steps" % (loss, args.warmup + args.steps))
     peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else float("nan")
-    print("pytorch preset=%s B=%d T=%d device=%s dtype=%s threads=%d tokens/s=%.0f  ms/step=%.1f peak_mem_gib=%.2f loss=%.4f"
-          % (args.preset, B, T, args.device, args.dtype, args.threads, B * T / dt, dt * 1000, peak, loss))
+    print("pytorch preset=%s B=%d T=%d device=%s dtype=%s ns_dtype=%s threads=%d tokens/s=%.0f  ms/step=%.1f peak_mem_gib=%.2f loss=%.4f"
+          % (args.preset, B, T, args.device, args.dtype, args.ns_dtype, args.threads, B * T / dt, dt * 1000, peak, loss))
 
 
 if __name__ == "__main__":
