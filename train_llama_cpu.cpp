@@ -575,6 +575,7 @@ int main(int argc, char** argv) {
         run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
                            start_step, "MPI", gradcomm_buckets_summary(&gc.buckets, tc.bucket_mb, gc.twophase));
         snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); run_print_row("threads", b);
+        run_print_row("BLAS", matmul_blas_kernels());
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);
