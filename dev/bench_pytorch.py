@@ -20,9 +20,13 @@ import argparse
 import math
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    raise SystemExit("error: dev/bench_pytorch.py needs torch (%s); hint: pip install torch, or run dev/bench_cpu.sh "
+                     "with PYTHON set to an interpreter that has it" % e)
 
 V, Vp = 50257, 50304
 PRESETS = {  # C, L, NH, NKV, FF (llmc/llama.h)
