@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_comm_modes.sh — every gradient communication mode (-c fp8, fp8block, geofp8, kfac, and the
-# twophase reduction) trains the small test model (tiny, 1000 tokens) with 1, 2 and 4 MPI ranks for 20 steps on the same
-# global batch and stays within a stated tolerance of the fp32 run with as many ranks; the
+# twophase reduction) trains the small test model (test/testlib.py: tiny's layers, 1000 tokens)
+# with 1, 2 and 4 MPI ranks for 20 steps on the same global batch and stays within a stated
+# tolerance of the fp32 run with as many ranks; the
 # logged fidelity shows the mechanism of geofp8: with a fresh factor and an empty error-feedback
 # buffer (its first step), the whitened units' RelL2 is below what fp8 logs for the same units.
 # The RelL2 of the later steps (stale factors, error feedback) and of twophase are printed, not

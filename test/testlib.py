@@ -21,7 +21,7 @@ token renumbered: the SMALL_VOCAB - 1 most frequent train tokens by rank, all ot
 last token (87% of the train tokens keep their identity). The layers are tiny's; wte and
 lm_head shrink from 2 x 6.4M to 2 x 131k parameters, so the steps (whose cost on this model is
 mostly per parameter: optimizer, gradient communication, checkpoints) run about six times
-faster. Runs that need GPT-2's vocabulary itself (export, sampling, the GPU check's curves) keep it.
+faster (20 steps of -c fp8 with fidelity: 8.9 s against 1.5 s on one core). Runs that need GPT-2's vocabulary itself (export, sampling, the GPU check's curves) keep it.
 """
 import math
 import sys
