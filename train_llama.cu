@@ -806,6 +806,9 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
 int main(int argc, char** argv) {
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
+    if (tc.virtual_ranks != 0)
+        user_error("--virtual-ranks %d: simulates the communication of N ranks in fewer processes, in train_llama_cpu only "
+                   "(train_llama runs one rank per GPU; found it on the GPU engine)", tc.virtual_ranks);
     if (!cuda_device_present())
         user_error("no CUDA device found (train_llama needs an NVIDIA GPU; train_llama_cpu runs on any machine)");
     GpuCommGrid grid;

@@ -424,41 +424,77 @@ static bool test_inject_nan(int step, int rank) {
 // next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T).
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
 
+// This process's logical ranks (DESIGN §6 "Virtual ranks"; one without --virtual-ranks): logical
+// rank vrank0 + v draws its micro-batches from batch_ctx[v] and accumulates its gradient in grads[v].
+typedef struct {
+    int V, vrank0, N;               // logical ranks here, the first one, all of them
+    std::vector<float*> grads;      // (V) grads[0] is the model's own buffer, which receives the average
+    std::vector<void*> batch_ctx;   // (V)
+} LocalRanks;
+
+// One logical rank per process (every rank a process): the model's buffer and one batch source.
+static LocalRanks local_ranks_single(LlamaModel* m, const CommGrid* grid, void* batch_ctx) {
+    return LocalRanks{1, grid->rank, grid->world_size, {m->grads}, {batch_ctx}};
+}
+
+// The mean over logical ranks of x (one value per logical rank of this process), as every rank
+// computes it: a fold in rank order (llmc/comm.h), so it does not depend on how the ranks are
+// spread over processes.
+static double llama_mean_over_ranks(CommGrid* grid, const std::vector<double>& x, int N) {
+    std::vector<const void*> in;
+    for (const double& v : x) in.push_back(&v);
+    double sum = 0.0;
+    comm_fold(grid, COMM_FOLD_F64, in.data(), (int)x.size(), &sum, 1);
+    return sum / N;
+}
+
 static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
-                                  CommGrid* grid, GradComm* gc, int accum_steps, int step, NextBatchFn next_batch, void* ctx) {
+                                  CommGrid* grid, GradComm* gc, int accum_steps, int step, NextBatchFn next_batch, LocalRanks* lr) {
     StepStats st;
-    memset(m->grads, 0, m->num_params * sizeof(float));
-    gradcomm_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size);
-    double loss_sum = 0.0, sketch_seconds = 0.0;
-    for (int micro = 0; micro < accum_steps; micro++) {
-        const int *inputs, *targets;
-        next_batch(ctx, &inputs, &targets);
-        llama_forward(m, inputs, tc->B, tc->T);
-        if (gradcomm_wants_activations(gc)) {
-            double t0 = run_now_seconds();
-            llama_observe_inputs(m, gc, tc->B, tc->T);
-            sketch_seconds += run_now_seconds() - t0;
+    for (float* g : lr->grads) memset(g, 0, m->num_params * sizeof(float));
+    gradcomm_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * lr->N);
+    double sketch_seconds = 0.0;
+    std::vector<double> loss_sum(lr->V, 0.0);
+    int loss_bad = 0;
+    for (int v = 0; v < lr->V; v++) {
+        const int vrank = lr->vrank0 + v;
+        gradcomm_set_vrank(gc, v);
+        m->grads = lr->grads[v];
+        for (int micro = 0; micro < accum_steps; micro++) {
+            const int *inputs, *targets;
+            next_batch(lr->batch_ctx[v], &inputs, &targets);
+            llama_forward(m, inputs, tc->B, tc->T);
+            if (gradcomm_wants_activations(gc)) {
+                double t0 = run_now_seconds();
+                llama_observe_inputs(m, gc, tc->B, tc->T);
+                sketch_seconds += run_now_seconds() - t0;
+            }
+            // the last micro-step's backward (of this process's last logical rank) starts each
+            // gradient bucket's communication as it finishes it
+            const bool last = v == lr->V - 1 && micro == accum_steps - 1;
+            if (last) gradcomm_start(gc, grid, lr->grads.data(), step);
+            UnitReadyFn unit_ready = [&](int unit) {
+                if (unit == 0 && test_inject_nan(step + 1, vrank)) m->grads[0] = NAN;  // unit 0: the embedding
+                gradcomm_unit_ready(gc, unit);
+            };
+            loss_sum[v] += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc, last ? unit_ready : NULL);
         }
-        // the last micro-step's backward starts each gradient bucket's communication as it finishes it
-        const bool last = micro == accum_steps - 1;
-        if (last) gradcomm_start(gc, grid, m->grads, step);
-        UnitReadyFn unit_ready = [&](int unit) {
-            if (unit == 0 && test_inject_nan(step + 1, grid->rank)) m->grads[0] = NAN;  // unit 0: the embedding
-            gradcomm_unit_ready(gc, unit);
-        };
-        loss_sum += llama_backward(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc, last ? unit_ready : NULL);
+        if (v < lr->V - 1 && test_inject_nan(step + 1, vrank)) m->grads[0] = NAN;
+        if (!std::isfinite(loss_sum[v])) loss_bad = vrank + 1;
+        loss_sum[v] /= accum_steps;
     }
+    m->grads = lr->grads[0];
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.sketch_seconds = sketch_seconds; st.ns_matrices = 0;
     // the rest of the communication; a non-finite loss or gradient on any rank: every rank skips
     // this step identically
     bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
-    int bad_rank = gradcomm_finish(gc, std::isfinite(loss_sum), fidelity);
+    int bad_rank = gradcomm_finish(gc, loss_bad, fidelity);
     st.skipped_on_rank = bad_rank - 1;
     if (bad_rank > 0) return st;
     st.comm_bytes = gc->stats.bytes;
-    if (gc->stats.skipped) { st.skipped_on_rank = grid->world_size; return st; }  // a non-finite scale
-    st.loss = (float)(comm_sum_double(grid, loss_sum / accum_steps) / grid->world_size);
+    if (gc->stats.skipped) { st.skipped_on_rank = lr->N; return st; }  // a non-finite scale
+    st.loss = (float)llama_mean_over_ranks(grid, loss_sum, lr->N);
     st.grad_norm = llama_grad_norm(m->grads, m->num_params);
     llama_clip_grads(m->grads, m->num_params, st.grad_norm, tc->grad_clip);
     st.ns_matrices = llama_update(m, tc, mc, st.lr, step, grid);
@@ -489,6 +525,52 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, in
 // ----------------------------------------------------------------------------
 // main
 
+// --virtual-ranks: what V logical ranks per process cost in memory, against what this node has.
+// Each process holds the model (weights, gradient, two optimizer moments), V - 1 more gradients,
+// the communication's per-rank buffers (values and codes, or the packed fp32 / bf16 copies), a
+// fold's two staging copies of every rank's contribution where there are several processes
+// (llmc/comm.h), and each logical rank's copy of the current train and val shard; the processes
+// of a node share its memory. Measured: tiny, -c fp8 with fidelity steps, 16 logical ranks in one
+// process, 2.25 GB at most (this estimate: 2.26 GB). Returns ""
+// or the reason to refuse, the same on every rank of the node.
+static std::string run_virtual_memory_problem(const LlamaConfig* lc, const TrainConfig* tc, const DataLoader& train,
+                                              const DataLoader* val, int V, int N, CommGrid* grid) {
+    const double P = (double)llama_num_params(lc), gib = 1073741824.0;
+    const bool staged = grid->world_size > 1;  // a fold between processes stages two copies of every contribution
+    double per_rank = 4.0 * P;  // a gradient
+    if (tc->comm == "fp32") per_rank += 4.0 * P + (staged ? 8.0 * P : 0.0);
+    else if (tc->comm == "bf16") per_rank += 2.0 * P + (staged ? 4.0 * P : 0.0);
+    else per_rank += 5.0 * P + (staged ? 2.0 * P : 0.0);  // values and codes
+    if (tc->fidelity_every > 0 && staged) per_rank += 8.0 * P;  // the fp32 reference's fold
+    size_t shard = 0;
+    for (size_t t : train.shard_tokens) shard = std::max(shard, t);
+    if (val) for (size_t t : val->shard_tokens) shard = std::max(shard, t);
+    per_rank += 2.0 * 2.0 * (double)shard;
+    const double need = 4.0 * 4.0 * P + V * per_rank;  // the model, then V logical ranks
+    MPI_Comm node;
+    int here = 1;
+    MPI_CHECK(MPI_Comm_split_type(grid->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_size(node, &here));
+    MPI_CHECK(MPI_Comm_free(&node));
+    double avail = 0.0;
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof(line), f)) {
+            long long kb;
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = kb * 1024.0;
+        }
+        fclose(f);
+    }
+    if (avail <= 0.0 || need * here <= 0.9 * avail) return "";
+    char b[512];
+    snprintf(b, sizeof(b), "--virtual-ranks %d: %d logical ranks in each of %d process%s on this node need about %.1f GiB "
+             "(%.1f GiB each: the model, and per logical rank a gradient, its communication buffers and a shard copy), "
+             "but %.1f GiB are available (hint: fewer virtual ranks, or the same number over the processes of more nodes)",
+             N, V, here, here == 1 ? "" : "es", need * here / gib, need / gib, avail / gib);
+    return b;
+}
+
 // The start-up checks' collectives (llmc/run.h) over MPI.
 static int cpu_ranks_max_int(void* g, int x) { return comm_max_int((CommGrid*)g, x); }
 static std::string cpu_ranks_broadcast(void* g, const std::string& s) { return comm_broadcast_string((CommGrid*)g, s); }
@@ -507,31 +589,46 @@ int main(int argc, char** argv) {
     if (tc.attention != "auto")
         user_error("--attention %s: train_llama_cpu has one attention, the fp32 reference (flash and cublas are train_llama's)", tc.attention.c_str());
 
+    // logical ranks: --virtual-ranks N puts N / P of them in each of the P processes
+    const int P = grid.world_size;
+    if (tc.virtual_ranks > 0 && tc.virtual_ranks % P != 0)
+        user_error("--virtual-ranks %d: expected a multiple of the %d processes of this job (each holds the same number of logical ranks)",
+                   tc.virtual_ranks, P);
+    if (tc.virtual_ranks > P && tc.muon_shard)
+        user_error("--muon-shard 1: shares Newton-Schulz between processes for speed; --virtual-ranks simulates the numerics of %d ranks, "
+                   "not their time (use one or the other)", tc.virtual_ranks);
+    const int V = tc.virtual_ranks > 0 ? tc.virtual_ranks / P : 1, N = P * V;
+
     // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;
     bool from_file = false;
-    int accum_steps = run_resolve_config(&tc, &lc, grid.world_size, &from_file);
+    int accum_steps = run_resolve_config(&tc, &lc, N, &from_file);
     MuonPreset preset = MUON_MOONLIGHT;
     muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
     MuonConfig mc = muon_config(preset);
     SchedulerKind sched = SCHEDULER_COSINE;
     scheduler_from_name(tc.schedule.c_str(), &sched);
 
-    // data (validated before anything is written)
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    // data (validated before anything is written): one train and one val loader per logical rank
+    std::vector<DataLoader> train_loaders(V), val_loaders(V);
     bool do_val = tc.val_every > 0;
-    if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    for (int v = 0; v < V; v++) {
+        dataloader_init(&train_loaders[v], tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank * V + v, N, lc.V);
+        if (do_val) dataloader_init(&val_loaders[v], tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank * V + v, N, lc.V);
+    }
+    DataLoader& train_loader = train_loaders[0];
+    DataLoader& val_loader = val_loaders[0];
     run_resolve_steps(&tc, &train_loader);
 
     // every rank checks the same things in the same order: flags and data against rank 0's,
     // then the output directory (lock, leftovers), then the resume point
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
-    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, false);
+    std::string settings = run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, false);
     RunRanks ranks = cpu_run_ranks(&grid);
-    run_check_same_settings(&ranks, run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, true));
+    run_check_same_settings(&ranks, run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, true));
+    if (V > 1) run_agree(&ranks, run_virtual_memory_problem(&lc, &tc, train_loader, do_val ? &val_loader : NULL, V, N, &grid));
     GradComm gc;
-    gradcomm_init(&gc, &tc, &lc, &grid);
+    gradcomm_init(&gc, &tc, &lc, &grid, V);
     std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file);
     Tokenizer tokenizer;
     tokenizer.ok = 0;
@@ -545,12 +642,21 @@ int main(int argc, char** argv) {
     int consecutive_skips = 0;  // non-finite steps in a row; the run stops past --max-skips
     LlamaModel model;
     llama_model_alloc(&model, &lc, tc.B, tc.T);
+    // the other logical ranks' gradient buffers, and where each draws its batches
+    std::vector<std::vector<float>> vgrads(V - 1, std::vector<float>(model.num_params, 0.0f));
+    LocalRanks local = {V, grid.rank * V, N, {model.grads}, {&train_loaders[0]}};
+    for (int v = 1; v < V; v++) { local.grads.push_back(vgrads[v - 1].data()); local.batch_ctx.push_back(&train_loaders[v]); }
     if (start_step > 0) {
         memcpy(model.params, resume_params.data(), model.num_params * sizeof(float));
         std::vector<float>().swap(resume_params);
         memcpy(model.opt_m, resume_state.m.data(), model.num_params * sizeof(float));
         memcpy(model.opt_v, resume_state.v.data(), model.num_params * sizeof(float));
         dataloader_set_state(&train_loader, resume_state.data_state);
+        for (int v = 1; v < V; v++) {  // the others' positions follow from the step, as the state file's does (checked at resume)
+            int64_t pos[3];
+            dataloader_state_after(&train_loaders[v], (long long)start_step * accum_steps, pos);
+            dataloader_set_state(&train_loaders[v], pos);
+        }
         consecutive_skips = (int)resume_state.skipped_steps;
         gradcomm_load(&gc, &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str());
     } else if (from_file) {
@@ -572,8 +678,12 @@ int main(int argc, char** argv) {
         run_print_row("setting", "value");
         printf("+------------------------+--------------------------------------------------+\n");
         run_print_row("engine", "train_llama_cpu (fp32, OpenMP + OpenBLAS)");
-        run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
+        run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, N, accum_steps,
                            start_step, "MPI", gradcomm_buckets_summary(&gc.buckets, tc.bucket_mb, gc.twophase));
+        if (V > 1) {
+            snprintf(b, sizeof(b), "%d logical ranks, %d in each of %d processes (--virtual-ranks)", N, V, P);
+            run_print_row("virtual ranks", b);
+        }
         snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); run_print_row("threads", b);
         run_print_row("BLAS", matmul_blas_kernels());
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
@@ -589,14 +699,17 @@ int main(int argc, char** argv) {
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
-            dataloader_reset(&val_loader);
-            double sum = 0.0;
-            for (int k = 0; k < tc.val_batches; k++) {
-                dataloader_next_batch(&val_loader);
-                llama_forward(&model, val_loader.inputs, tc.B, tc.T);
-                sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
+            std::vector<double> mean(V, 0.0);  // each logical rank's mean over its val batches
+            for (int v = 0; v < V; v++) {
+                dataloader_reset(&val_loaders[v]);
+                for (int k = 0; k < tc.val_batches; k++) {
+                    dataloader_next_batch(&val_loaders[v]);
+                    llama_forward(&model, val_loaders[v].inputs, tc.B, tc.T);
+                    mean[v] += llama_loss(&model, val_loaders[v].targets, tc.B, tc.T);
+                }
+                mean[v] /= tc.val_batches;
             }
-            float val_loss = (float)(comm_sum_double(&grid, sum / tc.val_batches) / grid.world_size);
+            float val_loss = (float)llama_mean_over_ranks(&grid, mean, N);
             if (grid.rank == 0) run_report_val(&logger, step, val_loss, tc.total_batch);
         }
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
@@ -625,14 +738,14 @@ int main(int argc, char** argv) {
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         double t0 = run_now_seconds();
-        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, run_next_batch, &train_loader);
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, run_next_batch, &local);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
         double dt = run_now_seconds() - t0;
         if (st.skipped_on_rank >= 0) {
             consecutive_skips++;
             if (grid.rank == 0) {
-                if (st.skipped_on_rank < grid.world_size)
+                if (st.skipped_on_rank < N)
                     printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
                            step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
                 else
@@ -691,8 +804,10 @@ int main(int argc, char** argv) {
     }
     logger_free(&logger);
     if (tokenizer.ok) tokenizer_free(&tokenizer);
-    dataloader_free(&train_loader);
-    if (do_val) dataloader_free(&val_loader);
+    for (int v = 0; v < V; v++) {
+        dataloader_free(&train_loaders[v]);
+        if (do_val) dataloader_free(&val_loaders[v]);
+    }
     llama_model_free(&model);
     comm_finalize(&grid);
     return 0;

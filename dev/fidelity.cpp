@@ -140,10 +140,10 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
                 if (!geofp8_parse_lowrank("lowrank_A_32", g.d_in, &spec_p1) || !geofp8_parse_lowrank("lowrank_A_32_pauto", g.d_in, &spec_auto))
                     user_error("--ranks: unit %s has d_in %d < 32, too narrow for the low-rank-32 factor", u.name.c_str(), g.d_in);
                 GeoFP8Eigen eig;  // one eigendecomposition of the pooled A for both factors
-                const GeoFP8Eigen* ep = geofp8_eigen_exact(&eig, g.A.data(), g.d_in) == 0 ? &eig : NULL;
+                const GeoFP8Eigen* ep = geofp8_eigen_exact(&eig, g.A[0].data(), g.d_in) == 0 ? &eig : NULL;
                 GeoFP8Factor t1, ta;
-                geofp8_spec_factor(&t1, spec_p1, g.A.data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0, ep);
-                geofp8_spec_factor(&ta, spec_auto, g.A.data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0, ep);  // q from rank 0's own gradient
+                geofp8_spec_factor(&t1, spec_p1, g.A[0].data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0, ep);
+                geofp8_spec_factor(&ta, spec_auto, g.A[0].data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0, ep);  // q from rank 0's own gradient
                 for (int k = 0; k < NMODE; k++) {
                     bool ok = k == 0   ? geofp8_reduce_bf16_ranks(out.data(), G.data(), N, n)
                               : k == 1 ? geofp8_reduce_native_ranks(fmt, out.data(), G.data(), N, n)
@@ -263,12 +263,12 @@ int main(int argc, char** argv) {
                 // A's eigendecomposition once per unit and batch, for every exact low-rank and
                 // symmetric row (13 of them; at d12's fc2, d_in 2048, each would take seconds)
                 GeoFP8Eigen eig;
-                const GeoFP8Eigen* ep = geofp8_eigen_exact(&eig, g.A.data(), g.d_in) == 0 ? &eig : NULL;
+                const GeoFP8Eigen* ep = geofp8_eigen_exact(&eig, g.A[0].data(), g.d_in) == 0 ? &eig : NULL;
                 for (int k = 0; k < NR; k++) {
                     GeoFP8Fidelity f;
                     const char* method = k < NM ? GEOFP8_FIDELITY_METHODS[k] : EXTRA[k - NM].method;
                     int exact = k < NM ? 0 : EXTRA[k - NM].exact;
-                    if (geofp8_fidelity_method_stats(&f, method, G, g.d_out, g.d_in, g.A.data(), g.Gs.data(), h, N, exact,
+                    if (geofp8_fidelity_method_stats(&f, method, G, g.d_out, g.d_in, g.A[0].data(), g.Gs[0].data(), h, N, exact,
                                                      seed + (uint64_t)g.unit, fmt, ep) != 0)
                         f = GeoFP8Fidelity{NAN, NAN, NAN, NAN};
                     sum[k].rel_l2 += f.rel_l2; sum[k].cos += f.cos; sum[k].max_err += f.max_err; sum[k].mse += f.mse;

@@ -199,6 +199,170 @@ static inline void comm_sum_bf16(CommGrid* g, uint16_t* x, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
+// ordered sums over logical ranks (DESIGN §6 "Virtual ranks")
+//
+// A job of N logical ranks runs in the P processes of the grid, V = N / P in each (V = 1: every
+// rank a process; V > 1: --virtual-ranks). Process p holds the contributions of logical ranks
+// pV, ..., pV + V - 1. A fold sums n elements over the N logical ranks left to right in rank
+// order, r = ((c_0 + c_1) + c_2) + ... + c_(N-1), rounding to the element type at every combine
+// (fp32, fp64, bf16, or an FP8 format: the rounding of a sum on the wire in that format). The
+// result depends on N and on the contributions only, not on P, on the MPI library's algorithms
+// or on the message size: so V virtual ranks in P processes give bitwise what N processes give,
+// and every bucket layout gives the same sums. How: process j folds shard j of the elements, which
+// an all-to-all brings it from every logical rank, and an all-gather hands every process the
+// whole result. For V = 1 that sends the bytes of a ring all-reduce, 2 (P - 1) / P of the payload.
+// comm_fold_start posts the all-to-all (non-blocking, so a bucket's transfer overlaps the
+// backward), comm_fold_finish folds and gathers; comm_fold does both.
+
+typedef enum { COMM_FOLD_F32, COMM_FOLD_F64, COMM_FOLD_BF16, COMM_FOLD_E4M3, COMM_FOLD_E5M2 } CommFoldKind;
+
+static inline size_t comm_fold_elem_bytes(CommFoldKind k) {
+    return k == COMM_FOLD_F64 ? 8 : k == COMM_FOLD_F32 ? 4 : k == COMM_FOLD_BF16 ? 2 : 1;
+}
+
+// acc (n) = acc + x, rounding to the kind's format, for elements [0, n)
+static inline void comm_fold_combine(CommFoldKind k, void* acc, const void* x, size_t n) {
+    switch (k) {
+    case COMM_FOLD_F32: {
+        float* a = (float*)acc; const float* b = (const float*)x;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+        return;
+    }
+    case COMM_FOLD_F64: {
+        double* a = (double*)acc; const double* b = (const double*)x;
+        for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+        return;
+    }
+    case COMM_FOLD_BF16: {
+        uint16_t* a = (uint16_t*)acc; const uint16_t* b = (const uint16_t*)x;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = fp8_bf16_encode(fp8_bf16_decode(a[i]) + fp8_bf16_decode(b[i]));
+        return;
+    }
+    case COMM_FOLD_E4M3: case COMM_FOLD_E5M2: {
+        const uint8_t* table = k == COMM_FOLD_E5M2 ? comm_fp8_sum_table<FP8_E5M2>() : comm_fp8_sum_table<FP8_E4M3>();
+        uint8_t* a = (uint8_t*)acc; const uint8_t* b = (const uint8_t*)x;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = table[a[i] * 256 + b[i]];
+        return;
+    }
+    }
+}
+
+static inline CommFoldKind comm_fold_kind_fp8(Fp8Format f) { return f == FP8_E5M2 ? COMM_FOLD_E5M2 : COMM_FOLD_E4M3; }
+
+// One fold in flight. The element range is cut into pieces whose all-to-all counts fit MPI's int.
+typedef struct {
+    CommFoldKind kind;
+    size_t n, e;                      // elements, bytes per element
+    int V, P;                         // logical ranks per process, processes
+    void* out;                        // (n) the result
+    std::vector<unsigned char> send;  // per piece: for each process j, this process's V contributions to shard j
+    std::vector<unsigned char> recv;  // per piece: for each process p, p's V contributions to this process's shard
+    std::vector<size_t> piece_off;    // (pieces + 1) element offsets of the pieces
+    std::vector<size_t> recv_off;     // (pieces + 1) byte offsets of the pieces in recv
+    std::vector<MPI_Request> reqs;    // (pieces) the all-to-alls
+    CommGrid* grid;
+    bool active = false;              // started and not yet finished
+} CommFold;
+
+// shard j of a piece of len elements: [j * ceil(len / P), ...) clipped
+static inline void comm_fold_shard(size_t len, int P, int j, size_t* lo, size_t* cnt) {
+    size_t s = (len + P - 1) / P, a = std::min(len, (size_t)j * s), b = std::min(len, (size_t)(j + 1) * s);
+    *lo = a; *cnt = b - a;
+}
+
+// in[k] (n elements of kind), k = 0..V-1: this process's logical ranks' contributions; out (n) may
+// be one of them. Sums in f the fold over every logical rank (comm_fold_finish completes it).
+static inline void comm_fold_start(CommGrid* g, CommFoldKind kind, const void* const* in, int V, void* out, size_t n, CommFold* f) {
+    f->kind = kind; f->n = n; f->e = comm_fold_elem_bytes(kind); f->V = V; f->P = g->world_size; f->out = out; f->grid = g;
+    f->reqs.clear();
+    f->active = true;
+    const size_t e = f->e;
+    const int P = f->P;
+    if (P == 1) {  // no transfer: fold the local contributions in order
+        if (n == 0) return;
+        if (out != in[0]) memmove(out, in[0], n * e);
+        for (int k = 1; k < V; k++) comm_fold_combine(kind, out, in[k], n);
+        return;
+    }
+    // pieces of at most 2^30 bytes of this process's contributions, so every count and
+    // displacement of the all-to-all fits an int
+    const size_t max_piece = std::max<size_t>(1, ((size_t)1 << 30) / ((size_t)V * e));
+    f->piece_off.assign(1, 0);
+    while (f->piece_off.back() < n) f->piece_off.push_back(std::min(n, f->piece_off.back() + max_piece));
+    const size_t pieces = f->piece_off.size() - 1;
+    // a piece of len elements receives P V ceil(len / P) elements at most
+    f->recv_off.assign(1, 0);
+    for (size_t pc = 0; pc < pieces; pc++) {
+        const size_t len = f->piece_off[pc + 1] - f->piece_off[pc];
+        f->recv_off.push_back(f->recv_off.back() + (size_t)P * V * ((len + P - 1) / P) * e);
+    }
+    f->send.resize((size_t)V * n * e);
+    f->recv.resize(f->recv_off.back());
+    const int me = g->rank;
+    size_t base = 0;
+    for (size_t pc = 0; pc < pieces; pc++) {
+        const size_t p0 = f->piece_off[pc], len = f->piece_off[pc + 1] - p0;
+        std::vector<int> scount(P), sdispl(P), rcount(P), rdispl(P);
+        size_t my_lo, my_cnt;
+        comm_fold_shard(len, P, me, &my_lo, &my_cnt);
+        size_t so = 0;
+        for (int j = 0; j < P; j++) {
+            size_t lo, cnt;
+            comm_fold_shard(len, P, j, &lo, &cnt);
+            scount[j] = (int)(V * cnt * e);
+            sdispl[j] = (int)so;
+            for (int k = 0; k < V; k++)
+                memcpy(f->send.data() + base + so + (size_t)k * cnt * e, (const unsigned char*)in[k] + (p0 + lo) * e, cnt * e);
+            so += (size_t)V * cnt * e;
+            rcount[j] = (int)(V * my_cnt * e);
+            rdispl[j] = (int)((size_t)j * V * my_cnt * e);
+        }
+        MPI_Request r;
+        MPI_CHECK(MPI_Ialltoallv(f->send.data() + base, scount.data(), sdispl.data(), MPI_BYTE,
+                                 f->recv.data() + f->recv_off[pc], rcount.data(), rdispl.data(), MPI_BYTE, g->comm, &r));
+        f->reqs.push_back(r);
+        base += so;
+    }
+}
+
+// Completes a fold comm_fold_start began (nothing for one that is not in flight).
+static inline void comm_fold_finish(CommFold* f) {
+    if (!f->active) return;
+    f->active = false;
+    if (f->P == 1 || f->n == 0) return;
+    const size_t e = f->e;
+    const int P = f->P, V = f->V, me = f->grid->rank;
+    MPI_CHECK(MPI_Waitall((int)f->reqs.size(), f->reqs.data(), MPI_STATUSES_IGNORE));
+    f->reqs.clear();
+    for (size_t pc = 0; pc + 1 < f->piece_off.size(); pc++) {
+        const size_t p0 = f->piece_off[pc], len = f->piece_off[pc + 1] - p0;
+        size_t my_lo, my_cnt;
+        comm_fold_shard(len, P, me, &my_lo, &my_cnt);
+        // logical rank r = p V + k sits at (p V + k) * my_cnt: the fold runs over them in order
+        unsigned char* acc = f->recv.data() + f->recv_off[pc];
+        for (int r = 1; r < P * V; r++) comm_fold_combine(f->kind, acc, acc + (size_t)r * my_cnt * e, my_cnt);
+        std::vector<int> count(P), displ(P);
+        for (int j = 0; j < P; j++) {
+            size_t lo, cnt;
+            comm_fold_shard(len, P, j, &lo, &cnt);
+            count[j] = (int)(cnt * e);
+            displ[j] = (int)(lo * e);
+        }
+        MPI_CHECK(MPI_Allgatherv(acc, count[me], MPI_BYTE, (unsigned char*)f->out + p0 * e, count.data(), displ.data(), MPI_BYTE,
+                                 f->grid->comm));
+    }
+}
+
+static inline void comm_fold(CommGrid* g, CommFoldKind kind, const void* const* in, int V, void* out, size_t n) {
+    CommFold f;
+    comm_fold_start(g, kind, in, V, out, n, &f);
+    comm_fold_finish(&f);
+}
+
+// ----------------------------------------------------------------------------
 // non-blocking collectives (the gradient buckets of llmc/gradcomm.h): each starts its all-reduce
 // in place and appends its requests to reqs (none with one rank); comm_wait_all completes them.
 // The MPI ops of the low-precision sums are made on first use and live until MPI_Finalize.

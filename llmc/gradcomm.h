@@ -26,6 +26,14 @@
 // top units (largest-drop rule or --geofp8-top) then switch to the geometry path and their names
 // and scores go to geofp8_layers.txt in the output directory.
 //
+// Logical ranks: a job of N ranks may run in P <= N processes (--virtual-ranks N), V = N / P in
+// each; V = 1 is the plain data-parallel run. Each process hands over its V logical ranks'
+// gradients (gradcomm_start), sketches them per logical rank (gradcomm_set_vrank before a logical
+// rank's micro-steps), and keeps every per-rank state per logical rank: error-feedback residuals,
+// sketches, the twophase server residual. Every sum over ranks is a fold in rank order
+// (comm_fold, llmc/comm.h), so V logical ranks in a process give bitwise what V processes give.
+// The result, the same for every logical rank, is left in the first gradient buffer.
+//
 // The numerics (scales, quantization, sketches, factors, transforms) are the pure functions of
 // geofp8.h; MPI is comm.h. This file only orchestrates them over the units.
 #pragma once
@@ -45,30 +53,31 @@
 
 #define GRADCOMM_PROFILE_STEPS 100  // default --geofp8-profile-steps
 
-// A unit on the geometry path: a selected geofp8 unit, or any linear unit under kfac.
+// A unit on the geometry path: a selected geofp8 unit, or any linear unit under kfac. The
+// per-rank parts are (V) vectors, one entry per logical rank of this process.
 struct GeoUnit {
     int unit = -1;                 // index into GradComm::units
     int d_out = 0, d_in = 0;
     GeoFP8Factor factor;           // geofp8: T of the last refresh (identity before the first)
     std::vector<float> omega;      // (d_in, k) test matrix of the current refresh (window)
-    std::vector<float> Y;          // (d_in, k) sketch accumulator of this step
-    double trA = 0.0;
-    std::vector<float> Y_ema;      // --geofp8-ema: (d_in, k) average of the window's sketches (this rank's part)
-    double trA_ema = 0.0;
+    std::vector<std::vector<float>> Y;  // (V) (d_in, k) sketch accumulator of this step
+    std::vector<double> trA;            // (V)
+    std::vector<std::vector<float>> Y_ema;  // (V) --geofp8-ema: (d_in, k) average of the window's sketches
+    std::vector<double> trA_ema;            // (V)
     int ema_steps = 0;             // steps averaged into Y_ema (bias correction 1 / (1 - β^n))
-    std::vector<float> A, Gs;      // kfac: (d_in, d_in) and (d_out, d_out) accumulators (upper triangles)
+    std::vector<std::vector<float>> A, Gs;  // (V) kfac: (d_in, d_in) and (d_out, d_out) accumulators (upper triangles)
     std::vector<float> LA, LG;     // kfac: lower Cholesky factors (identity before the first refresh)
-    std::vector<float> residual;   // (d_out, d_in) error feedback, in whitened coordinates
+    std::vector<std::vector<float>> residual;  // (V) (d_out, d_in) error feedback, in whitened coordinates
 };
 
 // What a step changes in a geometry unit before every rank knows whether the step is skipped:
-// the residual always, the factors on a refresh step, the sketch average with --geofp8-ema.
+// the residuals always, the factors on a refresh step, the sketch averages with --geofp8-ema.
 struct GeoUnitSaved {
-    std::vector<float> residual;
+    std::vector<std::vector<float>> residual;
     GeoFP8Factor factor;
     std::vector<float> LA, LG;
-    std::vector<float> Y_ema;
-    double trA_ema = 0.0;
+    std::vector<std::vector<float>> Y_ema;
+    std::vector<double> trA_ema;
     int ema_steps = 0;
 };
 
@@ -79,7 +88,9 @@ typedef struct {
     std::vector<LlamaUnit> units;
     std::vector<int> unit_to_geo;  // (units) index into geo, or -1
     size_t num_params;
-    int world_size, rank;
+    int world_size, rank;          // logical ranks N; this process's rank p among the P processes
+    int V, vrank0;                 // logical ranks in this process (N / P) and the first one (p V)
+    int cur_v;                     // the logical rank (0..V-1) whose micro-steps run now (gradcomm_set_vrank)
     // geometry settings
     int rank_r, refresh_every, profile_steps, top_k;
     double power;                  // --geofp8-power (-1: auto, chosen per unit at each refresh)
@@ -95,35 +106,51 @@ typedef struct {
     std::vector<GeoUnit> geo;
     bool refresh_now;              // this step refreshes the factors
     float sketch_weight;           // 1 / tokens per step over all ranks
-    // scratch
-    std::vector<float> x;          // (num_params) values to quantize
-    std::vector<uint8_t> q;        // (num_params) codes
+    // scratch, V copies of num_params each: logical rank v's at v * num_params
+    std::vector<float> x;          // (V, num_params) values to quantize
+    std::vector<uint8_t> q;        // (V, num_params) codes; after the sum, entry 0 holds the summed codes
     std::vector<float> ref;        // (num_params) fp32 reference for fidelity
-    std::vector<float> server_residual;  // twophase: (this rank's shard)
+    std::vector<std::vector<float>> server_residual;  // (V) twophase: each logical rank's shard
     std::string output_dir;
     GradCommStats stats;
     // buckets (--bucket-mb; twophase communicates the whole gradient after the backward)
     GradBuckets buckets;
     std::vector<size_t> group_off;  // (units + 1, backward order) amax groups: one per unit, or one per 512-element block (fp8block)
     std::vector<float> amax, scale; // (groups, backward order)
-    std::vector<float> packed;      // fp32: (num_params) the values in bucket order
-    std::vector<uint16_t> packed16; // bf16: (num_params) the codes in bucket order
+    std::vector<float> packed;      // fp32: (V, num_params) the values in bucket order
+    std::vector<uint16_t> packed16; // bf16: (V, num_params) the codes in bucket order
     // (q holds the FP8 codes in bucket order in the native modes, in the flat layout with twophase)
     // the step in flight, from gradcomm_start to gradcomm_finish
     CommGrid* grid;
-    float* grads;
+    std::vector<float*> grads;      // (V) each logical rank's gradient; grads[0] receives the average
     int step;
     bool geometry;                  // the geometry path is on this step
     int units_ready, launched;      // units the backward has finished; buckets started
-    std::vector<std::vector<MPI_Request>> reqs;  // (buckets) the collective in flight
-    bool local_bad;                 // a non-finite value in this rank's gradient
+    std::vector<std::vector<MPI_Request>> reqs;  // (buckets) the MAX all-reduce of the amax in flight
+    std::vector<CommFold> folds;    // (buckets) the SUM in flight
+    int local_bad;                  // 1 + the highest logical rank of this process with a non-finite gradient (0: none)
     bool scale_skip;                // a non-finite amax (after the MAX all-reduce: on every rank alike)
     std::vector<GeoUnitSaved> saved_geo;  // (geo) kept at gradcomm_start, put back if a non-finite gradient skips the step
-    std::vector<std::vector<float>> saved_residual;  // (geo) residuals before this step's quantization, put back if a scale skips it
+    std::vector<std::vector<std::vector<float>>> saved_residual;  // (geo, V) residuals before this step's quantization, put back if a scale skips it
     std::vector<std::string> chosen;  // (geo) this step's --geofp8-power auto choices
 } GradComm;
 
 static inline bool gradcomm_is_fp8(const GradComm* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
+
+// The data pointers of V per-logical-rank buffers, for comm_fold.
+template <typename T>
+static inline std::vector<const void*> gradcomm_ptrs(const std::vector<std::vector<T>>& v) {
+    std::vector<const void*> p;
+    for (const std::vector<T>& x : v) p.push_back(x.data());
+    return p;
+}
+// V slices of `stride` elements of one buffer, starting at `off`.
+template <typename T>
+static inline std::vector<const void*> gradcomm_slices(const T* base, int V, size_t stride, size_t off) {
+    std::vector<const void*> p;
+    for (int v = 0; v < V; v++) p.push_back(base + (size_t)v * stride + off);
+    return p;
+}
 
 // Linear units: the 2-D hidden matrices qkv, proj, fc1, fc2.
 static inline bool gradcomm_is_linear(const LlamaUnit& u) { return u.is_matrix; }
@@ -140,7 +167,13 @@ static inline void gradcomm_add_geo(GradComm* gc, int u) {
     g.unit = u;
     g.d_out = lu.rows;
     g.d_in = lu.cols;
-    g.residual.assign((size_t)lu.rows * lu.cols, 0.0f);
+    g.residual.assign(gc->V, std::vector<float>((size_t)lu.rows * lu.cols, 0.0f));
+    g.Y.assign(gc->V, {});
+    g.trA.assign(gc->V, 0.0);
+    g.Y_ema.assign(gc->V, {});
+    g.trA_ema.assign(gc->V, 0.0);
+    g.A.assign(gc->V, {});
+    g.Gs.assign(gc->V, {});
     if (gc->mode == "kfac") {
         g.LA.assign((size_t)g.d_in * g.d_in, 0.0f);
         g.LG.assign((size_t)g.d_out * g.d_out, 0.0f);
@@ -154,15 +187,19 @@ static inline void gradcomm_add_geo(GradComm* gc, int u) {
 }
 
 // Validates the mode's settings (user_error) and sets up the state; call before any file is written.
-static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const LlamaConfig* c, const CommGrid* g) {
+// V: logical ranks per process (1, or --virtual-ranks / processes).
+static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const LlamaConfig* c, const CommGrid* g, int V = 1) {
     gc->mode = tc->comm;
     gc->twophase = tc->fp8_reduce == "twophase";
     gc->fmt = train_config_fp8_format(tc);
     gc->units = llama_units(c);
     gc->unit_to_geo.assign(gc->units.size(), -1);
     gc->num_params = llama_num_params(c);
-    gc->world_size = g->world_size;
+    gc->world_size = g->world_size * V;
     gc->rank = g->rank;
+    gc->V = V;
+    gc->vrank0 = g->rank * V;
+    gc->cur_v = 0;
     gc->rank_r = tc->geofp8_rank;
     gc->refresh_every = tc->geofp8_refresh;
     gc->profile_steps = tc->geofp8_profile_steps;
@@ -195,11 +232,11 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
         gc->geometry_start = 0;
     }
     if (gradcomm_is_fp8(gc)) {
-        gc->x.resize(gc->num_params);
-        gc->q.resize(gc->num_params);
+        gc->x.resize((size_t)V * gc->num_params);
+        gc->q.resize((size_t)V * gc->num_params);
     }
     size_t shard = (gc->num_params + gc->world_size - 1) / gc->world_size;
-    if (gc->twophase) gc->server_residual.assign(shard, 0.0f);
+    if (gc->twophase) gc->server_residual.assign(V, std::vector<float>(shard, 0.0f));
     gc->buckets = gradcomm_buckets(gc->units, c->L, gc->twophase ? 0.0 : tc->bucket_mb);
     const GradBuckets& b = gc->buckets;
     gc->group_off.assign(b.order.size() + 1, 0);
@@ -211,11 +248,12 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
         gc->amax.resize(gc->group_off.back());
         gc->scale.resize(gc->group_off.back());
     }
-    if (gc->mode == "fp32") gc->packed.resize(gc->num_params);
-    if (gc->mode == "bf16") gc->packed16.resize(gc->num_params);
+    if (gc->mode == "fp32") gc->packed.resize((size_t)V * gc->num_params);
+    if (gc->mode == "bf16") gc->packed16.resize((size_t)V * gc->num_params);
     gc->reqs.assign(gradcomm_num_buckets(&b), {});
+    gc->folds.assign(gradcomm_num_buckets(&b), CommFold());
     gc->grid = NULL;
-    gc->grads = NULL;
+    gc->grads.clear();
     gc->units_ready = gc->launched = 0;
 }
 
@@ -243,8 +281,10 @@ static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens)
     for (size_t i = 0; i < gc->geo.size(); i++) {
         GeoUnit& g = gc->geo[i];
         if (gc->mode == "kfac") {
-            g.A.assign((size_t)g.d_in * g.d_in, 0.0f);
-            g.Gs.assign((size_t)g.d_out * g.d_out, 0.0f);
+            for (int v = 0; v < gc->V; v++) {
+                g.A[v].assign((size_t)g.d_in * g.d_in, 0.0f);
+                g.Gs[v].assign((size_t)g.d_out * g.d_out, 0.0f);
+            }
             continue;
         }
         int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
@@ -255,22 +295,25 @@ static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens)
             uint64_t seed = gc->seed * 1000003ull + (uint64_t)g.unit * 7919ull + (uint64_t)step;
             geofp8_test_matrix(g.omega.data(), g.d_in, k, first ? NULL : g.factor.U.data(), r, seed);
             if (gc->ema > 0.0f) {
-                g.Y_ema.assign((size_t)g.d_in * k, 0.0f);
-                g.trA_ema = 0.0;
+                for (int v = 0; v < gc->V; v++) g.Y_ema[v].assign((size_t)g.d_in * k, 0.0f), g.trA_ema[v] = 0.0;
                 g.ema_steps = 0;
             }
         }
-        g.Y.assign((size_t)g.d_in * k, 0.0f);
-        g.trA = 0.0;
+        for (int v = 0; v < gc->V; v++) g.Y[v].assign((size_t)g.d_in * k, 0.0f), g.trA[v] = 0.0;
     }
 }
+
+// The micro-steps that follow are logical rank vrank0 + v's: its sketches collect their inputs.
+static inline void gradcomm_set_vrank(GradComm* gc, int v) { gc->cur_v = v; }
 
 // --geofp8-ema, after the backward of a sketching step: S <- β S + (1 - β) Y for each unit.
 static inline void gradcomm_ema_update(GradComm* gc) {
     const float b = gc->ema, a = 1.0f - gc->ema;
     for (GeoUnit& g : gc->geo) {
-        for (size_t i = 0; i < g.Y.size(); i++) g.Y_ema[i] = b * g.Y_ema[i] + a * g.Y[i];
-        g.trA_ema = (double)b * g.trA_ema + (double)a * g.trA;
+        for (int v = 0; v < gc->V; v++) {
+            for (size_t i = 0; i < g.Y[v].size(); i++) g.Y_ema[v][i] = b * g.Y_ema[v][i] + a * g.Y[v][i];
+            g.trA_ema[v] = (double)b * g.trA_ema[v] + (double)a * g.trA[v];
+        }
         g.ema_steps++;
     }
 }
@@ -280,8 +323,10 @@ static inline void gradcomm_ema_update(GradComm* gc) {
 static inline void gradcomm_ema_to_sketch(GradComm* gc) {
     for (GeoUnit& g : gc->geo) {
         const double c = 1.0 / (1.0 - pow((double)gc->ema, (double)g.ema_steps));
-        for (size_t i = 0; i < g.Y.size(); i++) g.Y[i] = (float)((double)g.Y_ema[i] * c);
-        g.trA = g.trA_ema * c;
+        for (int v = 0; v < gc->V; v++) {
+            for (size_t i = 0; i < g.Y[v].size(); i++) g.Y[v][i] = (float)((double)g.Y_ema[v][i] * c);
+            g.trA[v] = g.trA_ema[v] * c;
+        }
     }
 }
 
@@ -298,11 +343,12 @@ static inline bool gradcomm_wants_output_grads(const GradComm* gc) { return gc->
 static inline void gradcomm_observe_input(GradComm* gc, int unit, const float* h, int n) {
     GeoUnit* g = gradcomm_geo_unit(gc, unit);
     if (!g) return;
+    const int v = gc->cur_v;
     if (gc->mode == "kfac") {
-        geofp8_kfac_accumulate(g->A.data(), h, n, g->d_in, gc->sketch_weight);
+        geofp8_kfac_accumulate(g->A[v].data(), h, n, g->d_in, gc->sketch_weight);
     } else {
         int k = geofp8_sketch_width(g->factor.r, g->d_in);
-        geofp8_sketch_accumulate(g->Y.data(), &g->trA, h, n, g->d_in, g->omega.data(), k, gc->sketch_weight);
+        geofp8_sketch_accumulate(g->Y[v].data(), &g->trA[v], h, n, g->d_in, g->omega.data(), k, gc->sketch_weight);
     }
 }
 
@@ -310,65 +356,74 @@ static inline void gradcomm_observe_input(GradComm* gc, int unit, const float* h
 static inline void gradcomm_observe_output_grad(GradComm* gc, int unit, const float* delta, int n) {
     GeoUnit* g = gradcomm_geo_unit(gc, unit);
     if (!g || gc->mode != "kfac") return;
-    geofp8_kfac_accumulate(g->Gs.data(), delta, n, g->d_out, gc->sketch_weight);
+    geofp8_kfac_accumulate(g->Gs[gc->cur_v].data(), delta, n, g->d_out, gc->sketch_weight);
 }
 
 static inline double gradcomm_ring_bytes(const GradComm* gc, double payload) {
     return gc->world_size > 1 ? 2.0 * (gc->world_size - 1) / gc->world_size * payload : 0.0;
 }
 
-// The new factor of one geometry unit from this step's sketches (every rank ends with bitwise the
-// same factor), with its residual carried into the new coordinates. With --geofp8-power auto,
-// rank 0 picks the unit's power from its own gradient of this step (grads, flat layout) along the
-// new eigenvectors (geofp8_estimate_q) and describes the choice in *chosen. Returns the bytes it sent.
+// The new factor of one geometry unit from this step's sketches, folded over the logical ranks
+// (every rank ends with bitwise the same factor), with each logical rank's residual carried into
+// the new coordinates. With --geofp8-power auto, logical rank 0 picks the unit's power from its
+// own gradient of this step (grads, flat layout) along the new eigenvectors (geofp8_estimate_q)
+// and describes the choice in *chosen. Returns the bytes it sent.
 static inline double gradcomm_refresh_unit(GradComm* gc, CommGrid* grid, GeoUnit& g, const float* grads, std::string* chosen) {
     double bytes = 0.0;
+    const int V = gc->V;
     if (gc->mode == "kfac") {
-        comm_sum_floats(grid, g.A.data(), g.A.size());
-        comm_sum_floats(grid, g.Gs.data(), g.Gs.size());
-        bytes += gradcomm_ring_bytes(gc, 4.0 * (g.A.size() + g.Gs.size()));
+        comm_fold(grid, COMM_FOLD_F32, gradcomm_ptrs(g.A).data(), V, g.A[0].data(), g.A[0].size());
+        comm_fold(grid, COMM_FOLD_F32, gradcomm_ptrs(g.Gs).data(), V, g.Gs[0].data(), g.Gs[0].size());
+        bytes += gradcomm_ring_bytes(gc, 4.0 * (g.A[0].size() + g.Gs[0].size()));
         std::vector<float> LA((size_t)g.d_in * g.d_in), LG((size_t)g.d_out * g.d_out);
         if (gc->rank == 0) {
-            geofp8_kfac_factor(LA.data(), g.A.data(), g.d_in);
-            geofp8_kfac_factor(LG.data(), g.Gs.data(), g.d_out);
+            geofp8_kfac_factor(LA.data(), g.A[0].data(), g.d_in);
+            geofp8_kfac_factor(LG.data(), g.Gs[0].data(), g.d_out);
         }
         comm_broadcast_floats(grid, LA.data(), LA.size());
         comm_broadcast_floats(grid, LG.data(), LG.size());
         bytes += 4.0 * (LA.size() + LG.size());
         // R <- whiten_new(unwhiten_old(R))
-        geofp8_kfac_unwhiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, g.LG.data(), g.LA.data());
-        geofp8_kfac_whiten(g.residual.data(), g.residual.data(), g.d_out, g.d_in, LG.data(), LA.data());
+        for (std::vector<float>& R : g.residual) {
+            geofp8_kfac_unwhiten(R.data(), R.data(), g.d_out, g.d_in, g.LG.data(), g.LA.data());
+            geofp8_kfac_whiten(R.data(), R.data(), g.d_out, g.d_in, LG.data(), LA.data());
+        }
         g.LA.swap(LA);
         g.LG.swap(LG);
         return bytes;
     }
     int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
-    comm_sum_floats(grid, g.Y.data(), g.Y.size());
-    g.trA = comm_sum_double(grid, g.trA);
-    bytes += gradcomm_ring_bytes(gc, 4.0 * g.Y.size() + 8.0);
+    comm_fold(grid, COMM_FOLD_F32, gradcomm_ptrs(g.Y).data(), V, g.Y[0].data(), g.Y[0].size());
+    {
+        std::vector<const void*> t;
+        for (int v = 0; v < V; v++) t.push_back(&g.trA[v]);
+        comm_fold(grid, COMM_FOLD_F64, t.data(), V, &g.trA[0], 1);
+    }
+    const double trA = g.trA[0];
+    bytes += gradcomm_ring_bytes(gc, 4.0 * g.Y[0].size() + 8.0);
     std::vector<float> packed(geofp8_factor_floats(g.d_in, r));
     if (gc->rank == 0) {
         std::vector<float> U((size_t)g.d_in * r), lambda(r);
         float sigma2 = 0.0f;
-        geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y.data(), g.omega.data(), g.trA, g.d_in, k, r);
+        geofp8_nystrom(U.data(), lambda.data(), &sigma2, g.Y[0].data(), g.omega.data(), trA, g.d_in, k, r);
         double power = gc->power;
         if (power < 0.0) {
             double q = 0.0;
             power = geofp8_choose_power(grads + gc->units[g.unit].offset, g.d_out, g.d_in, U.data(), lambda.data(), sigma2, r,
-                                        gc->damping * g.trA / g.d_in, &q);
+                                        gc->damping * trA / g.d_in, &q);
             char b[96];
             snprintf(b, sizeof(b), "%s p %.3f (q %.3f)", gc->units[g.unit].name.c_str(), power, q);
             *chosen = b;
         }
         GeoFP8Factor f;
-        geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, g.trA, g.d_in, r, power, gc->damping);
+        geofp8_factor_from_nystrom(&f, U.data(), lambda.data(), sigma2, trA, g.d_in, r, power, gc->damping);
         geofp8_factor_pack(packed.data(), &f);
     }
     comm_broadcast_floats(grid, packed.data(), packed.size());
     bytes += 4.0 * packed.size();
     GeoFP8Factor fresh;
     geofp8_factor_unpack(&fresh, packed.data(), g.d_in, r);
-    geofp8_carry_residual(g.residual.data(), g.d_out, g.d_in, &g.factor, &fresh, NULL);
+    for (std::vector<float>& R : g.residual) geofp8_carry_residual(R.data(), g.d_out, g.d_in, &g.factor, &fresh, NULL);
     g.factor = std::move(fresh);
     return bytes;
 }
@@ -393,75 +448,136 @@ static inline long gradcomm_count_max_codes(Fp8Format f, const uint8_t* q, size_
     return c;
 }
 
-// twophase (DESIGN §5.2): local per-unit scales; an FP8 all-to-all hands rank j shard j of
-// every rank's codes (and every rank's scales); rank j decodes and sums in fp32 in rank order,
-// adds its server residual, re-quantizes its shard with per-unit scales of its own, keeps the
-// new residual; an FP8 all-gather returns codes and scales to everyone.
+// twophase (DESIGN §5.2): local per-unit scales; an FP8 all-to-all hands logical rank j shard j
+// of every logical rank's codes (and every rank's scales); rank j decodes and sums in fp32 in
+// rank order, adds its server residual, re-quantizes its shard with per-unit scales of its own,
+// keeps the new residual; an FP8 all-gather returns codes and scales to everyone. With V logical
+// ranks per process, process p serves shards pV..pV+V-1 (consecutive in the flat layout). The
+// average goes to grads (num_params).
 static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads) {
     GradCommStats& st = gc->stats;
-    const int N = gc->world_size, U = (int)gc->units.size();
-    const size_t P = gc->num_params, shard = (P + N - 1) / N;
-    std::vector<int> exps(U), bad(1, 0);
-    for (int u = 0; u < U; u++) {
-        const LlamaUnit& lu = gc->units[u];
-        int e = geofp8_scale_exponent(gc->fmt, geofp8_amax(gc->x.data() + lu.offset, gradcomm_unit_size(lu)), 1);
-        if (e == GEOFP8_EXP_SKIP) { bad[0] = 1; e = 0; }
-        exps[u] = e;
-    }
-    if (comm_max_int(grid, bad[0])) return false;
-    for (int u = 0; u < U; u++) {
-        const LlamaUnit& lu = gc->units[u];
-        size_t n = gradcomm_unit_size(lu);
-        float s = geofp8_scale_from_exponent(exps[u]);
-        long sat, und, nz;
-        geofp8_count_saturated_underflow(gc->fmt, gc->x.data() + lu.offset, n, s, &sat, &und, &nz);
-        st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
-        int gi = gc->unit_to_geo[u];
-        geofp8_quantize_ef(gc->fmt, gc->q.data() + lu.offset, gi >= 0 ? gc->geo[gi].residual.data() : NULL, gc->x.data() + lu.offset, n, s);
-    }
-    std::vector<int> shard_off(N), shard_len(N);
-    for (int j = 0; j < N; j++) {
-        size_t a = std::min(P, (size_t)j * shard), b = std::min(P, (size_t)(j + 1) * shard);
-        shard_off[j] = (int)a;
-        shard_len[j] = (int)(b - a);
-    }
-    std::vector<int> all_exps((size_t)N * U);
-    comm_allgather_ints(grid, exps.data(), U, all_exps.data());
-    const int me = gc->rank;
-    const size_t lo = (size_t)shard_off[me], len = (size_t)shard_len[me];
-    std::vector<uint8_t> recv((size_t)N * len);
-    comm_alltoall_shards(grid, gc->q.data(), shard_off, shard_len, recv.data());
-    st.bytes += (N - 1) * 4.0 * U + (N > 1 ? (double)(N - 1) / N * P : 0.0);  // scales, then codes
-    // server: sum in rank order, per unit segment of the shard, then re-quantize
-    std::vector<float> sum(len);
-    std::vector<int> server_exps(U, 0);
-    std::vector<uint8_t> mine(len);
-    for (int u = 0; u < U; u++) {
-        const LlamaUnit& lu = gc->units[u];
-        size_t a = std::max(lu.offset, lo), b = std::min(lu.offset + gradcomm_unit_size(lu), lo + len);
-        if (a >= b) continue;
-        for (size_t i = a; i < b; i++) {
-            float acc = 0.0f;
-            for (int r = 0; r < N; r++)
-                acc += fp8_decode(gc->fmt, recv[(size_t)r * len + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
-            sum[i - lo] = acc + gc->server_residual[i - lo];
+    const int N = gc->world_size, U = (int)gc->units.size(), V = gc->V, P = grid->world_size;
+    const size_t NP = gc->num_params, shard = (NP + N - 1) / N;
+    std::vector<int> exps((size_t)V * U);
+    int bad = 0;
+    for (int v = 0; v < V; v++)
+        for (int u = 0; u < U; u++) {
+            const LlamaUnit& lu = gc->units[u];
+            int e = geofp8_scale_exponent(gc->fmt, geofp8_amax(gc->x.data() + (size_t)v * NP + lu.offset, gradcomm_unit_size(lu)), 1);
+            if (e == GEOFP8_EXP_SKIP) { bad = 1; e = 0; }
+            exps[(size_t)v * U + u] = e;
         }
-        int e = geofp8_scale_exponent(gc->fmt, geofp8_amax(sum.data() + (a - lo), b - a), 1);
-        if (e == GEOFP8_EXP_SKIP) e = 0;  // cannot happen: every input was finite
-        server_exps[u] = e;
-        geofp8_quantize_ef(gc->fmt, mine.data() + (a - lo), gc->server_residual.data() + (a - lo), sum.data() + (a - lo), b - a,
-                           geofp8_scale_from_exponent(e));
+    if (comm_max_int(grid, bad)) return false;
+    for (int v = 0; v < V; v++)
+        for (int u = 0; u < U; u++) {
+            const LlamaUnit& lu = gc->units[u];
+            const size_t n = gradcomm_unit_size(lu);
+            const float* x = gc->x.data() + (size_t)v * NP + lu.offset;
+            const float s = geofp8_scale_from_exponent(exps[(size_t)v * U + u]);
+            long sat, und, nz;
+            geofp8_count_saturated_underflow(gc->fmt, x, n, s, &sat, &und, &nz);
+            st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
+            int gi = gc->unit_to_geo[u];
+            geofp8_quantize_ef(gc->fmt, gc->q.data() + (size_t)v * NP + lu.offset, gi >= 0 ? gc->geo[gi].residual[v].data() : NULL, x, n, s);
+        }
+    // shard j of the flat layout belongs to logical rank j
+    std::vector<size_t> off(N), len(N);
+    for (int j = 0; j < N; j++) {
+        off[j] = std::min(NP, (size_t)j * shard);
+        len[j] = std::min(NP, (size_t)(j + 1) * shard) - off[j];
     }
-    std::vector<uint8_t> gathered(P);
-    comm_allgather_shards(grid, mine.data(), shard_off, shard_len, gathered.data());
+    // every logical rank's scales, in rank order (process p contributes ranks pV..pV+V-1)
+    std::vector<int> all_exps((size_t)N * U);
+    comm_allgather_ints(grid, exps.data(), V * U, all_exps.data());
+    // recv[w]: shard vrank0 + w of every logical rank's codes, rank s at s * len
+    const int me = gc->rank;
+    std::vector<std::vector<uint8_t>> recv(V);
+    for (int w = 0; w < V; w++) recv[w].resize((size_t)N * len[gc->vrank0 + w]);
+    if (P == 1) {
+        for (int w = 0; w < V; w++)
+            for (int s2 = 0; s2 < N; s2++) memcpy(recv[w].data() + (size_t)s2 * len[w], gc->q.data() + (size_t)s2 * NP + off[w], len[w]);
+    } else {
+        // to process t: for each of my logical ranks v (in order), the shards of t's logical ranks (in order)
+        std::vector<int> scount(P), sdispl(P), rcount(P), rdispl(P);
+        size_t so = 0, ro = 0, mine_len = 0;
+        for (int w = 0; w < V; w++) mine_len += len[gc->vrank0 + w];
+        for (int t = 0; t < P; t++) {
+            size_t lt = 0;
+            for (int w = 0; w < V; w++) lt += len[t * V + w];
+            scount[t] = (int)(V * lt); sdispl[t] = (int)so; so += V * lt;
+            rcount[t] = (int)(V * mine_len); rdispl[t] = (int)ro; ro += V * mine_len;
+        }
+        std::vector<uint8_t> send(so), got(ro);
+        size_t o = 0;
+        for (int t = 0; t < P; t++)
+            for (int v = 0; v < V; v++)
+                for (int w = 0; w < V; w++) {
+                    const int j = t * V + w;
+                    memcpy(send.data() + o, gc->q.data() + (size_t)v * NP + off[j], len[j]);
+                    o += len[j];
+                }
+        MPI_CHECK(MPI_Alltoallv(send.data(), scount.data(), sdispl.data(), MPI_BYTE, got.data(), rcount.data(), rdispl.data(), MPI_BYTE,
+                                grid->comm));
+        o = 0;
+        for (int t = 0; t < P; t++)
+            for (int v = 0; v < V; v++)
+                for (int w = 0; w < V; w++) {
+                    const size_t l = len[gc->vrank0 + w];
+                    memcpy(recv[w].data() + (size_t)(t * V + v) * l, got.data() + o, l);
+                    o += l;
+                }
+    }
+    st.bytes += (N - 1) * 4.0 * U + (N > 1 ? (double)(N - 1) / N * NP : 0.0);  // scales, then codes
+    // each server: sum in rank order, per unit segment of its shard, then re-quantize
+    std::vector<int> server_exps((size_t)V * U, 0);
+    size_t mine_total = 0;
+    for (int w = 0; w < V; w++) mine_total += len[gc->vrank0 + w];
+    std::vector<uint8_t> mine(mine_total);
+    size_t mo = 0;
+    for (int w = 0; w < V; w++) {
+        const int j = gc->vrank0 + w;
+        const size_t lo = off[j], l = len[j];
+        std::vector<float> sum(l);
+        for (int u = 0; u < U; u++) {
+            const LlamaUnit& lu = gc->units[u];
+            size_t a = std::max(lu.offset, lo), b = std::min(lu.offset + gradcomm_unit_size(lu), lo + l);
+            if (a >= b) continue;
+            for (size_t i = a; i < b; i++) {
+                float acc = 0.0f;
+                for (int r = 0; r < N; r++)
+                    acc += fp8_decode(gc->fmt, recv[w][(size_t)r * l + (i - lo)]) / geofp8_scale_from_exponent(all_exps[(size_t)r * U + u]);
+                sum[i - lo] = acc + gc->server_residual[w][i - lo];
+            }
+            int e = geofp8_scale_exponent(gc->fmt, geofp8_amax(sum.data() + (a - lo), b - a), 1);
+            if (e == GEOFP8_EXP_SKIP) e = 0;  // cannot happen: every input was finite
+            server_exps[(size_t)w * U + u] = e;
+            geofp8_quantize_ef(gc->fmt, mine.data() + mo + (a - lo), gc->server_residual[w].data() + (a - lo), sum.data() + (a - lo), b - a,
+                               geofp8_scale_from_exponent(e));
+        }
+        mo += l;
+    }
+    // the servers' shards, consecutive per process, to everyone; and their scales
+    std::vector<uint8_t> gathered(NP);
+    if (P == 1) {
+        memcpy(gathered.data(), mine.data(), NP);
+    } else {
+        std::vector<int> count(P), displ(P);
+        for (int t = 0; t < P; t++) {
+            size_t lt = 0;
+            for (int w = 0; w < V; w++) lt += len[t * V + w];
+            count[t] = (int)lt;
+            displ[t] = (int)off[t * V];
+        }
+        MPI_CHECK(MPI_Allgatherv(mine.data(), count[me], MPI_BYTE, gathered.data(), count.data(), displ.data(), MPI_BYTE, grid->comm));
+    }
     std::vector<int> all_server((size_t)N * U);
-    comm_allgather_ints(grid, server_exps.data(), U, all_server.data());
-    st.bytes += (N > 1 ? (double)(N - 1) / N * P : 0.0) + (N - 1) * 4.0 * U;
+    comm_allgather_ints(grid, server_exps.data(), V * U, all_server.data());
+    st.bytes += (N > 1 ? (double)(N - 1) / N * NP : 0.0) + (N - 1) * 4.0 * U;
     for (int u = 0; u < U; u++) {
         const LlamaUnit& lu = gc->units[u];
         size_t end = lu.offset + gradcomm_unit_size(lu);
         for (int j = 0; j < N; j++) {
-            size_t a = std::max(lu.offset, (size_t)shard_off[j]), b = std::min(end, (size_t)shard_off[j] + shard_len[j]);
+            size_t a = std::max(lu.offset, off[j]), b = std::min(end, off[j] + len[j]);
             if (a >= b) continue;
             geofp8_dequantize(gc->fmt, grads + a, gathered.data() + a, b - a, geofp8_scale_from_exponent(all_server[(size_t)j * U + u]), N);
         }
@@ -481,17 +597,20 @@ static inline void gradcomm_profile(GradComm* gc, int step) {
 }
 
 // On a fidelity step of the geometry path (native sum): what plain fp8 would have given on the
-// geometry units for this step's gradient. raw holds their G as the backward left it (units in
-// gc->geo order, concatenated); each gets one scale from a MAX all-reduce of its amax, FP8 SUM
-// all-reduce, decode, no transform and no error feedback; the result is RelL2 against the fp32
-// average over the units together. One extra round trip of the geometry units' size, on these
-// steps only (not counted in the bytes of the step). NaN if an amax is non-finite.
-static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const std::vector<float>& raw) {
+// geometry units for this step's gradient. raw (V) holds each logical rank's G of them as the
+// backward left it (units in gc->geo order, concatenated); each unit gets one scale from a MAX
+// all-reduce of its amax, FP8 SUM (a fold in rank order), decode, no transform and no error
+// feedback; the result is RelL2 against the fp32 average over the units together. One extra round
+// trip of the geometry units' size, on these steps only (not counted in the bytes of the step).
+// NaN if an amax is non-finite.
+static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const std::vector<std::vector<float>>& raw) {
     const size_t ng = gc->geo.size();
+    const int V = gc->V;
     std::vector<size_t> off(ng + 1, 0);
-    for (size_t i = 0; i < ng; i++) off[i + 1] = off[i] + gc->geo[i].residual.size();
-    std::vector<float> amax(ng);
-    for (size_t i = 0; i < ng; i++) amax[i] = geofp8_amax(raw.data() + off[i], off[i + 1] - off[i]);
+    for (size_t i = 0; i < ng; i++) off[i + 1] = off[i] + gc->geo[i].residual[0].size();
+    std::vector<float> amax(ng, 0.0f);
+    for (int v = 0; v < V; v++)
+        for (size_t i = 0; i < ng; i++) amax[i] = std::max(amax[i], geofp8_amax(raw[v].data() + off[i], off[i + 1] - off[i]));
     comm_max_floats(grid, amax.data(), ng);
     std::vector<float> scale(ng);
     for (size_t i = 0; i < ng; i++) {
@@ -499,15 +618,17 @@ static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const 
         if (e == GEOFP8_EXP_SKIP) return NAN;  // every rank sees the same amax: every rank returns here
         scale[i] = geofp8_scale_from_exponent(e);
     }
-    std::vector<uint8_t> q(off[ng]);
-    for (size_t i = 0; i < ng; i++) geofp8_quantize_ef(gc->fmt, q.data() + off[i], NULL, raw.data() + off[i], off[i + 1] - off[i], scale[i]);
-    comm_sum_fp8(grid, q.data(), q.size(), gc->fmt);
+    std::vector<std::vector<uint8_t>> q(V, std::vector<uint8_t>(off[ng]));
+    for (int v = 0; v < V; v++)
+        for (size_t i = 0; i < ng; i++)
+            geofp8_quantize_ef(gc->fmt, q[v].data() + off[i], NULL, raw[v].data() + off[i], off[i + 1] - off[i], scale[i]);
+    comm_fold(grid, comm_fold_kind_fp8(gc->fmt), gradcomm_ptrs(q).data(), V, q[0].data(), off[ng]);
     std::vector<double> sums(4 * ng, 0.0);
     std::vector<float> got;
     for (size_t i = 0; i < ng; i++) {
         const size_t n = off[i + 1] - off[i];
         got.resize(n);
-        geofp8_dequantize(gc->fmt, got.data(), q.data() + off[i], n, scale[i], gc->world_size);
+        geofp8_dequantize(gc->fmt, got.data(), q[0].data() + off[i], n, scale[i], gc->world_size);
         gradcomm_fidelity_accumulate(&sums, ng, i, got.data(), gc->ref.data() + gc->units[gc->geo[i].unit].offset, n);
     }
     return gradcomm_rel_l2_of_sums(sums, ng);
@@ -536,12 +657,15 @@ static inline bool gradcomm_all_finite(const float* x, size_t n) {
     return !bad;
 }
 
-// Bucket b's FP8 codes: scales from the reduced amax, quantization (error feedback on the geometry
-// units, whose residuals are kept first in case the step is skipped), start of the SUM. A
-// non-finite amax (every rank alike) sets scale_skip: no codes are sent from then on.
+// Bucket b's FP8 codes: scales from the reduced amax, quantization of every logical rank's values
+// (error feedback on the geometry units, whose residuals are kept first in case the step is
+// skipped), start of the SUM. A non-finite amax (every rank alike) sets scale_skip: no codes are
+// sent from then on.
 static inline void gradcomm_fp8_send(GradComm* gc, int b) {
     const GradBuckets& bk = gc->buckets;
     GradCommStats& st = gc->stats;
+    const int V = gc->V;
+    const size_t NP = gc->num_params;
     comm_wait_all(&gc->reqs[b]);
     const size_t g0 = gc->group_off[bk.first[b]], g1 = gc->group_off[bk.first[b + 1]];
     if (geofp8_block_scales(gc->fmt, gc->scale.data() + g0, gc->amax.data() + g0, g1 - g0, gc->world_size) > 0) gc->scale_skip = true;
@@ -551,28 +675,32 @@ static inline void gradcomm_fp8_send(GradComm* gc, int b) {
         const int u = bk.order[i], gi = gc->unit_to_geo[u];
         const LlamaUnit& lu = gc->units[u];
         const size_t n = gradcomm_unit_size(lu);
-        const float* x = gc->x.data() + lu.offset;
         const float* sc = gc->scale.data() + gc->group_off[i];
-        uint8_t* q = gc->q.data() + bk.packed[u];
-        if (block) {
-            for (size_t k = 0; k * GEOFP8_BLOCK < n; k++) {
-                size_t off = k * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - off);
+        const bool ef = !block && gi >= 0 && gc->geometry_start >= 0;  // error feedback on the geometry path
+        if (ef) gc->saved_residual[gi] = gc->geo[gi].residual;
+        for (int v = 0; v < V; v++) {
+            const float* x = gc->x.data() + (size_t)v * NP + lu.offset;
+            uint8_t* q = gc->q.data() + (size_t)v * NP + bk.packed[u];
+            if (block) {
+                for (size_t k = 0; k * GEOFP8_BLOCK < n; k++) {
+                    size_t off = k * GEOFP8_BLOCK, len = std::min((size_t)GEOFP8_BLOCK, n - off);
+                    long sat, und, nz;
+                    geofp8_count_saturated_underflow(gc->fmt, x + off, len, sc[k], &sat, &und, &nz);
+                    st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
+                }
+                geofp8_quantize_ef_block(gc->fmt, q, NULL, x, n, GEOFP8_BLOCK, sc);
+            } else {
                 long sat, und, nz;
-                geofp8_count_saturated_underflow(gc->fmt, x + off, len, sc[k], &sat, &und, &nz);
+                geofp8_count_saturated_underflow(gc->fmt, x, n, sc[0], &sat, &und, &nz);
                 st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
+                geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual[v].data() : NULL, x, n, sc[0]);
             }
-            geofp8_quantize_ef_block(gc->fmt, q, NULL, x, n, GEOFP8_BLOCK, sc);
-        } else {
-            long sat, und, nz;
-            geofp8_count_saturated_underflow(gc->fmt, x, n, sc[0], &sat, &und, &nz);
-            st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
-            const bool ef = gi >= 0 && gc->geometry_start >= 0;  // error feedback on the geometry path
-            if (ef) gc->saved_residual[gi] = gc->geo[gi].residual;
-            geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual.data() : NULL, x, n, sc[0]);
         }
     }
-    comm_isum_fp8(gc->grid, gc->q.data() + bk.begin[b], bk.begin[b + 1] - bk.begin[b], gc->fmt, &gc->reqs[b]);
-    st.bytes += gradcomm_ring_bytes(gc, (double)(bk.begin[b + 1] - bk.begin[b]));
+    const size_t p0 = bk.begin[b], np = bk.begin[b + 1] - p0;
+    comm_fold_start(gc->grid, comm_fold_kind_fp8(gc->fmt), gradcomm_slices(gc->q.data(), V, NP, p0).data(), V, gc->q.data() + p0, np,
+                    &gc->folds[b]);
+    st.bytes += gradcomm_ring_bytes(gc, (double)np);
 }
 
 // Starts bucket b's communication (see above).
@@ -580,22 +708,27 @@ static inline void gradcomm_launch(GradComm* gc, int b) {
     const GradBuckets& bk = gc->buckets;
     GradCommStats& st = gc->stats;
     CommGrid* grid = gc->grid;
-    const float* grads = gc->grads;
-    const size_t p0 = bk.begin[b], np = bk.begin[b + 1] - p0;
+    const int V = gc->V;
+    const size_t NP = gc->num_params, p0 = bk.begin[b], np = bk.begin[b + 1] - p0;
     for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
         const LlamaUnit& lu = gc->units[bk.order[i]];
-        if (!gradcomm_all_finite(grads + lu.offset, gradcomm_unit_size(lu))) gc->local_bad = true;
+        for (int v = 0; v < V; v++)
+            if (!gradcomm_all_finite(gc->grads[v] + lu.offset, gradcomm_unit_size(lu))) gc->local_bad = std::max(gc->local_bad, gc->vrank0 + v + 1);
     }
     if (gc->mode == "fp32" || gc->mode == "bf16") {
-        for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
-            const int u = bk.order[i];
-            const float* G = grads + gc->units[u].offset;
-            const size_t n = gradcomm_unit_size(gc->units[u]);
-            if (gc->mode == "fp32") memcpy(gc->packed.data() + bk.packed[u], G, n * sizeof(float));
-            else for (size_t k = 0; k < n; k++) gc->packed16[bk.packed[u] + k] = fp8_bf16_encode(G[k]);
-        }
-        if (gc->mode == "fp32") comm_isum_floats(grid, gc->packed.data() + p0, np, &gc->reqs[b]);
-        else comm_isum_bf16(grid, gc->packed16.data() + p0, np, &gc->reqs[b]);
+        for (int v = 0; v < V; v++)
+            for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
+                const int u = bk.order[i];
+                const float* G = gc->grads[v] + gc->units[u].offset;
+                const size_t n = gradcomm_unit_size(gc->units[u]), o = (size_t)v * NP + bk.packed[u];
+                if (gc->mode == "fp32") memcpy(gc->packed.data() + o, G, n * sizeof(float));
+                else for (size_t k = 0; k < n; k++) gc->packed16[o + k] = fp8_bf16_encode(G[k]);
+            }
+        if (gc->mode == "fp32")
+            comm_fold_start(grid, COMM_FOLD_F32, gradcomm_slices(gc->packed.data(), V, NP, p0).data(), V, gc->packed.data() + p0, np, &gc->folds[b]);
+        else
+            comm_fold_start(grid, COMM_FOLD_BF16, gradcomm_slices(gc->packed16.data(), V, NP, p0).data(), V, gc->packed16.data() + p0, np,
+                            &gc->folds[b]);
         st.bytes += gradcomm_ring_bytes(gc, (gc->mode == "fp32" ? 4.0 : 2.0) * np);
         return;
     }
@@ -604,18 +737,24 @@ static inline void gradcomm_launch(GradComm* gc, int b) {
         const int u = bk.order[i], gi = gc->unit_to_geo[u];
         const LlamaUnit& lu = gc->units[u];
         const size_t n = gradcomm_unit_size(lu);
-        float* x = gc->x.data() + lu.offset;
-        if (gi >= 0 && gc->refresh_now) st.bytes += gradcomm_refresh_unit(gc, grid, gc->geo[gi], grads, &gc->chosen[gi]);
-        memcpy(x, grads + lu.offset, n * sizeof(float));
-        if (gi >= 0 && gc->geometry) {  // X = G T + R
-            const GeoUnit& g = gc->geo[gi];
-            gradcomm_whiten(gc, g, x, x);
-            for (size_t k = 0; k < n; k++) x[k] += g.residual[k];
-        }
-        if (gc->twophase) continue;
+        if (gi >= 0 && gc->refresh_now) st.bytes += gradcomm_refresh_unit(gc, grid, gc->geo[gi], gc->grads[0], &gc->chosen[gi]);
         float* amax = gc->amax.data() + gc->group_off[i];
-        if (gc->mode == "fp8block") geofp8_block_amax(amax, x, n, GEOFP8_BLOCK);
-        else amax[0] = geofp8_amax(x, n);
+        const size_t groups = gc->group_off[i + 1] - gc->group_off[i];
+        std::vector<float> a(groups);
+        for (int v = 0; v < V; v++) {
+            float* x = gc->x.data() + (size_t)v * NP + lu.offset;
+            memcpy(x, gc->grads[v] + lu.offset, n * sizeof(float));
+            if (gi >= 0 && gc->geometry) {  // X = G T + R
+                const GeoUnit& g = gc->geo[gi];
+                gradcomm_whiten(gc, g, x, x);
+                for (size_t k = 0; k < n; k++) x[k] += g.residual[v][k];
+            }
+            if (gc->twophase) continue;
+            // the group's amax over this process's logical ranks (then the MAX over processes)
+            if (gc->mode == "fp8block") geofp8_block_amax(a.data(), x, n, GEOFP8_BLOCK);
+            else a[0] = geofp8_amax(x, n);
+            for (size_t k = 0; k < groups; k++) amax[k] = v == 0 ? a[k] : std::max(amax[k], a[k]);
+        }
     }
     if (gc->twophase) return;
     const size_t g0 = gc->group_off[bk.first[b]], g1 = gc->group_off[bk.first[b + 1]];
@@ -623,9 +762,9 @@ static inline void gradcomm_launch(GradComm* gc, int b) {
     st.bytes += gradcomm_ring_bytes(gc, 4.0 * (g1 - g0));
 }
 
-// Before the last micro-step's backward of `step`: grads (num_params) is the buffer that backward
-// finishes.
-static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* grads, int step) {
+// Before the last micro-step's backward of `step` (of the last logical rank of this process):
+// grads (V) are the logical ranks' gradient buffers; that backward finishes the last one.
+static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* const* grads, int step) {
     GradCommStats& st = gc->stats;
     const size_t U = gc->units.size();
     st.bytes = 0.0;
@@ -634,11 +773,12 @@ static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* grads, in
     st.has_fidelity = false;
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     gc->grid = grid;
-    gc->grads = grads;
+    gc->grads.assign(grads, grads + gc->V);
     gc->step = step;
     gc->geometry = gc->geometry_start >= 0 && step >= gc->geometry_start;
     gc->units_ready = gc->launched = 0;
-    gc->local_bad = gc->scale_skip = false;
+    gc->local_bad = 0;
+    gc->scale_skip = false;
     gc->chosen.assign(gc->geo.size(), "");
     gc->saved_residual.assign(gc->geo.size(), {});
     if (!gradcomm_is_fp8(gc)) return;
@@ -669,7 +809,7 @@ static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* grads, in
 // The backward has finished unit `unit`'s gradient for this step (units come in GradBuckets order).
 static inline void gradcomm_unit_ready(GradComm* gc, int unit) {
     const GradBuckets& bk = gc->buckets;
-    if (!gc->grads || gc->units_ready >= (int)bk.order.size() || bk.order[gc->units_ready] != unit) {
+    if (gc->grads.empty() || gc->units_ready >= (int)bk.order.size() || bk.order[gc->units_ready] != unit) {
         fprintf(stderr, "gradcomm_unit_ready: unit %d out of the backward's order (%d finished)\n", unit, gc->units_ready);
         exit(1);
     }
@@ -677,26 +817,27 @@ static inline void gradcomm_unit_ready(GradComm* gc, int unit) {
     if (gc->units_ready == bk.first[gc->launched + 1]) gradcomm_launch(gc, gc->launched++);
 }
 
-// After the backward: completes every bucket and leaves in grads the average over ranks in the
-// configured mode. With `fidelity`, also all-reduces the fp32 gradient and records how far the
-// result is from it. Returns 1 + the highest rank whose loss (loss_finite) or gradient was not
+// After the backward: completes every bucket and leaves in grads[0] the average over logical
+// ranks in the configured mode. With `fidelity`, also sums the fp32 gradients and records how
+// far the result is from them. loss_bad: 1 + the highest logical rank of this process whose loss
+// was not finite (0: none). Returns 1 + the highest logical rank whose loss or gradient was not
 // finite (0: none), and then every rank must skip the step, with the geometry state as it was
 // before it; gc->stats.skipped: a non-finite scale, every rank skips too.
-static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity) {
+static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
     GradCommStats& st = gc->stats;
     const GradBuckets& bk = gc->buckets;
     CommGrid* grid = gc->grid;
-    float* grads = gc->grads;
-    const int NB = gradcomm_num_buckets(&bk);
+    float* grads = gc->grads[0];
+    const int NB = gradcomm_num_buckets(&bk), V = gc->V;
     const size_t U = gc->units.size(), P = gc->num_params;
     if (gc->launched != NB) {
         fprintf(stderr, "gradcomm_finish: the backward finished %d of %zu units\n", gc->units_ready, U);
         exit(1);
     }
-    gc->grads = NULL;
-    const int bad_rank = comm_max_int(grid, gc->local_bad || !loss_finite ? grid->rank + 1 : 0);
+    const int bad_rank = comm_max_int(grid, std::max(gc->local_bad, loss_bad));
     if (bad_rank > 0) {
         for (std::vector<MPI_Request>& r : gc->reqs) comm_wait_all(&r);
+        for (CommFold& f : gc->folds) comm_fold_finish(&f);  // the ones started (the same on every rank)
         for (size_t i = 0; gradcomm_is_fp8(gc) && i < gc->geo.size(); i++) {
             GeoUnit& g = gc->geo[i];
             GeoUnitSaved& k = gc->saved_geo[i];
@@ -708,29 +849,33 @@ static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity)
             }
             if (gc->ema > 0.0f && gc->sketch_now) {
                 g.Y_ema.swap(k.Y_ema);
-                g.trA_ema = k.trA_ema;
+                g.trA_ema.swap(k.trA_ema);
                 g.ema_steps = k.ema_steps;
             }
         }
+        gc->grads.clear();
         return bad_rank;
     }
     st.has_fidelity = fidelity;
     if (fidelity) {
-        gc->ref.assign(grads, grads + P);
-        comm_sum_floats(grid, gc->ref.data(), P);
+        gc->ref.resize(P);
+        std::vector<const void*> in;
+        for (int v = 0; v < V; v++) in.push_back(gc->grads[v]);
+        comm_fold(grid, COMM_FOLD_F32, in.data(), V, gc->ref.data(), P);
         for (float& v : gc->ref) v /= (float)gc->world_size;
     }
-    std::vector<float> raw_geo;  // the geometry units' G on a fidelity step (gradcomm_plain_fp8_geo)
+    std::vector<std::vector<float>> raw_geo(V);  // each logical rank's G of the geometry units on a fidelity step (gradcomm_plain_fp8_geo)
     if (fidelity && gc->geometry && !gc->twophase) {
-        for (const GeoUnit& g : gc->geo) {
-            const float* G = grads + gc->units[g.unit].offset;
-            raw_geo.insert(raw_geo.end(), G, G + g.residual.size());
-        }
+        for (int v = 0; v < V; v++)
+            for (const GeoUnit& g : gc->geo) {
+                const float* G = gc->grads[v] + gc->units[g.unit].offset;
+                raw_geo[v].insert(raw_geo[v].end(), G, G + g.residual[0].size());
+            }
     }
     if (gc->mode == "fp32" || gc->mode == "bf16") {
         const float N = (float)gc->world_size;
         for (int b = 0; b < NB; b++) {
-            comm_wait_all(&gc->reqs[b]);
+            comm_fold_finish(&gc->folds[b]);
             for (int i = bk.first[b]; i < bk.first[b + 1]; i++) {
                 const int u = bk.order[i];
                 float* G = grads + gc->units[u].offset;
@@ -750,6 +895,7 @@ static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity)
             gradcomm_fp8_send(gc, NB - 1);
             for (std::vector<MPI_Request>& r : gc->reqs) comm_wait_all(&r);
             ok = !gc->scale_skip;
+            for (CommFold& f : gc->folds) comm_fold_finish(&f);  // the ones started (all of them unless a scale skips)
             for (int i = 0; ok && i < (int)bk.order.size(); i++) {
                 const int u = bk.order[i];
                 const LlamaUnit& lu = gc->units[u];
@@ -765,6 +911,7 @@ static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity)
             for (size_t i = 0; i < gc->geo.size(); i++)
                 if (!gc->saved_residual[i].empty()) gc->geo[i].residual.swap(gc->saved_residual[i]);
             st.skipped = true;
+            gc->grads.clear();
             return 0;
         }
         if (gc->geometry) for (GeoUnit& g : gc->geo) gradcomm_unwhiten(gc, g, grads + gc->units[g.unit].offset);
@@ -778,13 +925,18 @@ static inline int gradcomm_finish(GradComm* gc, bool loss_finite, bool fidelity)
         std::vector<bool> is_geo(U);
         for (size_t u = 0; u < U; u++) is_geo[u] = gc->unit_to_geo[u] >= 0;
         gradcomm_fidelity(&st, gc->units, is_geo, grads, gc->ref.data());
-        if (!raw_geo.empty()) st.rel_l2_geo_fp8 = gradcomm_plain_fp8_geo(gc, grid, raw_geo);
+        if (!raw_geo[0].empty()) st.rel_l2_geo_fp8 = gradcomm_plain_fp8_geo(gc, grid, raw_geo);
     }
+    gc->grads.clear();
     return 0;
 }
 
 // ----------------------------------------------------------------------------
-// checkpoint state: selection, scores, factors, residuals (every rank has its own residuals)
+// checkpoint state: selection, scores, factors, residuals (every rank has its own residuals; a
+// process keeps its V logical ranks' in its state file, logical rank vrank0 + v's named
+// "gradcomm.v<v>.<...>" for v > 0, so that V = 1 files keep their names)
+
+static inline std::string gradcomm_vprefix(int v) { return v == 0 ? "gradcomm." : "gradcomm.v" + std::to_string(v) + "."; }
 
 static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray>* out) {
     if (!gradcomm_is_fp8(gc)) return;
@@ -795,7 +947,7 @@ static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray
     out->push_back({"gradcomm.scores", scores});
     for (const GeoUnit& g : gc->geo) {
         const std::string p = "gradcomm." + gc->units[g.unit].name + ".";
-        out->push_back({p + "residual", g.residual});
+        for (int v = 0; v < gc->V; v++) out->push_back({gradcomm_vprefix(v) + gc->units[g.unit].name + ".residual", g.residual[v]});
         if (gc->mode == "kfac") {
             out->push_back({p + "LA", g.LA});
             out->push_back({p + "LG", g.LG});
@@ -803,10 +955,13 @@ static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray
             std::vector<float> packed(geofp8_factor_floats(g.d_in, g.factor.r));
             geofp8_factor_pack(packed.data(), &g.factor);
             out->push_back({p + "factor", packed});
-            if (gc->ema > 0.0f && !g.Y_ema.empty()) gradcomm_save_ema(p, g.omega, g.Y_ema, g.trA_ema, g.ema_steps, out);
+            if (gc->ema > 0.0f && !g.Y_ema[0].empty())
+                for (int v = 0; v < gc->V; v++)
+                    gradcomm_save_ema(gradcomm_vprefix(v) + gc->units[g.unit].name + ".", g.omega, g.Y_ema[v], g.trA_ema[v], g.ema_steps, out);
         }
     }
-    if (gc->twophase) out->push_back({"gradcomm.server_residual", gc->server_residual});
+    if (gc->twophase)
+        for (int v = 0; v < gc->V; v++) out->push_back({gradcomm_vprefix(v) + "server_residual", gc->server_residual[v]});
 }
 
 // Restores what gradcomm_save wrote (user_error naming the file if something is missing).
@@ -833,7 +988,7 @@ static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const c
         gradcomm_add_geo(gc, u);
         GeoUnit& g = gc->geo.back();
         const std::string p = "gradcomm." + gc->units[u].name + ".";
-        g.residual = need(p + "residual", g.residual.size())->data;
+        for (int v = 0; v < gc->V; v++) g.residual[v] = need(gradcomm_vprefix(v) + gc->units[u].name + ".residual", g.residual[v].size())->data;
         if (gc->mode == "kfac") {
             g.LA = need(p + "LA", g.LA.size())->data;
             g.LG = need(p + "LG", g.LG.size())->data;
@@ -842,13 +997,18 @@ static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const c
             if (gc->ema > 0.0f && checkpoint_find_extra(s, p + "ema_meta")) {
                 const size_t dk = (size_t)g.d_in * geofp8_sketch_width(g.factor.r, g.d_in);
                 g.omega = need(p + "omega", dk)->data;
-                g.Y_ema = need(p + "ema_Y", dk)->data;
-                gradcomm_load_ema_meta(need(p + "ema_meta", 3)->data, &g.trA_ema, &g.ema_steps);
-                g.Y.assign(dk, 0.0f);
+                for (int v = 0; v < gc->V; v++) {
+                    const std::string pv = gradcomm_vprefix(v) + gc->units[u].name + ".";
+                    g.Y_ema[v] = need(pv + "ema_Y", dk)->data;
+                    gradcomm_load_ema_meta(need(pv + "ema_meta", 3)->data, &g.trA_ema[v], &g.ema_steps);
+                    g.Y[v].assign(dk, 0.0f);
+                }
             }
         }
     }
-    if (gc->twophase) gc->server_residual = need("gradcomm.server_residual", gc->server_residual.size())->data;
+    if (gc->twophase)
+        for (int v = 0; v < gc->V; v++)
+            gc->server_residual[v] = need(gradcomm_vprefix(v) + "server_residual", gc->server_residual[v].size())->data;
 }
 
 // ----------------------------------------------------------------------------

@@ -61,6 +61,7 @@ typedef struct {
     std::string muon;          // --muon moonlight | keller | megatron_core
     std::string optimizer;     // --optimizer muon | adamw
     int muon_shard;            // --muon-shard 1: each rank orthogonalizes its share of the matrices
+    int virtual_ranks;         // --virtual-ranks N: N logical ranks in the processes of the job (0: one per process)
     int fidelity_every;        // --fidelity-every (0 = off)
     unsigned long long seed;   // --seed
     std::string tokenizer;     // --tokenizer decode table for samples
@@ -107,6 +108,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->muon = "moonlight";
     c->optimizer = "muon";
     c->muon_shard = 0;
+    c->virtual_ranks = 0;
     c->fidelity_every = 0;
     c->seed = 1337;
     c->tokenizer = TRAIN_DEFAULT_TOKENIZER;
@@ -177,6 +179,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", OPT_RUN, "Muon preset"),
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
     TOPT(NULL, "--muon-shard", OPT_INT, muon_shard, 0, 1, NULL, OPT_RANKS, "1: each rank orthogonalizes its share of the Muon matrices, then all receive them"),
+    TOPT(NULL, "--virtual-ranks", OPT_INT, virtual_ranks, 0, 4096, NULL, OPT_RUN, "train_llama_cpu: N logical ranks, N / P in each of the P processes, communicated as N ranks would be (0 = one per process)"),
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error"),
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),

@@ -198,7 +198,8 @@ int main(void) {
         const float* want_losses = fx.f(key + ".losses");
         double worst_loss = 0.0, worst_norm = 0.0;
         for (int step = 0; step < tc.steps; step++) {
-            StepStats st = llama_train_step(&m, &tc, &mc, SCHEDULER_COSINE, &grid, &gc, 1, step, fixed_next, &fb);
+            LocalRanks one = local_ranks_single(&m, &grid, &fb);
+            StepStats st = llama_train_step(&m, &tc, &mc, SCHEDULER_COSINE, &grid, &gc, 1, step, fixed_next, &one);
             worst_loss = std::max(worst_loss, fabs(st.loss - want_losses[step]) / fabs(want_losses[step]));
             if (fx.has(key + ".gradnorms")) {
                 float wn = fx.f(key + ".gradnorms")[step];

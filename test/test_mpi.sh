@@ -3,7 +3,8 @@
 # rank-count equivalence, bf16 communication, bitwise resume with 2 ranks, a rank killed with
 # SIGKILL, a crash while a checkpoint is written, checkpoints from another rank count, an
 # injected non-finite gradient, ranks that disagree on a flag, the sharded Muon update, and the
-# gradient buckets in every mode.
+# gradient buckets in every mode, and --virtual-ranks (N logical ranks in fewer processes) bitwise
+# a real N-rank run in every mode, its resume, its refusals.
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
 BIN=./train_llama_cpu
@@ -231,5 +232,65 @@ for spec in "2 fp32|-c fp32" "2 bf16|-c bf16" "2 fp8block|-c fp8block --fp8-form
         pass "mpi_buckets_bitwise_np${np}_$name"
     else fail "mpi_buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets'; $(why "$TMP/bk${i}_0.0001.out")"; fi
 done
+
+# --- --virtual-ranks N: N logical ranks in P processes give bitwise the run of N processes, in
+#     every mode: the model and every metrics field but the times (testlib.py --same-model), with
+#     two micro-steps per logical rank (-d), one profiling step of the auto selection, the geometry
+#     path's refresh at step 2, a fidelity step and a val loss at step 3.
+#     N = 2 on 1 process; N = 4 on 2 processes (each holds 2 logical ranks) and on 1.
+VR=("${FAST[@]}" -d 256 -x 3 -n 3 -v 3 -m 1 --fidelity-every 3 --geofp8-profile-steps 1 --geofp8-refresh 2)
+for spec in "fp32" "bf16" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase" "geofp8 --fp8-reduce twophase --geofp8-power auto"; do
+    t=$(echo "$spec" | sed 's/ --fp8-reduce twophase/_twophase/; s/ --geofp8-power auto/_auto/')
+    for layout in "2 1" "4 2" "4 1"; do
+        read -r n p <<<"$layout"
+        # shellcheck disable=SC2086
+        [ -e "$TMP/vr_${t}_real$n" ] || "${MPIRUN[@]}" -np "$n" "$BIN" "${VR[@]}" -c $spec -o "$TMP/vr_${t}_real$n" >"$TMP/vr_${t}_real$n.out" 2>&1
+        launch=("${MPIRUN[@]}" -np "$p"); [ "$p" = 1 ] && launch=(timeout 240)  # one process needs no mpirun
+        # shellcheck disable=SC2086
+        "${launch[@]}" "$BIN" "${VR[@]}" -c $spec --virtual-ranks "$n" -o "$TMP/vr_${t}_v${n}p$p" >"$TMP/vr_${t}_v${n}p$p.out" 2>&1
+        differ=$(python3 test/testlib.py --same-model "$TMP/vr_${t}_real$n" "$TMP/vr_${t}_v${n}p$p" 3 2>&1) &&
+            grep -q "| virtual ranks *| $n logical ranks, $((n / p)) in each of $p process" "$TMP/vr_${t}_v${n}p$p.out" &&
+            pass "mpi_virtual_ranks_bitwise_${t}_n${n}_p$p" ||
+            fail "mpi_virtual_ranks_bitwise_${t}_n${n}_p$p" "$differ $(why "$TMP/vr_${t}_v${n}p$p.out")"
+        rm -rf "$TMP/vr_${t}_v${n}p$p"
+    done
+    rm -rf "$TMP/vr_${t}_real"*
+done
+# resume under virtual ranks: 3 steps + resume + 3 steps == 6 straight, the model and both
+# processes' state files (each holding its two logical ranks' residuals, sketch averages and
+# twophase server residuals) bitwise
+for spec in "geofp8 --geofp8-ema 0.9 --geofp8-power auto" "geofp8 --fp8-reduce twophase"; do
+    t=$(echo "$spec" | tr -c 'a-z0-9\n' '_')
+    VRR=("${FAST[@]}" -d 256 -x 6 -n 3 -v 0 --geofp8-profile-steps 2 --geofp8-refresh 2 --virtual-ranks 4)
+    # shellcheck disable=SC2086
+    "${MPIRUN[@]}" -np 2 "$BIN" "${VRR[@]}" -c $spec -o "$TMP/vrs_$t" >"$TMP/vrs_$t.out" 2>&1
+    cp -r "$TMP/vrs_$t" "$TMP/vrr_$t"
+    rm -f "$TMP/vrr_$t/"*00000006*
+    # shellcheck disable=SC2086
+    "${MPIRUN[@]}" -np 2 "$BIN" "${VRR[@]}" -c $spec -y 1 -o "$TMP/vrr_$t" >"$TMP/vrr_$t.out" 2>&1
+    if grep -q "resuming from step 3" "$TMP/vrr_$t.out" && cmp -s "$TMP/vrs_$t/model_00000006.bin" "$TMP/vrr_$t/model_00000006.bin" &&
+       cmp -s "$TMP/vrs_$t/state_00000006_00000.bin" "$TMP/vrr_$t/state_00000006_00000.bin" &&
+       cmp -s "$TMP/vrs_$t/state_00000006_00001.bin" "$TMP/vrr_$t/state_00000006_00001.bin"; then
+        pass "mpi_virtual_ranks_resume_bitwise_$t"
+    else fail "mpi_virtual_ranks_resume_bitwise_$t" "$(why "$TMP/vrr_$t.out")"; fi
+done
+# refused with one line: an N that is not a multiple of the processes, an N whose buffers do not
+# fit this node's memory (tiny: about 130 MB per logical rank), the sharded Muon update with it
+"${MPIRUN[@]}" -np 2 "$BIN" "${FAST[@]}" -x 1 --virtual-ranks 3 >"$TMP/vr_bad.out" 2>"$TMP/vr_bad.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "^error: --virtual-ranks 3: expected a multiple of the 2 processes" "$TMP/vr_bad.err" && ! grep -q "^step" "$TMP/vr_bad.out"; then
+    pass mpi_virtual_ranks_not_a_multiple_refused
+else fail mpi_virtual_ranks_not_a_multiple_refused "rc=$rc $(head -c 300 "$TMP/vr_bad.err")"; fi
+"$BIN" -e tiny -b 1 -t 32 -v 0 -x 1 --virtual-ranks 4096 -c fp8 -o "$TMP/vr_big" >"$TMP/vr_big.out" 2>"$TMP/vr_big.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/vr_big.err")" -eq 1 ] &&
+   grep -q "^error: --virtual-ranks 4096: 4096 logical ranks in each of 1 process on this node need about .* GiB .* are available" "$TMP/vr_big.err" &&
+   [ ! -e "$TMP/vr_big" ]; then pass mpi_virtual_ranks_too_many_refused
+else fail mpi_virtual_ranks_too_many_refused "rc=$rc $(head -c 300 "$TMP/vr_big.err") $(ls "$TMP/vr_big" 2>&1 | head -3)"; fi
+"$BIN" "${FAST[@]}" -x 1 --virtual-ranks 2 --muon-shard 1 >/dev/null 2>"$TMP/vr_ms.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: --muon-shard 1: .*--virtual-ranks simulates the numerics of 2 ranks" "$TMP/vr_ms.err"; then
+    pass mpi_virtual_ranks_muon_shard_refused
+else fail mpi_virtual_ranks_muon_shard_refused "rc=$rc $(cat "$TMP/vr_ms.err")"; fi
 
 [ "$failures" -eq 0 ]

@@ -10,7 +10,8 @@ From Python:  sys.path.insert(0, "test"); from testlib import bound; ok = bound(
 From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1 when it fails;
               a VALUE that is not a number fails and is shown)
               python3 test/testlib.py --same-run DIR_A DIR_B STEP   (exit status 0 when two runs
-              wrote the same checkpoint at STEP and the same metrics: same_run(); else prints why)
+              wrote the same checkpoint at STEP and the same metrics: same_run(); else prints why;
+              --same-model: the model file and the metrics only, same_model_and_metrics())
               python3 test/testlib.py --small-model   (prints the flags of the small test model,
               after writing its data if missing: small_model_flags(); --small-model-dir: its data
               directory)
@@ -152,7 +153,29 @@ def small_model_flags(root="."):
     return "-e tiny --vocab-size %d -i %s/train_*.bin -j %s/val_*.bin" % (SMALL_VOCAB, d, d)
 
 
+def same_model_and_metrics(dir_a, dir_b, step):
+    """Whether two runs wrote the same model file at `step` byte for byte and the same metrics
+    (same_metrics); their state files may be laid out differently (--virtual-ranks). Returns
+    (verdict, what differs)."""
+    import filecmp
+    import os
+    name = "model_%08d.bin" % step
+    a, b = os.path.join(dir_a, name), os.path.join(dir_b, name)
+    if not os.path.isfile(a) or not os.path.isfile(b):
+        return False, "%s missing in %s or %s" % (name, dir_a, dir_b)
+    if not filecmp.cmp(a, b, shallow=False):
+        return False, name + " differs"
+    if not same_metrics(dir_a, dir_b):
+        return False, "metrics.jsonl rows differ"
+    return True, ""
+
+
 def main(argv):
+    if len(argv) == 5 and argv[1] == "--same-model":
+        ok, why = same_model_and_metrics(argv[2], argv[3], int(argv[4]))
+        if not ok:
+            print(why)
+        return 0 if ok else 1
     if len(argv) == 2 and argv[1] == "--small-model":
         print(small_model_flags())
         return 0
