@@ -356,6 +356,13 @@ if [ $rc -ne 0 ] && grep -q "error: -c fp8: the native FP8 sum needs an sm_90 or
    [ ! -e "$TMP/sm80/metrics.jsonl" ] && [ $rc2 -eq 0 ]; then pass emu.native_fp8_refused_below_sm90_twophase_runs
 else fail emu.native_fp8_refused_below_sm90_twophase_runs "rc=$rc rc2=$rc2 $(head -2 "$TMP/sm80.err")"; fi
 
+# --- --virtual-ranks is train_llama_cpu's: the GPU engine refuses it with one line, before any output
+timeout 120 "$EMU/train_llama" "${RUN[@]}" -x 1 --virtual-ranks 2 -o "$TMP/vr" >"$TMP/vr.out" 2>"$TMP/vr.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/vr.err")" -eq 1 ] && grep -q "^error: --virtual-ranks 2: .*in train_llama_cpu only" "$TMP/vr.err" &&
+   [ ! -e "$TMP/vr" ]; then pass emu.virtual_ranks_refused
+else fail emu.virtual_ranks_refused "rc=$rc $(head -c 300 "$TMP/vr.err")"; fi
+
 # --- one process with a one-rank NCCL communicator (what dev/gpu_check.sh runs on one GPU)
 TRAIN_LLAMA_TEST_NCCL=1 timeout 300 "$EMU/train_llama" "${RUN[@]}" -x 3 -c geofp8 "${GEO[@]}" --fp8-reduce twophase -o "$TMP/one" >"$TMP/one.out" 2>&1
 rc=$?

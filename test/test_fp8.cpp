@@ -369,8 +369,85 @@ static void test_bulk(void) {
     test_check("fp8.bulk.scaled_roundtrip", worst <= 0.0625, "worst relative %.4g", worst);
 }
 
+// comm_fold in one process (P = 1, no MPI call): V = 5 logical ranks' contributions summed left to
+// right in rank order with the kind's rounding at every combine, against that fold written out
+// with the codecs checked above; the right-to-left fold differs, so the order is what is tested.
+// Between processes (the all-to-all and the all-gather) test_mpi.sh's --virtual-ranks rows check
+// the same fold bitwise against N real ranks.
+static void test_fold(void) {
+    CommGrid grid = {0, 1, MPI_COMM_WORLD};
+    const int V = 5;
+    const size_t n = 4099;
+    Rng rng;
+    rand_init(&rng, 7);
+    std::vector<std::vector<float>> x(V, std::vector<float>(n));
+    for (auto& r : x) for (float& v : r) v = (float)((rand_uniform(&rng) - 0.5) * ldexp(1.0, (int)(rand_uniform(&rng) * 12) - 6));
+    std::vector<const void*> in;
+    // fp32 and fp64
+    {
+        for (int v = 0; v < V; v++) in.push_back(x[v].data());
+        std::vector<float> out(n), want(n), back(n);
+        comm_fold(&grid, COMM_FOLD_F32, in.data(), V, out.data(), n);
+        size_t bad = 0, order = 0;
+        for (size_t i = 0; i < n; i++) {
+            float a = x[0][i], b = x[V - 1][i];
+            for (int v = 1; v < V; v++) a = a + x[v][i];
+            for (int v = V - 2; v >= 0; v--) b = b + x[v][i];
+            bad += memcmp(&a, &out[i], 4) != 0;
+            order += a != b;
+        }
+        test_check("fp8.fold_f32_left_in_rank_order", bad == 0 && order > 0, "%zu of %zu differ; the other order differs at %zu", bad, n, order);
+        std::vector<double> d(V);
+        for (int v = 0; v < V; v++) d[v] = x[v][0] * 1e-3 + v;
+        std::vector<const void*> dp;
+        for (int v = 0; v < V; v++) dp.push_back(&d[v]);
+        double got = 0.0, w = d[0];
+        comm_fold(&grid, COMM_FOLD_F64, dp.data(), V, &got, 1);
+        for (int v = 1; v < V; v++) w = w + d[v];
+        test_check("fp8.fold_f64_left_in_rank_order", memcmp(&got, &w, 8) == 0, "%.17g vs %.17g", got, w);
+    }
+    // bf16 and both FP8 formats: codes of the same values
+    for (int kind = 0; kind < 3; kind++) {
+        const Fp8Format f = kind == 2 ? FP8_E5M2 : FP8_E4M3;
+        const char* name = kind == 0 ? "bf16" : kind == 1 ? "e4m3" : "e5m2";
+        size_t bad = 0, order = 0;
+        if (kind == 0) {
+            std::vector<std::vector<uint16_t>> c(V, std::vector<uint16_t>(n));
+            for (int v = 0; v < V; v++) for (size_t i = 0; i < n; i++) c[v][i] = fp8_bf16_encode(x[v][i]);
+            std::vector<const void*> p;
+            for (auto& r : c) p.push_back(r.data());
+            std::vector<uint16_t> out(n);
+            comm_fold(&grid, COMM_FOLD_BF16, p.data(), V, out.data(), n);
+            for (size_t i = 0; i < n; i++) {
+                uint16_t a = c[0][i], b = c[V - 1][i];
+                for (int v = 1; v < V; v++) a = fp8_bf16_encode(fp8_bf16_decode(a) + fp8_bf16_decode(c[v][i]));
+                for (int v = V - 2; v >= 0; v--) b = fp8_bf16_encode(fp8_bf16_decode(b) + fp8_bf16_decode(c[v][i]));
+                bad += a != out[i];
+                order += a != b;
+            }
+        } else {
+            std::vector<std::vector<uint8_t>> c(V, std::vector<uint8_t>(n));
+            for (int v = 0; v < V; v++) for (size_t i = 0; i < n; i++) c[v][i] = fp8_encode(f, x[v][i] * 16.0f);
+            std::vector<const void*> p;
+            for (auto& r : c) p.push_back(r.data());
+            std::vector<uint8_t> out(n);
+            comm_fold(&grid, comm_fold_kind_fp8(f), p.data(), V, out.data(), n);
+            for (size_t i = 0; i < n; i++) {
+                uint8_t a = c[0][i], b = c[V - 1][i];
+                for (int v = 1; v < V; v++) a = fp8_sum_codes(f, a, c[v][i]);
+                for (int v = V - 2; v >= 0; v--) b = fp8_sum_codes(f, b, c[v][i]);
+                bad += a != out[i];
+                order += a != b;
+            }
+        }
+        test_check((std::string("fp8.fold_") + name + "_left_in_rank_order").c_str(), bad == 0 && order > 0,
+                   "%zu of %zu differ; the other order differs at %zu", bad, n, order);
+    }
+}
+
 int main(void) {
     test_fixture();
+    test_fold();
     test_e4m3_properties();
     test_e5m2_hand_cases();
     test_format_properties(FP8_E4M3);
