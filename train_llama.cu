@@ -690,7 +690,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(float), m->stream));
     if (gc) gradcomm_gpu_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size, m->stream);
     double loss_sum = 0.0;
-    const bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+    const bool fidelity = gradcomm_fidelity_step(tc, step);
     bool bucketed = false;  // the communication runs bucket by bucket inside the last backward
     llama_reserve_loss_slots(m, accum_steps);
     for (int micro = 0; micro < accum_steps; micro++) {

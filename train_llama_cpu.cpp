@@ -488,7 +488,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.sketch_seconds = sketch_seconds; st.ns_matrices = 0;
     // the rest of the communication; a non-finite loss or gradient on any rank: every rank skips
     // this step identically
-    bool fidelity = tc->fidelity_every > 0 && (step + 1) % tc->fidelity_every == 0;
+    bool fidelity = gradcomm_fidelity_step(tc, step);
     int bad_rank = gradcomm_finish(gc, loss_bad, fidelity);
     st.skipped_on_rank = bad_rank - 1;
     if (bad_rank > 0) return st;
@@ -542,6 +542,13 @@ static std::string run_virtual_memory_problem(const LlamaConfig* lc, const Train
     else if (tc->comm == "bf16") per_rank += 2.0 * P + (staged ? 4.0 * P : 0.0);
     else per_rank += 5.0 * P + (staged ? 2.0 * P : 0.0);  // values and codes
     if (tc->fidelity_every > 0 && staged) per_rank += 8.0 * P;  // the fp32 reference's fold
+    if (tc->fidelity_every > 0 && (tc->comm == "geofp8" || tc->comm == "kfac")) {
+        // the fair figures (gradcomm_fair_step): a counterfactual residual, a copy of G and the
+        // quantizer's values and codes of the geometry units, at most every linear unit
+        double linear = 0.0;
+        for (const LlamaUnit& u : llama_units(lc)) if (u.is_matrix) linear += (double)u.rows * u.cols;
+        per_rank += 13.0 * linear + (staged ? 9.0 * linear : 0.0);
+    }
     size_t shard = 0;
     for (size_t t : train.shard_tokens) shard = std::max(shard, t);
     if (val) for (size_t t : val->shard_tokens) shard = std::max(shard, t);

@@ -133,6 +133,12 @@ typedef struct {
     std::vector<GeoUnitSaved> saved_geo;  // (geo) kept at gradcomm_start, put back if a non-finite gradient skips the step
     std::vector<std::vector<std::vector<float>>> saved_residual;  // (geo, V) residuals before this step's quantization, put back if a scale skips it
     std::vector<std::string> chosen;  // (geo) this step's --geofp8-power auto choices
+    // the fair fidelity figures (gradcomm_fair_step), on every geometry step while --fidelity-every > 0
+    bool fair;                      // --fidelity-every > 0, a geometry mode, the native sum
+    int fidelity_window;            // W
+    std::vector<std::vector<float>> cf_residual;  // (V) fp8+EF's counterfactual residual, geometry units concatenated
+    std::vector<float> win_exact, win_geo, win_fp8ef, win_fp8;  // the current window's sums (geometry units concatenated)
+    int win_index, win_steps;       // the window (-1: none open) and its steps so far
 } GradComm;
 
 static inline bool gradcomm_is_fp8(const GradComm* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
@@ -216,6 +222,10 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     gc->refresh_now = false;
     gc->sketch_weight = 0.0f;
     gc->output_dir = tc->output_dir;
+    gc->fair = tc->fidelity_every > 0 && (gc->mode == "geofp8" || gc->mode == "kfac") && !gc->twophase;
+    gc->fidelity_window = gradcomm_fidelity_window(tc);
+    gc->win_index = -1;
+    gc->win_steps = 0;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
     if (gc->mode == "geofp8") {
@@ -596,42 +606,111 @@ static inline void gradcomm_profile(GradComm* gc, int step) {
         gradcomm_add_geo(gc, u);
 }
 
-// On a fidelity step of the geometry path (native sum): what plain fp8 would have given on the
-// geometry units for this step's gradient. raw (V) holds each logical rank's G of them as the
-// backward left it (units in gc->geo order, concatenated); each unit gets one scale from a MAX
-// all-reduce of its amax, FP8 SUM (a fold in rank order), decode, no transform and no error
-// feedback; the result is RelL2 against the fp32 average over the units together. One extra round
-// trip of the geometry units' size, on these steps only (not counted in the bytes of the step).
-// NaN if an amax is non-finite.
-static inline double gradcomm_plain_fp8_geo(GradComm* gc, CommGrid* grid, const std::vector<std::vector<float>>& raw) {
-    const size_t ng = gc->geo.size();
+// Plain fp8 of the geometry units, as the native fp8 mode would communicate them: raw (V) holds
+// each logical rank's G of them as the backward left it (units in gc->geo order, concatenated,
+// unit i at off[i]); x = G (+ R), one scale per unit from a MAX all-reduce of its amax, FP8 SUM (a
+// fold in rank order), decoded and divided by N into out (off[ng]). residual (V) or NULL: error
+// feedback, R <- x - decode(q)/s. No transform. False if an amax is not finite (then every rank
+// returns false and nothing changed).
+static inline bool gradcomm_fp8_geo_sum(GradComm* gc, CommGrid* grid, const std::vector<std::vector<float>>& raw, const std::vector<size_t>& off,
+                                        std::vector<std::vector<float>>* residual, float* out) {
+    const size_t ng = gc->geo.size(), total = off[ng];
     const int V = gc->V;
-    std::vector<size_t> off(ng + 1, 0);
-    for (size_t i = 0; i < ng; i++) off[i + 1] = off[i] + gc->geo[i].residual[0].size();
+    std::vector<std::vector<float>> x(raw);
+    if (residual)
+        for (int v = 0; v < V; v++)
+            for (size_t k = 0; k < total; k++) x[v][k] += (*residual)[v][k];
     std::vector<float> amax(ng, 0.0f);
     for (int v = 0; v < V; v++)
-        for (size_t i = 0; i < ng; i++) amax[i] = std::max(amax[i], geofp8_amax(raw[v].data() + off[i], off[i + 1] - off[i]));
+        for (size_t i = 0; i < ng; i++) amax[i] = std::max(amax[i], geofp8_amax(x[v].data() + off[i], off[i + 1] - off[i]));
     comm_max_floats(grid, amax.data(), ng);
     std::vector<float> scale(ng);
     for (size_t i = 0; i < ng; i++) {
         int e = geofp8_scale_exponent(gc->fmt, amax[i], gc->world_size);
-        if (e == GEOFP8_EXP_SKIP) return NAN;  // every rank sees the same amax: every rank returns here
+        if (e == GEOFP8_EXP_SKIP) return false;  // every rank sees the same amax
         scale[i] = geofp8_scale_from_exponent(e);
     }
-    std::vector<std::vector<uint8_t>> q(V, std::vector<uint8_t>(off[ng]));
+    std::vector<std::vector<uint8_t>> q(V, std::vector<uint8_t>(total));
     for (int v = 0; v < V; v++)
         for (size_t i = 0; i < ng; i++)
-            geofp8_quantize_ef(gc->fmt, q[v].data() + off[i], NULL, raw[v].data() + off[i], off[i + 1] - off[i], scale[i]);
-    comm_fold(grid, comm_fold_kind_fp8(gc->fmt), gradcomm_ptrs(q).data(), V, q[0].data(), off[ng]);
-    std::vector<double> sums(4 * ng, 0.0);
-    std::vector<float> got;
-    for (size_t i = 0; i < ng; i++) {
-        const size_t n = off[i + 1] - off[i];
-        got.resize(n);
-        geofp8_dequantize(gc->fmt, got.data(), q[0].data() + off[i], n, scale[i], gc->world_size);
-        gradcomm_fidelity_accumulate(&sums, ng, i, got.data(), gc->ref.data() + gc->units[gc->geo[i].unit].offset, n);
+            geofp8_quantize_ef(gc->fmt, q[v].data() + off[i], residual ? (*residual)[v].data() + off[i] : NULL, x[v].data() + off[i],
+                               off[i + 1] - off[i], scale[i]);
+    comm_fold(grid, comm_fold_kind_fp8(gc->fmt), gradcomm_ptrs(q).data(), V, q[0].data(), total);
+    for (size_t i = 0; i < ng; i++) geofp8_dequantize(gc->fmt, out + off[i], q[0].data() + off[i], off[i + 1] - off[i], scale[i], gc->world_size);
+    return true;
+}
+
+// Test hook: with TRAIN_LLAMA_TEST_DUMP_GEO=DIR, every step that gradcomm_fair_step measures
+// writes each logical rank's G of the geometry units (DIR/s<step>_r<rank>.f32) and, on rank 0,
+// what the geometry path communicated (DIR/s<step>_geo.f32), raw float32, units concatenated, so
+// that a test can recompute the fair figures independently.
+static inline void gradcomm_test_dump(const char* name, const float* data, size_t n) {
+    FILE* f = fopen(name, "wb");
+    if (!f || fwrite(data, sizeof(float), n, f) != n || fclose(f) != 0) { fprintf(stderr, "TRAIN_LLAMA_TEST_DUMP_GEO: cannot write %s\n", name); exit(1); }
+}
+
+// The fair fidelity figures of one step of the geometry path (native sum), on every such step
+// while --fidelity-every > 0: the counterfactual residual and the windows need every step.
+//   (a) geo:    the geometry units' average as communicated (in grads, after the inverse transform);
+//   (b) fp8+EF: plain fp8 of the same gradients with an error-feedback residual of its own
+//               (cf_residual, per logical rank; a counterfactual, never applied to the model);
+//   (c) fp8:    plain fp8 of the same gradients without error feedback;
+// each against the exact average of the same units (an fp32 fold in rank order, divided by N).
+// On fidelity steps the step's RelL2 of (b) and (c) go to the stats ((a) is rel_l2_geo). Windows:
+// tumbling windows of W steps counted from the first geometry step (W = --fidelity-window, or the
+// refresh interval, so that a window is one factor's life); each sums (a), (b), (c) and the exact
+// average over its steps, and at its last step the stats get each sum's RelL2 against the exact
+// sum. A window that a skipped step or a resume cut short reports the steps it has. The extra
+// communication (two MAX all-reduces and three folds of the geometry units) is not counted in
+// the step's bytes.
+static inline void gradcomm_fair_step(GradComm* gc, CommGrid* grid, const std::vector<std::vector<float>>& raw, bool fidelity) {
+    GradCommStats& st = gc->stats;
+    const size_t ng = gc->geo.size();
+    const int V = gc->V;
+    std::vector<size_t> off(ng + 1, 0);
+    for (size_t i = 0; i < ng; i++) off[i + 1] = off[i] + gradcomm_unit_size(gc->units[gc->geo[i].unit]);
+    const size_t total = off[ng];
+    if (gc->cf_residual.size() != (size_t)V || gc->cf_residual[0].size() != total) gc->cf_residual.assign(V, std::vector<float>(total, 0.0f));
+    std::vector<float> exact(total), geo(total), fp8ef(total), fp8(total);
+    comm_fold(grid, COMM_FOLD_F32, gradcomm_ptrs(raw).data(), V, exact.data(), total);
+    for (float& e : exact) e /= (float)gc->world_size;
+    for (size_t i = 0; i < ng; i++) memcpy(geo.data() + off[i], gc->grads[0] + gc->units[gc->geo[i].unit].offset, (off[i + 1] - off[i]) * sizeof(float));
+    if (!gradcomm_fp8_geo_sum(gc, grid, raw, off, &gc->cf_residual, fp8ef.data())) fp8ef.assign(total, NAN);
+    if (!gradcomm_fp8_geo_sum(gc, grid, raw, off, NULL, fp8.data())) fp8.assign(total, NAN);
+    if (const char* dir = getenv("TRAIN_LLAMA_TEST_DUMP_GEO")) {
+        char name[4096];
+        for (int v = 0; v < V; v++) {
+            snprintf(name, sizeof(name), "%s/s%d_r%d.f32", dir, gc->step + 1, gc->vrank0 + v);
+            gradcomm_test_dump(name, raw[v].data(), total);
+        }
+        snprintf(name, sizeof(name), "%s/s%d_geo.f32", dir, gc->step + 1);
+        if (gc->rank == 0) gradcomm_test_dump(name, geo.data(), total);
     }
-    return gradcomm_rel_l2_of_sums(sums, ng);
+    if (fidelity) {
+        st.rel_l2_geo_fp8ef = gradcomm_rel_l2(fp8ef.data(), exact.data(), total);
+        st.rel_l2_geo_fp8 = gradcomm_rel_l2(fp8.data(), exact.data(), total);
+    }
+    const int W = gc->fidelity_window, age = gc->step - gc->geometry_start;
+    if (age / W != gc->win_index) {
+        gc->win_index = age / W;
+        gc->win_steps = 0;
+        for (std::vector<float>* w : {&gc->win_exact, &gc->win_geo, &gc->win_fp8ef, &gc->win_fp8}) w->assign(total, 0.0f);
+    }
+    for (size_t k = 0; k < total; k++) {
+        gc->win_exact[k] += exact[k];
+        gc->win_geo[k] += geo[k];
+        gc->win_fp8ef[k] += fp8ef[k];
+        gc->win_fp8[k] += fp8[k];
+    }
+    gc->win_steps++;
+    if ((age + 1) % W == 0) {
+        st.has_window = true;
+        st.window_steps = gc->win_steps;
+        st.win_rel_l2_geo = gradcomm_rel_l2(gc->win_geo.data(), gc->win_exact.data(), total);
+        st.win_rel_l2_geo_fp8ef = gradcomm_rel_l2(gc->win_fp8ef.data(), gc->win_exact.data(), total);
+        st.win_rel_l2_geo_fp8 = gradcomm_rel_l2(gc->win_fp8.data(), gc->win_exact.data(), total);
+        gc->win_index = -1;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -771,6 +850,7 @@ static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* const* gr
     st.skipped = false;
     st.refreshed = false;
     st.has_fidelity = false;
+    st.has_window = false;
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     gc->grid = grid;
     gc->grads.assign(grads, grads + gc->V);
@@ -864,8 +944,9 @@ static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
         comm_fold(grid, COMM_FOLD_F32, in.data(), V, gc->ref.data(), P);
         for (float& v : gc->ref) v /= (float)gc->world_size;
     }
-    std::vector<std::vector<float>> raw_geo(V);  // each logical rank's G of the geometry units on a fidelity step (gradcomm_plain_fp8_geo)
-    if (fidelity && gc->geometry && !gc->twophase) {
+    std::vector<std::vector<float>> raw_geo(V);  // each logical rank's G of the geometry units (gradcomm_fair_step)
+    const bool fair = gc->fair && gc->geometry && !gc->geo.empty();
+    if (fair) {
         for (int v = 0; v < V; v++)
             for (const GeoUnit& g : gc->geo) {
                 const float* G = gc->grads[v] + gc->units[g.unit].offset;
@@ -925,8 +1006,8 @@ static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
         std::vector<bool> is_geo(U);
         for (size_t u = 0; u < U; u++) is_geo[u] = gc->unit_to_geo[u] >= 0;
         gradcomm_fidelity(&st, gc->units, is_geo, grads, gc->ref.data());
-        if (!raw_geo[0].empty()) st.rel_l2_geo_fp8 = gradcomm_plain_fp8_geo(gc, grid, raw_geo);
     }
+    if (fair) gradcomm_fair_step(gc, grid, raw_geo, fidelity);
     gc->grads.clear();
     return 0;
 }
@@ -962,6 +1043,16 @@ static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray
     }
     if (gc->twophase)
         for (int v = 0; v < gc->V; v++) out->push_back({gradcomm_vprefix(v) + "server_residual", gc->server_residual[v]});
+    if (gc->fair && !gc->cf_residual.empty()) {  // the fair fidelity figures' state (gradcomm_fair_step)
+        for (int v = 0; v < gc->V; v++) out->push_back({gradcomm_vprefix(v) + "fair.cf_residual", gc->cf_residual[v]});
+        out->push_back({"gradcomm.fair.window", {(float)gc->win_index, (float)gc->win_steps}});
+        if (gc->win_index >= 0) {
+            out->push_back({"gradcomm.fair.win_exact", gc->win_exact});
+            out->push_back({"gradcomm.fair.win_geo", gc->win_geo});
+            out->push_back({"gradcomm.fair.win_fp8ef", gc->win_fp8ef});
+            out->push_back({"gradcomm.fair.win_fp8", gc->win_fp8});
+        }
+    }
 }
 
 // Restores what gradcomm_save wrote (user_error naming the file if something is missing).
@@ -1009,6 +1100,24 @@ static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const c
     if (gc->twophase)
         for (int v = 0; v < gc->V; v++)
             gc->server_residual[v] = need(gradcomm_vprefix(v) + "server_residual", gc->server_residual[v].size())->data;
+    // the fair fidelity figures' state, when the run that wrote the file measured them (else they
+    // start afresh: a zero counterfactual residual, no window open)
+    gc->cf_residual.clear();
+    gc->win_index = -1;
+    gc->win_steps = 0;
+    const CheckpointArray* cf0 = checkpoint_find_extra(s, "gradcomm.fair.cf_residual");
+    if (gc->fair && cf0) {
+        for (int v = 0; v < gc->V; v++) gc->cf_residual.push_back(need(gradcomm_vprefix(v) + "fair.cf_residual", cf0->data.size())->data);
+        const CheckpointArray* w = need("gradcomm.fair.window", 2);
+        gc->win_index = (int)w->data[0];
+        gc->win_steps = (int)w->data[1];
+        if (gc->win_index >= 0) {
+            gc->win_exact = need("gradcomm.fair.win_exact", cf0->data.size())->data;
+            gc->win_geo = need("gradcomm.fair.win_geo", cf0->data.size())->data;
+            gc->win_fp8ef = need("gradcomm.fair.win_fp8ef", cf0->data.size())->data;
+            gc->win_fp8 = need("gradcomm.fair.win_fp8", cf0->data.size())->data;
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------

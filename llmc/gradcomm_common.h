@@ -3,6 +3,7 @@
 // what one step reports (GradCommStats) and how it is logged, the --geofp8-layers list, the
 // fidelity figures, and the auto layer selection (profiling window, choice, geofp8_layers.txt).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -11,6 +12,7 @@
 #include "geofp8.h"
 #include "llama.h"
 #include "logger.h"
+#include "train_config.h"
 #include "utils.h"
 
 // Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps.
@@ -25,8 +27,33 @@ typedef struct {
     bool has_fidelity;
     std::vector<double> rel_l2, cos;  // (units) against the fp32 average
     double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together
-    double rel_l2_geo_fp8;  // what plain fp8 (same gradient, no transform, no error feedback) gives on them; NaN: not measured
+    double rel_l2_geo_fp8;  // (c) what plain fp8 (same gradient, no transform, no error feedback) gives on them; NaN: not measured
+    double rel_l2_geo_fp8ef;  // (b) plain fp8 with an error-feedback residual of its own (a counterfactual); NaN: not measured
+    // the fidelity window that ends at this step (gradcomm_fair_step): RelL2 of the window's sum of
+    // (a) geo as sent, (b) fp8+EF, (c) fp8 against the sum of the exact averages
+    bool has_window;
+    int window_steps;       // steps in the window (fewer than W if a skipped step or a resume cut it)
+    double win_rel_l2_geo, win_rel_l2_geo_fp8ef, win_rel_l2_geo_fp8;
 } GradCommStats;
+
+// The steps that measure fidelity: every F-th (--fidelity-every F), with F raised to the smallest
+// value coprime with the refresh interval K in the geometry modes. A factor's age at step s is
+// (s - first geometry step) mod K, and F coprime with K makes the fidelity steps' ages run through
+// every value 0..K-1 (F 5 with K 10 would see only ages 4 and 9). 0: fidelity off.
+static inline int gradcomm_gcd(int a, int b) { while (b) { int t = a % b; a = b; b = t; } return a; }
+static inline int gradcomm_fidelity_interval(const TrainConfig* tc) {
+    int f = tc->fidelity_every;
+    if (f <= 0 || (tc->comm != "geofp8" && tc->comm != "kfac")) return std::max(f, 0);
+    while (gradcomm_gcd(f, tc->geofp8_refresh) != 1) f++;
+    return f;
+}
+// The fidelity window W: --fidelity-window, or the refresh interval (one factor's whole life).
+static inline int gradcomm_fidelity_window(const TrainConfig* tc) { return tc->fidelity_window > 0 ? tc->fidelity_window : tc->geofp8_refresh; }
+// Is `step` (0-based) a fidelity step?
+static inline bool gradcomm_fidelity_step(const TrainConfig* tc, int step) {
+    const int f = gradcomm_fidelity_interval(tc);
+    return f > 0 && (step + 1) % f == 0;
+}
 
 // " | fp8 sat 0 und 1234 | fid 1.2e-02 (geo 3.4e-02)": the step line's tail for the FP8 modes.
 static inline std::string gradcomm_stats_summary(const GradCommStats& st, bool fp8) {
@@ -41,8 +68,15 @@ static inline std::string gradcomm_stats_summary(const GradCommStats& st, bool f
     if (st.has_fidelity) {
         if (std::isnan(st.rel_l2_geo)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f", st.rel_l2_all, st.cos_all);
         else if (std::isnan(st.rel_l2_geo_fp8)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo);
-        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e, fp8 on them %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo,
-                      st.rel_l2_geo_fp8);
+        else if (std::isnan(st.rel_l2_geo_fp8ef)) snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e, fp8 on them %.3e)", st.rel_l2_all,
+                                                           st.cos_all, st.rel_l2_geo, st.rel_l2_geo_fp8);
+        else snprintf(b, sizeof(b), " | fid rel %.3e cos %.6f (geo rel %.3e, fp8+EF %.3e, fp8 %.3e)", st.rel_l2_all, st.cos_all, st.rel_l2_geo,
+                      st.rel_l2_geo_fp8ef, st.rel_l2_geo_fp8);
+        out += b;
+    }
+    if (st.has_window) {
+        snprintf(b, sizeof(b), " | window %d: geo %.3e fp8+EF %.3e fp8 %.3e", st.window_steps, st.win_rel_l2_geo, st.win_rel_l2_geo_fp8ef,
+                 st.win_rel_l2_geo_fp8);
         out += b;
     }
     return out;
@@ -75,6 +109,7 @@ static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units
         logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
         logger_field(line, "fidelity_cos_geo", st.cos_geo);
         logger_field(line, "fidelity_rel_l2_geo_fp8", st.rel_l2_geo_fp8);
+        logger_field(line, "fidelity_rel_l2_geo_fp8ef", st.rel_l2_geo_fp8ef);
         std::string json = "{";
         for (size_t u = 0; u < units.size(); u++) {
             std::string v;
@@ -85,6 +120,12 @@ static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units
         }
         json += "}";
         logger_field_json(line, "fidelity_units", json);  // name: [rel_l2, cos]
+    }
+    if (st.has_window) {
+        logger_field(line, "window_steps", st.window_steps);
+        logger_field(line, "window_rel_l2_geo", st.win_rel_l2_geo);
+        logger_field(line, "window_rel_l2_geo_fp8ef", st.win_rel_l2_geo_fp8ef);
+        logger_field(line, "window_rel_l2_geo_fp8", st.win_rel_l2_geo_fp8);
     }
 }
 
@@ -201,6 +242,7 @@ static inline void gradcomm_fidelity_finish(GradCommStats* st, const std::vector
     st->rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
     st->cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
     st->rel_l2_geo_fp8 = NAN;
+    st->rel_l2_geo_fp8ef = NAN;
     st->has_fidelity = true;
 }
 
@@ -209,6 +251,17 @@ static inline void gradcomm_fidelity_finish(GradCommStats* st, const std::vector
 static inline double gradcomm_rel_l2_of_sums(const std::vector<double>& sums, size_t n) {
     double ee = 0.0, gg = 0.0;
     for (size_t i = 0; i < n; i++) ee += sums[i], gg += sums[n + i];
+    return gg > 0 ? sqrt(ee / gg) : NAN;
+}
+
+// RelL2 of got against ref (n) in double; NaN when ref is zero.
+static inline double gradcomm_rel_l2(const float* got, const float* ref, size_t n) {
+    double ee = 0.0, gg = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - (double)ref[i];
+        ee += d * d;
+        gg += (double)ref[i] * ref[i];
+    }
     return gg > 0 ? sqrt(ee / gg) : NAN;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 #include "checkpoint.h"
 #include "dataloader.h"
+#include "gradcomm_common.h"
 #include "llama.h"
 #include "logger.h"
 #include "train_config.h"
@@ -356,6 +357,15 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
         snprintf(b, sizeof(b), "power %s, damping %g, rank %d, refresh %d", tc.geofp8_power.c_str(), tc.geofp8_damping, tc.geofp8_rank,
                  tc.geofp8_refresh);
         run_print_row("geofp8 whitening", b);
+    }
+    if (tc.fidelity_every > 0) {
+        const int f = gradcomm_fidelity_interval(&tc);
+        std::string row = "every " + std::to_string(f) + " steps";
+        if (f != tc.fidelity_every)
+            row += " (" + std::to_string(tc.fidelity_every) + " made coprime with refresh " + std::to_string(tc.geofp8_refresh) + ")";
+        if (tc.comm == "geofp8" || tc.comm == "kfac")
+            row += tc.fp8_reduce == "twophase" ? "; fair figures: native only" : "; windows of " + std::to_string(gradcomm_fidelity_window(&tc));
+        run_print_row("fidelity", row);
     }
     run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
 }

@@ -63,6 +63,7 @@ typedef struct {
     int muon_shard;            // --muon-shard 1: each rank orthogonalizes its share of the matrices
     int virtual_ranks;         // --virtual-ranks N: N logical ranks in the processes of the job (0: one per process)
     int fidelity_every;        // --fidelity-every (0 = off)
+    int fidelity_window;       // --fidelity-window (0 = the refresh interval)
     unsigned long long seed;   // --seed
     std::string tokenizer;     // --tokenizer decode table for samples
     int max_skips;             // --max-skips consecutive non-finite steps before stopping
@@ -110,6 +111,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->muon_shard = 0;
     c->virtual_ranks = 0;
     c->fidelity_every = 0;
+    c->fidelity_window = 0;
     c->seed = 1337;
     c->tokenizer = TRAIN_DEFAULT_TOKENIZER;
     c->max_skips = 10;
@@ -180,7 +182,8 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
     TOPT(NULL, "--muon-shard", OPT_INT, muon_shard, 0, 1, NULL, OPT_RANKS, "1: each rank orthogonalizes its share of the Muon matrices, then all receive them"),
     TOPT(NULL, "--virtual-ranks", OPT_INT, virtual_ranks, 0, 4096, NULL, OPT_RUN, "train_llama_cpu: N logical ranks, N / P in each of the P processes, communicated as N ranks would be (0 = one per process)"),
-    TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error"),
+    TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error (geofp8, kfac: N raised to be coprime with --geofp8-refresh)"),
+    TOPT(NULL, "--fidelity-window", OPT_INT, fidelity_window, 0, INT_MAX, NULL, OPT_RANKS, "with --fidelity-every: RelL2 of sums over windows of W steps on the geometry units (0 = the refresh interval)"),
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),

@@ -210,6 +210,39 @@ print(("PASS" if ok2 else "FAIL") + f" geofp8_plain_fp8_counterfactual_logged_ev
 sys.exit(0 if ok and ok2 else 1)
 PYEOF2
 [ $? -eq 0 ] || failures=$((failures + 1))
+# The fair fidelity figures (gradcomm_fair_step): (a) geo as sent, (b) plain fp8 with its own
+# error-feedback residual, (c) plain fp8 without, per fidelity step and per window of W steps,
+# recomputed from the run's own dumps (TRAIN_LLAMA_TEST_DUMP_GEO) by test/fair_fidelity.py in
+# numpy and ml_dtypes: 2 real ranks (fidelity every step, windows of the refresh interval 4) and
+# 4 logical ranks in 2 processes (--fidelity-every 2 made 3, coprime with refresh 4, so the
+# fidelity steps 3, 6, 9, 12 see the factor ages 2, 1, 0, 3: every age).
+FAIR=("${SMALL[@]}" -b 1 -t 32 -d 128 -x 12 -v 0 -l 3e-3 -u 2 --geofp8-refresh 4 -c geofp8 --geofp8-layers layers.0.fc2,layers.1.fc2)
+mkdir -p "$TMP/fd2" "$TMP/fd4"
+TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/fd2" timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${FAIR[@]}" --fidelity-every 1 -o "$TMP/fair2" >"$TMP/fair2.out" 2>&1
+python3 test/fair_fidelity.py fair_np2 "$TMP/fd2" "$TMP/fair2/metrics.jsonl" 2 2 4 1 || failures=$((failures + 1))
+TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/fd4" timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${FAIR[@]}" --fidelity-every 2 --virtual-ranks 4 \
+    -o "$TMP/fair4" >"$TMP/fair4.out" 2>&1
+python3 test/fair_fidelity.py fair_vr4 "$TMP/fd4" "$TMP/fair4/metrics.jsonl" 4 2 4 1 || failures=$((failures + 1))
+fsteps=$(python3 -c 'import json,sys; print(*[r["step"] for r in map(json.loads, open(sys.argv[1])) if "fidelity_rel_l2_geo_fp8ef" in r])' "$TMP/fair4/metrics.jsonl")
+if [ "$fsteps" = "3 6 9 12" ] && grep -q "| fidelity *| every 3 steps (2 made coprime with refresh 4); windows of 4 " "$TMP/fair4.out"; then
+    pass fidelity_steps_coprime_with_refresh_cover_every_age
+else fail fidelity_steps_coprime_with_refresh_cover_every_age "fidelity at steps '$fsteps'; $(grep '| fidelity' "$TMP/fair4.out")"; fi
+# planted: with --geofp8-power 0 the transform is the identity, so the geometry path is plain fp8
+# with error feedback: (a) equals (b) exactly at every step and in every window, and at step 1
+# (zero residuals) both equal (c); (c) differs later (the residuals are not zero)
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${FAIR[@]}" -x 8 --fidelity-every 1 --geofp8-power 0 -o "$TMP/fairp0" >"$TMP/fairp0.out" 2>&1
+python3 - "$TMP/fairp0/metrics.jsonl" <<'PYEOF2'
+import json, sys
+r = [x for x in map(json.loads, open(sys.argv[1])) if "train_loss" in x]
+w = [x for x in r if "window_rel_l2_geo" in x]
+ok = (len(r) == 8 and all(x["fidelity_rel_l2_geo"] == x["fidelity_rel_l2_geo_fp8ef"] for x in r)
+      and r[0]["fidelity_rel_l2_geo_fp8"] == r[0]["fidelity_rel_l2_geo_fp8ef"] and r[1]["fidelity_rel_l2_geo_fp8"] != r[1]["fidelity_rel_l2_geo_fp8ef"]
+      and [x["step"] for x in w] == [4, 8] and all(x["window_steps"] == 4 and x["window_rel_l2_geo"] == x["window_rel_l2_geo_fp8ef"] for x in w))
+print(("PASS" if ok else "FAIL") + " fair_fidelity_p0_geo_equals_fp8_with_error_feedback: "
+      + ", ".join(f"{x['fidelity_rel_l2_geo']:.6e}/{x['fidelity_rel_l2_geo_fp8ef']:.6e}" for x in r[:3]) + f"; windows at {[x['step'] for x in w]}")
+sys.exit(0 if ok else 1)
+PYEOF2
+[ $? -eq 0 ] || failures=$((failures + 1))
 # --geofp8-ema: the window's average, its Ω and step count are in each rank's state file, so a
 # resume in the middle of a window (step 6 of windows 2-5, 6-9) is bitwise exact; the average
 # changes the run (not the plain geofp8 run's model)
