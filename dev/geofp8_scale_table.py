@@ -1,0 +1,87 @@
+"""geofp8_scale_table.py — the rows of dev/geofp8_scale_study.sh (see its header for the columns).
+
+  python3 dev/geofp8_scale_table.py row OUT N TAG NAME SEED      one run's row (and OUT/results.jsonl)
+  python3 dev/geofp8_scale_table.py summary OUT N TAG NAME SEEDS  mean ± std over the seeds' rows
+"""
+import json
+import math
+import os
+import sys
+
+
+def metrics(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
+def val_loss(out, n, tag, seed):
+    rows = metrics(os.path.join(out, f"n{n}_{tag}_s{seed}", "metrics.jsonl")) or []
+    v = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
+    return v[-1] if v else math.nan
+
+
+def mean_std(xs):
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return math.nan, math.nan, 0
+    m = sum(xs) / len(xs)
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else math.nan
+    return m, s, len(xs)
+
+
+def fmt(x, f="%.3f"):
+    return "—" if x is None or not math.isfinite(x) else f % x
+
+
+def row(out, n, tag, name, seed):
+    rows = metrics(os.path.join(out, f"n{n}_{tag}_s{seed}", "metrics.jsonl"))
+    if rows is None:
+        print(f"| {n} | {name} | {seed} | no metrics.jsonl |")
+        return 1
+    val = val_loss(out, n, tag, seed)
+    base, fp8 = val_loss(out, n, "fp32", seed), val_loss(out, n, "fp8", seed)
+    dval = 100.0 * (val / base - 1.0) if tag != "fp32" else 0.0
+    dfp8 = 100.0 * (fp8 / base - 1.0)
+    recover = 1.0 - dval / dfp8 if tag not in ("fp32", "fp8") and dfp8 != 0 and math.isfinite(dfp8) else math.nan
+    win = [r["window_rel_l2_geo"] / r["window_rel_l2_geo_fp8ef"] for r in rows
+           if r.get("window_rel_l2_geo") is not None and r.get("window_rel_l2_geo_fp8ef")]
+    one = [r["fidelity_rel_l2_geo"] / r["fidelity_rel_l2_geo_fp8"] for r in rows
+           if r.get("fidelity_rel_l2_geo") is not None and r.get("fidelity_rel_l2_geo_fp8")]
+    ms = [r["ms"] for r in rows if r.get("ms") is not None and "train_loss" in r]
+    rec = {"n": n, "tag": tag, "seed": seed, "val_loss": val, "dval_pct": dval, "recover": recover,
+           "win_ratio_mean": sum(win) / len(win) if win else math.nan, "win_ratio_max": max(win) if win else math.nan,
+           "step_ratio_mean": sum(one) / len(one) if one else math.nan, "s_per_step": sum(ms) / len(ms) / 1000 if ms else math.nan}
+    with open(os.path.join(out, "results.jsonl"), "a") as f:
+        f.write(json.dumps({k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in rec.items()}) + "\n")
+    print(f"| {n} | {name} | {seed} | {fmt(val, '%.5f')} | {fmt(dval, '%+.3f%%')} | {fmt(recover, '%.2f')} | "
+          f"{fmt(rec['win_ratio_mean'])} ({fmt(rec['win_ratio_max'])}) | {fmt(rec['step_ratio_mean'])} | {fmt(rec['s_per_step'], '%.2f')} |",
+          flush=True)
+    return 0
+
+
+def summary(out, n, tag, name, seeds):
+    recs = {}
+    for r in metrics(os.path.join(out, "results.jsonl")) or []:
+        if str(r["n"]) == str(n) and r["tag"] == tag and str(r["seed"]) in seeds.split():
+            recs[str(r["seed"])] = r  # the newest row of each seed
+    col = lambda k: mean_std([r.get(k) for r in recs.values()])
+    def ms(k, f):
+        m, s, c = col(k)
+        return "—" if c == 0 else (f % m) + (" ± " + f % s if c > 1 else "")
+    wmax = max((r["win_ratio_max"] for r in recs.values() if r.get("win_ratio_max") is not None), default=math.nan)
+    print(f"| **{n}** | **{name}** | {len(recs)} seeds | {ms('val_loss', '%.5f')} | {ms('dval_pct', '%+.3f%%')} | {ms('recover', '%.2f')} | "
+          f"{ms('win_ratio_mean', '%.3f')} ({fmt(wmax)}) | {ms('step_ratio_mean', '%.3f')} | {ms('s_per_step', '%.2f')} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    a = sys.argv
+    if len(a) == 7 and a[1] == "row":
+        sys.exit(row(a[2], a[3], a[4], a[5], a[6]))
+    if len(a) == 7 and a[1] == "summary":
+        sys.exit(summary(a[2], a[3], a[4], a[5], a[6]))
+    print(__doc__.strip(), file=sys.stderr)
+    sys.exit(2)
