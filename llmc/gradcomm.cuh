@@ -123,14 +123,21 @@ static inline void gradcomm_timer_free(GradCommTimer* t) {
 // the fields of gradcomm.h's GradCommStats.
 typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_common.h
 
-// The buffers of gradcomm_gpu_plain_fp8_geo, made on the first fidelity step of the geometry path
-// (the geometry units are fixed by then) and kept: the units' G concatenated in dev.geo order.
+// The buffers of the fair fidelity figures (gradcomm_gpu_fair_step), made on the first step of
+// the geometry path that measures them (the geometry units are fixed by then) and kept: the
+// units' values concatenated in dev.geo order.
 struct GradCommCounterfactual {
     size_t num_units = 0, total = 0;
     std::vector<size_t> off, size;    // (num_units) into the concatenation
     GeoFP8UnitTable table;
-    float* raw = NULL;                // (total) G of the geometry units, then plain fp8's average
-    float* ref = NULL;                // (total) the fp32 average of the same units
+    float* raw = NULL;                // (total) G of the geometry units, then plain fp8's average (c)
+    float* exact = NULL;              // (total) the fp32 average of the same units
+    float* x = NULL;                  // (total) G + R_cf, then plain fp8 with error feedback's average (b)
+    float* geo = NULL;                // (total) the geometry path's average (a)
+    float* cf_residual = NULL;        // (total) (b)'s error-feedback residual
+    float** cf_residual_ptrs = NULL;  // (num_units) device pointers into cf_residual (geofp8_quantize_ef_units)
+    float* win = NULL;                // (4, total) the window's sums of exact, (a), (b), (c)
+    int win_index = -1, win_steps = 0;  // the window (-1: none open) and its steps so far
     uint8_t* q = NULL;                // (total)
     float* amax = NULL;               // (num_units)
     float* scale = NULL;              // (num_units)
@@ -164,7 +171,9 @@ typedef struct {
     float* ref;                       // (num_params) fp32 reference of the fidelity, or NULL
     GeoFP8UnitTable fid_units;        // every unit, for the fidelity sums (with ref)
     double* fid_scratch;              // (4, fid_units chunks)
-    GradCommCounterfactual cf;        // gradcomm_gpu_plain_fp8_geo
+    GradCommCounterfactual cf;        // gradcomm_gpu_fair_step
+    bool fair;                        // --fidelity-every > 0, a geometry mode, the native sum: the fair figures on every geometry step
+    int fidelity_window;              // W
     std::string output_dir;
     GradCommGPUStats stats;
     // buckets (--bucket-mb; see gradcomm_gpu_start): the backward finishes the units in
@@ -230,6 +239,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->fid_units = GeoFP8UnitTable();
     gc->fid_scratch = NULL;
     gc->cf = GradCommCounterfactual();
+    gc->fair = tc->fidelity_every > 0 && (gc->mode == "geofp8" || gc->mode == "kfac") && !gc->twophase;
+    gc->fidelity_window = gradcomm_fidelity_window(tc);
     gc->output_dir = tc->output_dir;
     gc->buckets = gradcomm_buckets(gc->units, c->L, gc->twophase ? 0.0 : tc->bucket_mb);
     gc->bucketing = !gc->twophase && tc->bucket_mb > 0.0f;
@@ -320,7 +331,7 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
     }
     GradCommCounterfactual& cf = gc->cf;
     if (cf.num_units) {
-        void* bufs[] = {cf.raw, cf.ref, cf.q, cf.amax, cf.scale, cf.skip, cf.scratch};
+        void* bufs[] = {cf.raw, cf.exact, cf.x, cf.geo, cf.cf_residual, cf.cf_residual_ptrs, cf.win, cf.q, cf.amax, cf.scale, cf.skip, cf.scratch};
         for (void* b : bufs) CUDA_CHECK(cudaFree(b));
         geofp8_units_free(&cf.table);
     }
@@ -498,53 +509,122 @@ static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
         gradcomm_gpu_add_geo(gc, u);
 }
 
-// Copies the geometry units' G from grads into gc->cf.raw (making the buffers on first use).
-static inline void gradcomm_gpu_keep_raw_geo(GradCommGPU* gc, const float* grads, cudaStream_t s) {
+// Makes the fair figures' buffers for the geometry units of now (once: they never change
+// afterwards), with a zero counterfactual residual and no window open.
+static inline void gradcomm_gpu_cf_make(GradCommGPU* gc) {
     GradCommCounterfactual& cf = gc->cf;
-    if (cf.num_units != gc->dev.geo.size()) {  // the first time: the geometry units never change afterwards
-        if (cf.num_units) { fprintf(stderr, "gradcomm_gpu_keep_raw_geo: the geometry units changed\n"); exit(1); }
-        for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
-            cf.off.push_back(cf.total);
-            cf.size.push_back((size_t)gu.d_out * gu.d_in);
-            cf.total += cf.size.back();
-        }
-        cf.num_units = cf.size.size();
-        geofp8_units_create(&cf.table, cf.off, cf.size);
-        cf.raw = cuda_malloc<float>(cf.total);
-        cf.ref = cuda_malloc<float>(cf.total);
-        cf.q = cuda_malloc<uint8_t>(cf.total);
-        cf.amax = cuda_malloc<float>(cf.num_units);
-        cf.scale = cuda_malloc<float>(cf.num_units);
-        cf.skip = cuda_malloc<float>(1);
-        cf.scratch = cuda_malloc<double>(4 * (size_t)std::max(cf.table.dev.num_chunks, 1));
+    if (cf.num_units == gc->dev.geo.size()) return;
+    if (cf.num_units) { fprintf(stderr, "gradcomm_gpu_cf_make: the geometry units changed\n"); exit(1); }
+    for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
+        cf.off.push_back(cf.total);
+        cf.size.push_back((size_t)gu.d_out * gu.d_in);
+        cf.total += cf.size.back();
     }
+    cf.num_units = cf.size.size();
+    geofp8_units_create(&cf.table, cf.off, cf.size);
+    cf.raw = cuda_malloc<float>(cf.total);
+    cf.exact = cuda_malloc<float>(cf.total);
+    cf.x = cuda_malloc<float>(cf.total);
+    cf.geo = cuda_malloc<float>(cf.total);
+    cf.cf_residual = cuda_malloc<float>(cf.total);
+    CUDA_CHECK(cudaMemset(cf.cf_residual, 0, cf.total * sizeof(float)));
+    std::vector<float*> ptrs;
+    for (size_t o : cf.off) ptrs.push_back(cf.cf_residual + o);
+    cf.cf_residual_ptrs = cuda_malloc<float*>(cf.num_units);
+    CUDA_CHECK(cudaMemcpy(cf.cf_residual_ptrs, ptrs.data(), ptrs.size() * sizeof(float*), cudaMemcpyHostToDevice));
+    cf.win = cuda_malloc<float>(4 * cf.total);
+    cf.q = cuda_malloc<uint8_t>(cf.total);
+    cf.amax = cuda_malloc<float>(cf.num_units);
+    cf.scale = cuda_malloc<float>(cf.num_units);
+    cf.skip = cuda_malloc<float>(1);
+    cf.scratch = cuda_malloc<double>(4 * (size_t)std::max(cf.table.dev.num_chunks, 1));
+}
+
+// Copies the geometry units of a num_params buffer (grads) into a concatenation (dst, cf.total).
+static inline void gradcomm_gpu_gather_geo(GradCommGPU* gc, float* dst, const float* grads, cudaStream_t s) {
+    const GradCommCounterfactual& cf = gc->cf;
     for (size_t i = 0; i < cf.num_units; i++)
-        CUDA_CHECK(cudaMemcpyAsync(cf.raw + cf.off[i], grads + gc->units[gc->dev.geo[i].unit].offset, cf.size[i] * sizeof(float),
+        CUDA_CHECK(cudaMemcpyAsync(dst + cf.off[i], grads + gc->units[gc->dev.geo[i].unit].offset, cf.size[i] * sizeof(float),
                                    cudaMemcpyDeviceToDevice, s));
 }
 
-// On a fidelity step of the geometry path (native sum): gradcomm_plain_fp8_geo of the CPU engine
-// on the device, what plain fp8 would have given on the geometry units for this step's gradient.
-// gc->cf.raw (consumed) holds their G (gradcomm_gpu_keep_raw_geo): per-unit amax, MAX all-reduce,
-// scales, quantize without error feedback, FP8 SUM all-reduce, decode; RelL2 against gc->ref over
-// the units together. NaN if an amax is non-finite (every rank alike).
-static inline double gradcomm_gpu_plain_fp8_geo(GradCommGPU* gc, CommGridGPU* grid, cudaStream_t s) {
+// Plain fp8 of x (cf.total, consumed: the average replaces it), as the native fp8 mode would
+// communicate it: one scale per unit from a MAX all-reduce of its amax, quantize (with error
+// feedback into `residual`, device pointers per unit, or NULL), FP8 SUM all-reduce, decode / (s N).
+// gradcomm_fp8_geo_sum of the CPU engine. False (x untouched) if an amax is non-finite, on every rank alike.
+static inline bool gradcomm_gpu_fp8_geo_sum(GradCommGPU* gc, CommGridGPU* grid, float* x, float* const* residual, cudaStream_t s) {
     GradCommCounterfactual& cf = gc->cf;
     const size_t ng = cf.num_units;
-    geofp8_amax_units(cf.amax, cf.raw, &cf.table, s);
+    geofp8_amax_units(cf.amax, x, &cf.table, s);
     comm_gpu_allreduce_f32_max(grid, cf.amax, cf.amax, ng);
     geofp8_block_scales(gc->fmt, cf.scale, NULL, cf.skip, cf.amax, ng, gc->world_size, s);
     float hskip = 0.0f;
     CUDA_CHECK(cudaMemcpyAsync(&hskip, cf.skip, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    if (hskip != 0.0f) return NAN;  // every rank saw the same amax: every rank returns here
-    geofp8_quantize_ef_units(gc->fmt, cf.q, NULL, cf.raw, cf.scale, 0, &cf.table, NULL, NULL, s);
+    if (hskip != 0.0f) return false;
+    geofp8_quantize_ef_units(gc->fmt, cf.q, residual, x, cf.scale, 0, &cf.table, NULL, NULL, s);
     comm_gpu_allreduce_fp8_sum(grid, cf.q, cf.q, cf.total, gc->fmt);
-    geofp8_dequantize_units(gc->fmt, cf.raw, cf.q, cf.scale, 0, gc->world_size, &cf.table, NULL, s);
-    for (size_t i = 0; i < ng; i++)
-        CUDA_CHECK(cudaMemcpyAsync(cf.ref + cf.off[i], gc->ref + gc->units[gc->dev.geo[i].unit].offset, cf.size[i] * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
-    return gradcomm_rel_l2_of_sums(geofp8_fidelity_sums(cf.scratch, cf.raw, cf.ref, &cf.table, s), ng);
+    geofp8_dequantize_units(gc->fmt, x, cf.q, cf.scale, 0, gc->world_size, &cf.table, NULL, s);
+    return true;
+}
+
+static inline double gradcomm_gpu_rel_l2(GradCommGPU* gc, const float* got, const float* ref, cudaStream_t s) {
+    return gradcomm_rel_l2_of_sums(geofp8_fidelity_sums(gc->cf.scratch, got, ref, &gc->cf.table, s), gc->cf.num_units);
+}
+
+// The fair fidelity figures of one step of the geometry path (native sum), on every such step
+// while --fidelity-every > 0: gradcomm_fair_step of the CPU engine, on the device. cf.raw holds
+// the geometry units' G (kept before the transform), grads the communicated average. The exact
+// average is an fp32 SUM all-reduce of cf.raw; (b) and (c) go through gradcomm_gpu_fp8_geo_sum,
+// (b) with cf.cf_residual; the window sums are float adds in step order, as on the CPU.
+// Test hook TRAIN_LLAMA_TEST_DUMP_GEO as the CPU engine's.
+static inline void gradcomm_gpu_fair_step(GradCommGPU* gc, CommGridGPU* grid, const float* grads, int step, bool fidelity, cudaStream_t s) {
+    GradCommCounterfactual& cf = gc->cf;
+    GradCommGPUStats& st = gc->stats;
+    const size_t n = cf.total;
+    const char* dump = getenv("TRAIN_LLAMA_TEST_DUMP_GEO");
+    if (dump) {
+        char name[4096];
+        snprintf(name, sizeof(name), "%s/s%d_r%d.f32", dump, step + 1, gc->rank);
+        std::vector<float> h = cuda_download(cf.raw, n);
+        gradcomm_test_dump(name, h.data(), n);
+    }
+    gradcomm_gpu_gather_geo(gc, cf.geo, grads, s);
+    CUDA_CHECK(cudaMemcpyAsync(cf.exact, cf.raw, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    comm_gpu_allreduce_f32_sum(grid, cf.exact, cf.exact, n);
+    geofp8_average(cf.exact, n, gc->world_size, s);
+    CUDA_CHECK(cudaMemcpyAsync(cf.x, cf.raw, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    geofp8_residual_add(cf.x, cf.cf_residual, n, s);
+    if (!gradcomm_gpu_fp8_geo_sum(gc, grid, cf.x, cf.cf_residual_ptrs, s)) CUDA_CHECK(cudaMemsetAsync(cf.x, 0xFF, n * sizeof(float), s));  // NaN
+    if (!gradcomm_gpu_fp8_geo_sum(gc, grid, cf.raw, NULL, s)) CUDA_CHECK(cudaMemsetAsync(cf.raw, 0xFF, n * sizeof(float), s));
+    if (dump && gc->rank == 0) {
+        char name[4096];
+        snprintf(name, sizeof(name), "%s/s%d_geo.f32", dump, step + 1);
+        std::vector<float> h = cuda_download(cf.geo, n);
+        gradcomm_test_dump(name, h.data(), n);
+        gradcomm_test_dump_sizes(dump, cf.size);
+    }
+    if (fidelity) {
+        st.rel_l2_geo_fp8ef = gradcomm_gpu_rel_l2(gc, cf.x, cf.exact, s);
+        st.rel_l2_geo_fp8 = gradcomm_gpu_rel_l2(gc, cf.raw, cf.exact, s);
+    }
+    const int W = gc->fidelity_window, age = step - gc->geometry_start;
+    if (age / W != cf.win_index) {
+        cf.win_index = age / W;
+        cf.win_steps = 0;
+        CUDA_CHECK(cudaMemsetAsync(cf.win, 0, 4 * n * sizeof(float), s));
+    }
+    const float* parts[4] = {cf.exact, cf.geo, cf.x, cf.raw};
+    for (int k = 0; k < 4; k++) geofp8_residual_add(cf.win + k * n, parts[k], n, s);  // win_k += part_k
+    cf.win_steps++;
+    if ((age + 1) % W == 0) {
+        st.has_window = true;
+        st.window_steps = cf.win_steps;
+        st.win_rel_l2_geo = gradcomm_gpu_rel_l2(gc, cf.win + n, cf.win, s);
+        st.win_rel_l2_geo_fp8ef = gradcomm_gpu_rel_l2(gc, cf.win + 2 * n, cf.win, s);
+        st.win_rel_l2_geo_fp8 = gradcomm_gpu_rel_l2(gc, cf.win + 3 * n, cf.win, s);
+        cf.win_index = -1;
+    }
 }
 
 // RelL2 and cosine of grads (device) against gc->ref (device): per-unit sums on the device.
@@ -566,7 +646,8 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
     st.skipped = false;
     st.refreshed = false;
     st.has_fidelity = fidelity && gc->ref;
-    bool keep_raw_geo = false;  // the geometry units' G kept on a fidelity step (gradcomm_gpu_plain_fp8_geo)
+    st.has_window = false;
+    bool fair = false;  // the geometry units' G kept for the fair figures (gradcomm_gpu_fair_step)
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     if (st.has_fidelity) {
         CUDA_CHECK(cudaMemcpyAsync(gc->ref, grads, P * sizeof(float), cudaMemcpyDeviceToDevice, s));
@@ -603,9 +684,10 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         }
         // X = G for Euclidean units; X = G T + R on the geometry path (in place: grads is overwritten anyway)
         bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
-        if (st.has_fidelity && geometry && !gc->twophase) {  // the raw G of the geometry units, for gradcomm_gpu_plain_fp8_geo
-            gradcomm_gpu_keep_raw_geo(gc, grads, s);
-            keep_raw_geo = true;
+        if (gc->fair && geometry) {  // the raw G of the geometry units, for gradcomm_gpu_fair_step
+            gradcomm_gpu_cf_make(gc);
+            gradcomm_gpu_gather_geo(gc, gc->cf.raw, grads, s);
+            fair = true;
         }
         if (geometry) {
             int sp = gradcomm_timer_begin(t, GC_T_WHITEN);
@@ -633,7 +715,7 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
         if (gc->profiling) gradcomm_gpu_profile(gc, step);
     }
     if (st.has_fidelity) gradcomm_gpu_fidelity(gc, grads, s);
-    if (keep_raw_geo) st.rel_l2_geo_fp8 = gradcomm_gpu_plain_fp8_geo(gc, grid, s);
+    if (fair) gradcomm_gpu_fair_step(gc, grid, grads, step, fidelity, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -664,8 +746,9 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
 static inline bool gradcomm_gpu_start(GradCommGPU* gc, CommGridGPU* grid, int step, bool fidelity, GradCommTimer* t) {
     gc->step = step;
     gc->last_backward = true;
-    gc->bucketed_now = gc->bucketing && !gc->refresh_now && !(fidelity && gc->ref);
     gc->geometry_now = gc->has_device && gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
+    // the fair figures need the geometry units' G before the transform, after the whole backward
+    gc->bucketed_now = gc->bucketing && !gc->refresh_now && !(fidelity && gc->ref) && !(gc->fair && gc->geometry_now);
     if (!gc->bucketed_now) return false;
     gc->bucket_grid = *grid;
     gc->bucket_grid.stream = gc->bucket_stream;
@@ -828,6 +911,16 @@ static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<Checkpoi
         }
     }
     if (gc->twophase) out->push_back({"gradcomm.server_residual", cuda_download(gc->dev.server_residual, gc->dev.shard_size)});
+    const GradCommCounterfactual& cf = gc->cf;
+    if (gc->fair && cf.num_units) {  // the fair figures' state, under gradcomm_save's names
+        const size_t n = cf.total;
+        out->push_back({"gradcomm.fair.cf_residual", cuda_download(cf.cf_residual, n)});
+        out->push_back({"gradcomm.fair.window", {(float)cf.win_index, (float)cf.win_steps}});
+        if (cf.win_index >= 0) {
+            const char* names[4] = {"gradcomm.fair.win_exact", "gradcomm.fair.win_geo", "gradcomm.fair.win_fp8ef", "gradcomm.fair.win_fp8"};
+            for (int k = 0; k < 4; k++) out->push_back({names[k], cuda_download(cf.win + k * n, n)});
+        }
+    }
 }
 
 // Restores what gradcomm_gpu_save (or the CPU engine's gradcomm_save) wrote; user_error naming the file.
@@ -878,6 +971,20 @@ static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, 
         }
     }
     if (gc->twophase) upload(gc->dev.server_residual, need("gradcomm.server_residual", gc->dev.shard_size)->data);
+    // the fair figures' state, when the run that wrote the file measured them (else they start afresh)
+    if (gc->fair && checkpoint_find_extra(s, "gradcomm.fair.cf_residual") && !gc->dev.geo.empty()) {
+        gradcomm_gpu_cf_make(gc);
+        GradCommCounterfactual& cf = gc->cf;
+        const size_t n = cf.total;
+        upload(cf.cf_residual, need("gradcomm.fair.cf_residual", n)->data);
+        const CheckpointArray* w = need("gradcomm.fair.window", 2);
+        cf.win_index = (int)w->data[0];
+        cf.win_steps = (int)w->data[1];
+        if (cf.win_index >= 0) {
+            const char* names[4] = {"gradcomm.fair.win_exact", "gradcomm.fair.win_geo", "gradcomm.fair.win_fp8ef", "gradcomm.fair.win_fp8"};
+            for (int k = 0; k < 4; k++) upload(cf.win + k * n, need(names[k], n)->data);
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------

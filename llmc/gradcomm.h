@@ -640,15 +640,6 @@ static inline bool gradcomm_fp8_geo_sum(GradComm* gc, CommGrid* grid, const std:
     return true;
 }
 
-// Test hook: with TRAIN_LLAMA_TEST_DUMP_GEO=DIR, every step that gradcomm_fair_step measures
-// writes each logical rank's G of the geometry units (DIR/s<step>_r<rank>.f32) and, on rank 0,
-// what the geometry path communicated (DIR/s<step>_geo.f32), raw float32, units concatenated, so
-// that a test can recompute the fair figures independently.
-static inline void gradcomm_test_dump(const char* name, const float* data, size_t n) {
-    FILE* f = fopen(name, "wb");
-    if (!f || fwrite(data, sizeof(float), n, f) != n || fclose(f) != 0) { fprintf(stderr, "TRAIN_LLAMA_TEST_DUMP_GEO: cannot write %s\n", name); exit(1); }
-}
-
 // The fair fidelity figures of one step of the geometry path (native sum), on every such step
 // while --fidelity-every > 0: the counterfactual residual and the windows need every step.
 //   (a) geo:    the geometry units' average as communicated (in grads, after the inverse transform);
@@ -684,7 +675,12 @@ static inline void gradcomm_fair_step(GradComm* gc, CommGrid* grid, const std::v
             gradcomm_test_dump(name, raw[v].data(), total);
         }
         snprintf(name, sizeof(name), "%s/s%d_geo.f32", dir, gc->step + 1);
-        if (gc->rank == 0) gradcomm_test_dump(name, geo.data(), total);
+        if (gc->rank == 0) {
+            gradcomm_test_dump(name, geo.data(), total);
+            std::vector<size_t> sizes;
+            for (size_t i = 0; i < ng; i++) sizes.push_back(off[i + 1] - off[i]);
+            gradcomm_test_dump_sizes(dir, sizes);
+        }
     }
     if (fidelity) {
         st.rel_l2_geo_fp8ef = gradcomm_rel_l2(fp8ef.data(), exact.data(), total);

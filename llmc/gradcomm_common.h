@@ -265,6 +265,23 @@ static inline double gradcomm_rel_l2(const float* got, const float* ref, size_t 
     return gg > 0 ? sqrt(ee / gg) : NAN;
 }
 
+// Test hook: with TRAIN_LLAMA_TEST_DUMP_GEO=DIR, every step that the fair figures measure
+// (gradcomm_fair_step, gradcomm_gpu_fair_step) writes each logical rank's G of the geometry units
+// (DIR/s<step>_r<rank>.f32) and, on rank 0, what the geometry path communicated
+// (DIR/s<step>_geo.f32) and the units' sizes (DIR/units.txt, one per line): raw float32, units
+// concatenated, so that a test can recompute the figures independently (test/fair_fidelity.py).
+static inline void gradcomm_test_dump(const char* name, const float* data, size_t n) {
+    FILE* f = fopen(name, "wb");
+    if (!f || fwrite(data, sizeof(float), n, f) != n || fclose(f) != 0) { fprintf(stderr, "TRAIN_LLAMA_TEST_DUMP_GEO: cannot write %s\n", name); exit(1); }
+}
+static inline void gradcomm_test_dump_sizes(const char* dir, const std::vector<size_t>& sizes) {
+    std::string name = std::string(dir) + "/units.txt";
+    FILE* f = fopen(name.c_str(), "w");
+    if (!f) { fprintf(stderr, "TRAIN_LLAMA_TEST_DUMP_GEO: cannot write %s\n", name.c_str()); exit(1); }
+    for (size_t n : sizes) fprintf(f, "%zu\n", n);
+    if (fclose(f) != 0) { fprintf(stderr, "TRAIN_LLAMA_TEST_DUMP_GEO: cannot write %s\n", name.c_str()); exit(1); }
+}
+
 // Adds the sums of entry u of (4, U) sums for got and ref (n) on the host.
 static inline void gradcomm_fidelity_accumulate(std::vector<double>* sums, size_t U, size_t u, const float* got, const float* ref, size_t n) {
     double* s = sums->data();

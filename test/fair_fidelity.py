@@ -1,11 +1,11 @@
 """fair_fidelity.py — the fair fidelity figures of a geofp8 / kfac run, recomputed independently.
 
-usage: python3 test/fair_fidelity.py NAME DUMP_DIR METRICS_JSONL N UNITS W FIRST
+usage: python3 test/fair_fidelity.py NAME DUMP_DIR METRICS_JSONL N W FIRST
 
-A run with TRAIN_LLAMA_TEST_DUMP_GEO=DUMP_DIR leaves, for every step s of the geometry path,
-each logical rank's gradient of the geometry units (s<s>_r<rank>.f32) and what the geometry path
-communicated (s<s>_geo.f32), float32, UNITS units of equal size concatenated. From them alone this
-script recomputes, in numpy and ml_dtypes (not the engine's code):
+A run of either engine with TRAIN_LLAMA_TEST_DUMP_GEO=DUMP_DIR leaves, for every step s of the
+geometry path, each logical rank's gradient of the geometry units (s<s>_r<rank>.f32) and what
+the geometry path communicated (s<s>_geo.f32), float32, the units concatenated (their sizes in
+units.txt). From them alone this script recomputes, in numpy and ml_dtypes (not the engine's code):
   exact   the fp32 sum in rank order, divided by N (float32, as a left fold computes it);
   (b)     plain fp8 with error feedback: x = G + R, one scale per unit 2^e with e the largest
           integer such that amax(x) 2^e <= 448 (the E4M3 maximum), less ceil(log2 N) + 1 (headroom
@@ -49,13 +49,14 @@ def e4m3(x):
     return np.clip(x, -E4M3_MAX, E4M3_MAX).astype(E4M3)
 
 
-def fp8_sum(xs, units, residuals=None):
-    """Plain fp8 of each rank's x (list of float32 arrays); residuals (list) updated in place."""
-    n_ranks, size = len(xs), xs[0].size
-    per = size // units
-    out = np.empty(size, np.float32)
-    for u in range(units):
-        sl = slice(u * per, (u + 1) * per)
+def fp8_sum(xs, sizes, residuals=None):
+    """Plain fp8 of each rank's x (list of float32 arrays, units of `sizes` concatenated);
+    residuals (list) updated in place."""
+    n_ranks = len(xs)
+    out = np.empty(xs[0].size, np.float32)
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    for u in range(len(sizes)):
+        sl = slice(off[u], off[u + 1])
         x = [xs[r][sl] + (residuals[r][sl] if residuals else np.float32(0)) for r in range(n_ranks)]
         s = scale(max(float(np.max(np.abs(v))) for v in x), n_ranks)
         codes = [e4m3(v * s) for v in x]
@@ -75,7 +76,8 @@ def rel_l2(got, ref):
 
 
 def main(argv):
-    name, dump, metrics, n, units, w, first = argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6]), int(argv[7])
+    name, dump, metrics, n, w, first = argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), int(argv[6])
+    units = [int(x) for x in open(os.path.join(dump, "units.txt")).read().split()]
     rows = {r["step"]: r for r in map(json.loads, open(metrics)) if "train_loss" in r}
     steps = sorted(int(os.path.basename(p)[1:].split("_")[0]) for p in glob.glob(os.path.join(dump, "s*_geo.f32")))
     residuals = None
@@ -128,7 +130,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 8:
+    if len(sys.argv) != 7:
         print(__doc__.strip().splitlines()[2])
         sys.exit(2)
     sys.exit(main(sys.argv))

@@ -219,10 +219,10 @@ PYEOF2
 FAIR=("${SMALL[@]}" -b 1 -t 32 -d 128 -x 12 -v 0 -l 3e-3 -u 2 --geofp8-refresh 4 -c geofp8 --geofp8-layers layers.0.fc2,layers.1.fc2)
 mkdir -p "$TMP/fd2" "$TMP/fd4"
 TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/fd2" timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${FAIR[@]}" --fidelity-every 1 -o "$TMP/fair2" >"$TMP/fair2.out" 2>&1
-python3 test/fair_fidelity.py fair_np2 "$TMP/fd2" "$TMP/fair2/metrics.jsonl" 2 2 4 1 || failures=$((failures + 1))
+python3 test/fair_fidelity.py fair_np2 "$TMP/fd2" "$TMP/fair2/metrics.jsonl" 2 4 1 || failures=$((failures + 1))
 TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/fd4" timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${FAIR[@]}" --fidelity-every 2 --virtual-ranks 4 \
     -o "$TMP/fair4" >"$TMP/fair4.out" 2>&1
-python3 test/fair_fidelity.py fair_vr4 "$TMP/fd4" "$TMP/fair4/metrics.jsonl" 4 2 4 1 || failures=$((failures + 1))
+python3 test/fair_fidelity.py fair_vr4 "$TMP/fd4" "$TMP/fair4/metrics.jsonl" 4 4 1 || failures=$((failures + 1))
 fsteps=$(python3 -c 'import json,sys; print(*[r["step"] for r in map(json.loads, open(sys.argv[1])) if "fidelity_rel_l2_geo_fp8ef" in r])' "$TMP/fair4/metrics.jsonl")
 if [ "$fsteps" = "3 6 9 12" ] && grep -q "| fidelity *| every 3 steps (2 made coprime with refresh 4); windows of 4 " "$TMP/fair4.out"; then
     pass fidelity_steps_coprime_with_refresh_cover_every_age

@@ -135,7 +135,8 @@ for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:
     if [ "$red" = auto ]; then red=native; extra+=(--geofp8-power auto); fi
     if [ "$red" = ema ]; then red=native; extra+=(--geofp8-ema 0.9); fi
     if [ "$red" = e5m2 ]; then red=native; extra+=(--fp8-format e5m2); t=${mode}_e5m2; fi
-    "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
+    dump=(); [ "$t" = geofp8_native ] && mkdir -p "$TMP/gdump" && dump=(env TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/gdump")
+    "${MPIRUN[@]}" -np 2 "${dump[@]}" "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_runs" "$(why "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_cpu_runs" "$(why "$TMP/c_$t.out")"
@@ -168,6 +169,12 @@ bound(f"{name}_rel_l2_near_cpu", abs(fg - fc) / fc if fc > 0 else (0.0 if abs(fg
       f"mean RelL2 {fg:.3e} vs cpu {fc:.3e}")
 PY
 done
+
+# the fair fidelity figures of the GPU engine (gradcomm_gpu_fair_step: (a) geo as sent, (b) plain
+# fp8 with its own error feedback, (c) without, per step and per window of 3 steps, the refresh
+# interval), recomputed from the run's own dumps by test/fair_fidelity.py, as test_comm_modes does
+# for the CPU engine
+python3 "$ROOT/test/fair_fidelity.py" emu.fair_np2 "$TMP/gdump" "$TMP/g_geofp8_native/metrics.jsonl" 2 3 1 || failures=$((failures + 1))
 
 # --geofp8-power auto: the powers rank 0 picked at each refresh (q from the device's G U) are near
 # the CPU engine's: the same estimate (dev_geofp8 checks it to 1e-5 on the same G), here on the
