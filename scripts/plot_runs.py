@@ -12,11 +12,16 @@ Panels: (1) train loss, smoothed by an exponential moving average (--smooth, the
 past; de-biased as in Adam so the first points are not pulled to 0), and val loss against tokens;
 (2) each run's val loss relative to the baseline's at the same step, in percent (the paper's gap
 to FP32); (3) where runs logged them, the communication figures: the fidelity RelL2 of the
-compressed gradient (--fidelity-every steps) and the bytes sent per step.
+compressed gradient (--fidelity-every steps) and the bytes sent per step; (4) where geofp8 or
+kfac runs logged them, the fair figures of the geometry units: the windowed ratio geo / fp8+EF
+(window_rel_l2_geo / window_rel_l2_geo_fp8ef, at each window's last step, solid) and the one-step
+ratio geo / fp8+EF on the fidelity steps (dotted); below 1, the geometry path errs less than plain
+fp8 with error feedback of its own would have.
 
 Prints first a table of the numbers it plots, one row per run: steps, tokens, the last smoothed
 train loss, the last val loss and its step, the gap to the baseline at the last common val step,
-the mean RelL2 and the mean bytes per step. Needs matplotlib for the figure (not for the table).
+the mean RelL2, the mean bytes per step and the mean windowed ratio geo / fp8+EF. Needs
+matplotlib for the figure (not for the table).
 """
 import argparse
 import json
@@ -38,7 +43,7 @@ def read_run(run_dir):
         lines = open(path).read().splitlines()
     except OSError as e:
         fail(f"cannot read '{path}' ({e.strerror}); expected a run directory written with -o")
-    run = {"train": {}, "val": {}, "rel_l2": {}, "bytes": {}}
+    run = {"train": {}, "val": {}, "rel_l2": {}, "bytes": {}, "win_ratio": {}, "step_ratio": {}}
     per_step = None
     for k, line in enumerate(lines, 1):
         if not line.strip():
@@ -57,6 +62,10 @@ def read_run(run_dir):
                 run["bytes"][step] = float(r["comm_bytes"])
             if r.get("fidelity_rel_l2") is not None:
                 run["rel_l2"][step] = float(r["fidelity_rel_l2"])
+            for key, geo, ref in (("win_ratio", "window_rel_l2_geo", "window_rel_l2_geo_fp8ef"),
+                                  ("step_ratio", "fidelity_rel_l2_geo", "fidelity_rel_l2_geo_fp8ef")):
+                if isinstance(r.get(geo), (int, float)) and isinstance(r.get(ref), (int, float)) and r[ref] > 0:
+                    run[key][step] = float(r[geo]) / float(r[ref])
         if r.get("val_loss") is not None:
             run["val"][step] = (tokens, float(r["val_loss"]))
     for key in ("train", "val"):
@@ -109,8 +118,9 @@ def main():
 
     # the table of what is plotted
     print(f"baseline: {labels[base_i]}")
-    print("| run | steps | tokens | train loss (smoothed, last) | val loss (last) | val step | gap to baseline % | mean RelL2 | bytes/step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| run | steps | tokens | train loss (smoothed, last) | val loss (last) | val step | gap to baseline % | mean RelL2 | bytes/step |"
+          " window geo/fp8+EF |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, run in zip(labels, runs):
         steps = sorted(run["train"])
         sm = smooth([run["train"][s][1] for s in steps], a.smooth) if steps else []
@@ -119,11 +129,13 @@ def main():
         gap = gaps[max(gaps)] if gaps else float("nan")
         rel = [run["rel_l2"][s] for s in sorted(run["rel_l2"])]
         byts = [run["bytes"][s] for s in sorted(run["bytes"])]
-        print("| %s | %d | %d | %s | %s | %s | %s | %s | %s |" % (
+        win = list(run["win_ratio"].values())
+        print("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
             label, steps[-1] if steps else 0, run["train"][steps[-1]][0] if steps else 0,
             "%.6f" % sm[-1] if sm else "-", "%.6f" % run["val"][last_val][1] if last_val is not None else "-",
             last_val if last_val is not None else "-", "%+.3f" % gap if not math.isnan(gap) else "-",
-            "%.4e" % (sum(rel) / len(rel)) if rel else "-", "%.0f" % (sum(byts) / len(byts)) if byts else "-"))
+            "%.4e" % (sum(rel) / len(rel)) if rel else "-", "%.0f" % (sum(byts) / len(byts)) if byts else "-",
+            "%.4f" % (sum(win) / len(win)) if win else "-"))
     sys.stdout.flush()
 
     try:
@@ -134,7 +146,10 @@ def main():
     import matplotlib.pyplot as plt
     import matplotlib.ticker
     has_comm = any(r["rel_l2"] or any(r["bytes"].values()) for r in runs)
-    fig, axes = plt.subplots(1, 3 if has_comm else 2, figsize=(16 if has_comm else 11, 4.5))
+    has_fair = any(r["win_ratio"] or r["step_ratio"] for r in runs)
+    panels = 2 + has_comm + has_fair
+    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.5))
+    ax_fair = axes[-1] if has_fair else None
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, run) in enumerate(zip(labels, runs)):
         c = colors[i % len(colors)]
@@ -157,12 +172,19 @@ def main():
             bs = sorted(run["bytes"])
             ax_b.plot(bs, [run["bytes"][s] / 1e6 for s in bs], ":", color=c, lw=1, label=f"{label} MB/step")
             ax_b.set_ylabel("MB sent per step per rank (dotted)")
+        if has_fair and run["win_ratio"]:
+            ws = sorted(run["win_ratio"])
+            ax_fair.plot(ws, [run["win_ratio"][s] for s in ws], "o-", color=c, ms=3, label=f"{label} window")
+        if has_fair and run["step_ratio"]:
+            ss = sorted(run["step_ratio"])
+            ax_fair.plot(ss, [run["step_ratio"][s] for s in ss], ":", color=c, lw=1, label=f"{label} one step")
     axes[0].set(xlabel="tokens", ylabel="loss", title="train (smoothed) and val loss")
     axes[0].legend(fontsize=7)
     axes[1].axhline(0.0, color="gray", lw=0.8)
     axes[1].set(xlabel="tokens", ylabel=f"val loss vs {labels[base_i]} (%)", title=f"gap to {labels[base_i]}")
     if len(runs) > 1:
-        axes[1].legend(fontsize=7)
+        if axes[1].get_legend_handles_labels()[0]:
+            axes[1].legend(fontsize=7)
     else:
         axes[1].text(0.5, 0.5, "one run: nothing to compare with", ha="center", va="center", transform=axes[1].transAxes)
         axes[1].set(xticks=[], yticks=[])
@@ -173,6 +195,10 @@ def main():
         if any(r["rel_l2"] for r in runs):
             axes[2].set_yscale("log")
             axes[2].legend(fontsize=7, loc="upper left")
+    if has_fair:
+        ax_fair.axhline(1.0, color="gray", lw=0.8)
+        ax_fair.set(xlabel="step", ylabel="RelL2 geo / RelL2 fp8+EF", title="geometry units: geo against plain fp8 with EF")
+        ax_fair.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
     print(f"wrote {a.out}")

@@ -62,8 +62,11 @@ def main():
         r = {"step": s, "tokens": s * per_step, "train_loss": 99.0 if s in (15, 16) else geo_losses[s], "comm_bytes": 250.0}
         if s % 5 == 0:
             r["fidelity_rel_l2"] = 0.01 * s
+        if s in (10, 20):  # fair figures' windows: ratios 0.5 and 0.6; step 15's is null (NaN in the run), left out
+            r.update(window_steps=10, window_rel_l2_geo=0.01 + 0.002 * s, window_rel_l2_geo_fp8ef=0.06 if s == 10 else 0.0833333333333)
         geo.append(r)
-    geo += [{"step": 15, "tokens": 15 * per_step, "train_loss": geo_losses[15], "comm_bytes": 250.0, "fidelity_rel_l2": 0.15},
+    geo += [{"step": 15, "tokens": 15 * per_step, "train_loss": geo_losses[15], "comm_bytes": 250.0, "fidelity_rel_l2": 0.15,
+             "window_rel_l2_geo": None, "window_rel_l2_geo_fp8ef": 0.05},
             {"step": 16, "tokens": 16 * per_step, "train_loss": geo_losses[16], "comm_bytes": 250.0}]
     geo += [{"step": 10, "tokens": 10 * per_step, "val_loss": 3.3}, {"step": 20, "tokens": 20 * per_step, "val_loss": 2.6}]
     # old: no "tokens" field (tokens = step x tokens_per_s x ms / 1000 = step x 2048)
@@ -90,6 +93,8 @@ def main():
     want_rel = sum([0.05, 0.10, 0.15, 0.20]) / 4  # steps 5, 10, 15 (the resumed line), 20
     check("plot_runs_comm_means", abs(float(rows["geo"][6]) - want_rel) < 1e-6 and rows["geo"][7] == "250" and rows["base"][7] == "1000",
           f"RelL2 {rows['geo'][6]} ({want_rel}), bytes {rows['geo'][7]} / {rows['base'][7]}")
+    check("plot_runs_window_ratio_mean", rows["geo"][8] == "0.5500" and rows["base"][8] == "-",
+          f"geo {rows['geo'][8]} (0.5500: windows 0.03/0.06 and 0.05/0.0833), base {rows['base'][8]}")
     try:
         import matplotlib  # noqa: F401
         ok = r.returncode == 0 and os.path.isfile(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 20000
