@@ -216,7 +216,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->num_params = llama_num_params(c);
     gc->world_size = world_size;
     gc->rank = rank;
-    gc->rank_r = tc->geofp8_rank;
+    gc->rank_r = train_config_geofp8_rank(tc);
+    gradcomm_check_full_rank(tc, c);
     gc->refresh_every = tc->geofp8_refresh;
     gc->profile_steps = tc->geofp8_profile_steps;
     gc->top_k = tc->geofp8_top;

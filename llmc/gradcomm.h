@@ -206,7 +206,8 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     gc->V = V;
     gc->vrank0 = g->rank * V;
     gc->cur_v = 0;
-    gc->rank_r = tc->geofp8_rank;
+    gc->rank_r = train_config_geofp8_rank(tc);
+    gradcomm_check_full_rank(tc, c);
     gc->refresh_every = tc->geofp8_refresh;
     gc->profile_steps = tc->geofp8_profile_steps;
     gc->top_k = tc->geofp8_top;

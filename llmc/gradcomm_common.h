@@ -47,6 +47,14 @@ static inline int gradcomm_fidelity_interval(const TrainConfig* tc) {
     while (gradcomm_gcd(f, tc->geofp8_refresh) != 1) f++;
     return f;
 }
+// --geofp8-rank full: every linear unit's d_in must fit the full factor (user_error naming the widest).
+static inline void gradcomm_check_full_rank(const TrainConfig* tc, const LlamaConfig* c) {
+    if (tc->geofp8_rank != "full" || tc->comm != "geofp8") return;
+    for (const LlamaUnit& u : llama_units(c))
+        if (u.is_matrix && u.cols > GEOFP8_RANK_MAX)
+            user_error("--geofp8-rank full: the exact factor needs d_in <= %d, but %s has d_in %d (use a rank r <= %d)", GEOFP8_RANK_MAX,
+                       u.name.c_str(), u.cols, GEOFP8_RANK_MAX);
+}
 // The fidelity window W: --fidelity-window, or the refresh interval (one factor's whole life).
 static inline int gradcomm_fidelity_window(const TrainConfig* tc) { return tc->fidelity_window > 0 ? tc->fidelity_window : tc->geofp8_refresh; }
 // Is `step` (0-based) a fidelity step?

@@ -354,7 +354,7 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
     run_print_row("grad communication", mode + ", " + transport);
     run_print_row("gradient buckets", buckets);
     if (tc.comm == "geofp8") {
-        snprintf(b, sizeof(b), "power %s, damping %g, rank %d, refresh %d", tc.geofp8_power.c_str(), tc.geofp8_damping, tc.geofp8_rank,
+        snprintf(b, sizeof(b), "power %s, damping %g, rank %s, refresh %d", tc.geofp8_power.c_str(), tc.geofp8_damping, tc.geofp8_rank.c_str(),
                  tc.geofp8_refresh);
         run_print_row("geofp8 whitening", b);
     }

@@ -18,6 +18,8 @@
 #include "fp8.h"
 #include "utils.h"
 
+#define GEOFP8_RANK_MAX 4096  // the largest --geofp8-rank, and the widest d_in of --geofp8-rank full (the GPU's GEOFP8_MAX_RANK)
+
 #define TRAIN_DEFAULT_TRAIN_DATA "data/kjv/kjv_train_*.bin"
 #define TRAIN_DEFAULT_VAL_DATA "data/kjv/kjv_val_*.bin"
 #define TRAIN_DEFAULT_TOKENIZER "data/gpt2_tokenizer.bin"
@@ -49,7 +51,7 @@ typedef struct {
     std::string fp8_reduce;    // --fp8-reduce native | twophase
     std::string fp8_format;    // --fp8-format e4m3 | e5m2
     std::string geofp8_layers; // --geofp8-layers auto | FILE | comma list
-    int geofp8_rank;           // --geofp8-rank
+    std::string geofp8_rank;   // --geofp8-rank r in [1, 4096] or full (r = d_in: the exact eigendecomposition of A)
     int geofp8_refresh;        // --geofp8-refresh
     int geofp8_top;            // --geofp8-top (0 = largest drop)
     int geofp8_profile_steps;  // --geofp8-profile-steps window of the auto selection
@@ -97,7 +99,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->fp8_reduce = "native";
     c->fp8_format = "e4m3";
     c->geofp8_layers = "auto";
-    c->geofp8_rank = 32;
+    c->geofp8_rank = "32";
     c->geofp8_refresh = 50;
     c->geofp8_top = 0;
     c->geofp8_profile_steps = 100;
@@ -171,7 +173,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", OPT_RUN, "FP8 reduction"),
     TOPT(NULL, "--fp8-format", OPT_STR, fp8_format, 0, 0, "e4m3,e5m2", OPT_RUN, "FP8 code format of the fp8 modes"),
     TOPT(NULL, "--geofp8-layers", OPT_STR, geofp8_layers, 0, 0, NULL, OPT_RUN, "auto, a file, or a comma list of layer names"),
-    TOPT(NULL, "--geofp8-rank", OPT_INT, geofp8_rank, 1, 4096, NULL, OPT_RUN, "low-rank r of the input-side factor"),
+    TOPT(NULL, "--geofp8-rank", OPT_STR, geofp8_rank, 0, 0, NULL, OPT_RUN, "rank r in [1, 4096] of the input-side factor, or full (r = d_in, d_in <= 4096)"),
     TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, OPT_RUN, "refresh the factor every K steps"),
     TOPT(NULL, "--geofp8-top", OPT_INT, geofp8_top, 0, 100000, NULL, OPT_RUN, "select the top k layers (0 = at the largest score drop)"),
     TOPT(NULL, "--geofp8-profile-steps", OPT_INT, geofp8_profile_steps, 1, INT_MAX, NULL, OPT_RUN, "steps of fp8 profiling before auto selection"),
@@ -294,6 +296,15 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
                    cfg->fp8_format.c_str(), cfg->comm.c_str());
     if (cfg->geofp8_ema > 0.0f && cfg->comm == "kfac")
         user_error("--geofp8-ema: averages the sketch of -c geofp8; -c kfac accumulates explicit statistics (use --geofp8-ema 0)");
+    if (cfg->geofp8_rank != "full") {  // an integer, written back in one spelling (032 and 32 are one setting)
+        const char* v = cfg->geofp8_rank.c_str();
+        char* end = NULL;
+        errno = 0;
+        long r = strtol(v, &end, 10);
+        if (!isdigit((unsigned char)v[0]) || *end != '\0' || errno == ERANGE || r < 1 || r > GEOFP8_RANK_MAX)
+            user_error("--geofp8-rank: expected full or an integer in [1, %d], found '%s'", GEOFP8_RANK_MAX, v);
+        cfg->geofp8_rank = std::to_string(r);
+    }
     if (cfg->geofp8_power != "auto") {  // a number, written back in one spelling (1.0 and 1 are one setting)
         const char* v = cfg->geofp8_power.c_str();
         char* end = NULL;
@@ -309,6 +320,12 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
 
 // --fp8-format as the codec's enum.
 static inline Fp8Format train_config_fp8_format(const TrainConfig* cfg) { return cfg->fp8_format == "e5m2" ? FP8_E5M2 : FP8_E4M3; }
+
+// --geofp8-rank as the rank of each unit's factor: full is GEOFP8_RANK_MAX, which each unit
+// clamps to its d_in (the engines refuse full for a model with a linear unit wider than that).
+static inline int train_config_geofp8_rank(const TrainConfig* cfg) {
+    return cfg->geofp8_rank == "full" ? GEOFP8_RANK_MAX : atoi(cfg->geofp8_rank.c_str());
+}
 
 // --geofp8-power as a number; -1 for auto.
 static inline double train_config_geofp8_power(const TrainConfig* cfg) {

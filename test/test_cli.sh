@@ -57,6 +57,8 @@ expect_error cli_micro_batch_tokens_overflow "B\*T = 1048576\*4096 = 4294967296 
 expect_error cli_geofp8_power_out_of_range "--geofp8-power: expected auto or a number in \[0, 2\], found '2.5'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power 2.5
 expect_error cli_geofp8_power_garbage "--geofp8-power: expected auto or a number in \[0, 2\], found 'half'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power half
 expect_error cli_geofp8_power_negative "--geofp8-power" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power -0.5
+expect_error cli_geofp8_rank_zero "--geofp8-rank: expected full or an integer in \[1, 4096\], found '0'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-rank 0
+expect_error cli_geofp8_rank_garbage "--geofp8-rank: expected full or an integer in \[1, 4096\], found '8x'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-rank 8x
 expect_error cli_geofp8_ema_with_kfac "--geofp8-ema: averages the sketch of -c geofp8" "${FAST[@]}" -x 1 -c kfac --geofp8-ema 0.9
 expect_error cli_geofp8_ema_one "--geofp8-ema: expected a number in \[0, 0.999\], found 1" "${FAST[@]}" -x 1 -c geofp8 --geofp8-ema 1
 # the FP8 format: one of the two, and only with a mode that sends FP8 codes
