@@ -795,6 +795,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "grad_norm", norm);
             logger_field(&line, "ms", dt * 1e3);
             logger_field(&line, "t_sketch_ms", st.sketch_seconds * 1e3);
+            logger_field(&line, "t_refresh_ms", gc.stats.refresh_seconds * 1e3);
             logger_field(&line, "ns_matrices", st.ns_matrices);
             logger_field(&line, "tokens_per_s", tok_s);
             logger_field(&line, "comm_bytes", comm_bytes);

@@ -37,6 +37,7 @@
 // The numerics (scales, quantization, sketches, factors, transforms) are the pure functions of
 // geofp8.h; MPI is comm.h. This file only orchestrates them over the units.
 #pragma once
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -813,7 +814,11 @@ static inline void gradcomm_launch(GradComm* gc, int b) {
         const int u = bk.order[i], gi = gc->unit_to_geo[u];
         const LlamaUnit& lu = gc->units[u];
         const size_t n = gradcomm_unit_size(lu);
-        if (gi >= 0 && gc->refresh_now) st.bytes += gradcomm_refresh_unit(gc, grid, gc->geo[gi], gc->grads[0], &gc->chosen[gi]);
+        if (gi >= 0 && gc->refresh_now) {
+            const auto t0 = std::chrono::steady_clock::now();
+            st.bytes += gradcomm_refresh_unit(gc, grid, gc->geo[gi], gc->grads[0], &gc->chosen[gi]);
+            st.refresh_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
         float* amax = gc->amax.data() + gc->group_off[i];
         const size_t groups = gc->group_off[i + 1] - gc->group_off[i];
         std::vector<float> a(groups);
@@ -846,6 +851,7 @@ static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* const* gr
     st.bytes = 0.0;
     st.skipped = false;
     st.refreshed = false;
+    st.refresh_seconds = 0.0;
     st.has_fidelity = false;
     st.has_window = false;
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);

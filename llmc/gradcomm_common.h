@@ -20,6 +20,7 @@ typedef struct {
     double bytes;                  // sent by this rank
     bool skipped;                  // a non-finite amax: the step must be skipped by every rank
     bool refreshed;                // the geometry factors were refreshed this step
+    double refresh_seconds;        // CPU engine: the refreshes' wall clock on this rank (sketch fold, Nyström, broadcast, residual carry)
     std::vector<long> saturated;   // (units) codes at ± the format's max (448 / 57344) after local quantization
     std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
     std::vector<long> nonzero;     // (units)
