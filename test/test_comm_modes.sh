@@ -213,8 +213,8 @@ PYEOF2
 # The fair fidelity figures (gradcomm_fair_step): (a) geo as sent, (b) plain fp8 with its own
 # error-feedback residual, (c) plain fp8 without, per fidelity step and per window of W steps,
 # recomputed from the run's own dumps (TRAIN_LLAMA_TEST_DUMP_GEO) by test/fair_fidelity.py in
-# numpy and ml_dtypes: 2 real ranks (fidelity every step, windows of the refresh interval 4) and
-# 4 logical ranks in 2 processes (--fidelity-every 2 made 3, coprime with refresh 4, so the
+# numpy and ml_dtypes: 2 real ranks (fidelity every step, windows of the refresh interval 4), kfac,
+# and 4 logical ranks in 2 processes (--fidelity-every 2 made 3, coprime with refresh 4, so the
 # fidelity steps 3, 6, 9, 12 see the factor ages 2, 1, 0, 3: every age).
 FAIR=("${SMALL[@]}" -b 1 -t 32 -d 128 -x 12 -v 0 -l 3e-3 -u 2 --geofp8-refresh 4 -c geofp8 --geofp8-layers layers.0.fc2,layers.1.fc2)
 mkdir -p "$TMP/fd2" "$TMP/fd4"
@@ -223,6 +223,12 @@ python3 test/fair_fidelity.py fair_np2 "$TMP/fd2" "$TMP/fair2/metrics.jsonl" 2 4
 TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/fd4" timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${FAIR[@]}" --fidelity-every 2 --virtual-ranks 4 \
     -o "$TMP/fair4" >"$TMP/fair4.out" 2>&1
 python3 test/fair_fidelity.py fair_vr4 "$TMP/fd4" "$TMP/fair4/metrics.jsonl" 4 4 1 || failures=$((failures + 1))
+# kfac: every linear unit (four sizes) on the geometry path, the two-sided transform
+mkdir -p "$TMP/fdk"
+TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/fdk" timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${SMALL[@]}" -b 1 -t 32 -d 128 -x 8 -v 0 -l 3e-3 -u 2 \
+    --geofp8-refresh 4 -c kfac --fidelity-every 1 \
+    -o "$TMP/fairk" >"$TMP/fairk.out" 2>&1
+python3 test/fair_fidelity.py fair_kfac_np2 "$TMP/fdk" "$TMP/fairk/metrics.jsonl" 2 4 1 || failures=$((failures + 1))
 fsteps=$(python3 -c 'import json,sys; print(*[r["step"] for r in map(json.loads, open(sys.argv[1])) if "fidelity_rel_l2_geo_fp8ef" in r])' "$TMP/fair4/metrics.jsonl")
 if [ "$fsteps" = "3 6 9 12" ] && grep -q "| fidelity *| every 3 steps (2 made coprime with refresh 4); windows of 4 " "$TMP/fair4.out"; then
     pass fidelity_steps_coprime_with_refresh_cover_every_age
