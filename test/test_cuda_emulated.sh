@@ -278,6 +278,20 @@ if grep -q "warning: -y: checkpoint step 6 is damaged: state file '.*state_00000
     pass emu.geofp8_resume_fallback_bitwise_np2
 else fail emu.geofp8_resume_fallback_bitwise_np2 "step-6 files differ or missing: $(head -c 300 "$TMP/r.err") $(why "$TMP/r.out")"; fi
 
+# --- the fair fidelity figures' state across a resume: 3 steps + resume + 3 == 6 straight, with the
+#     resume inside a window of 4 steps (steps 1-4), whose sums and counterfactual residuals the
+#     state files carry: the model, both state files and every metrics field (testlib.py --same-run)
+RESF=("${RUN[@]}" -x 6 -n 3 -c geofp8 "${GEO[@]}" --fidelity-every 1 --fidelity-window 4)
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RESF[@]}" -o "$TMP/fs" >"$TMP/fs.out" 2>&1
+cp -r "$TMP/fs" "$TMP/fr"
+rm -f "$TMP/fr/"*00000006*
+python3 -c 'import json,sys; p=sys.argv[1]; k=[l for l in open(p) if json.loads(l).get("step", 0) <= 3]; open(p, "w").writelines(k)' "$TMP/fr/metrics.jsonl"
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RESF[@]}" -y 1 -o "$TMP/fr" >"$TMP/fr.out" 2>&1
+differ=$(python3 "$ROOT/test/testlib.py" --same-run "$TMP/fs" "$TMP/fr" 6 2>&1) && same=1 || same=0
+if [ "$same" = 1 ] && grep -q "resuming from step 3" "$TMP/fr.out" && grep -q '"step": 4,.*"window_rel_l2_geo_fp8ef"' "$TMP/fr/metrics.jsonl"; then
+    pass emu.fair_fidelity_resume_mid_window_bitwise_np2
+else fail emu.fair_fidelity_resume_mid_window_bitwise_np2 "$differ $(why "$TMP/fr.out")"; fi
+
 # --- the lock on -o: a second run on a directory a running one holds stops at once, naming it
 TRAIN_LLAMA_TEST_SLOW=1 "$EMU/train_llama" "${RUN[@]}" -x 3 -o "$TMP/locked" >"$TMP/l1.out" 2>&1 &
 holder=$!
