@@ -360,11 +360,10 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
     }
     if (tc.fidelity_every > 0) {
         const int f = gradcomm_fidelity_interval(&tc);
-        std::string row = "every " + std::to_string(f) + " steps";
-        if (f != tc.fidelity_every)
-            row += " (" + std::to_string(tc.fidelity_every) + " made coprime with refresh " + std::to_string(tc.geofp8_refresh) + ")";
+        std::string row = "every " + std::to_string(f);
+        if (f != tc.fidelity_every) row += " (" + std::to_string(tc.fidelity_every) + ", coprime with refresh)";
         if (tc.comm == "geofp8" || tc.comm == "kfac")
-            row += tc.fp8_reduce == "twophase" ? "; fair figures: native only" : "; windows of " + std::to_string(gradcomm_fidelity_window(&tc));
+            row += tc.fp8_reduce == "twophase" ? "; fair figures native only" : "; windows of " + std::to_string(gradcomm_fidelity_window(&tc));
         run_print_row("fidelity", row);
     }
     run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
