@@ -423,7 +423,8 @@ static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid, co
                                 gc->units[gu.unit].name.c_str(), status);
         geofp8_device_refresh_finish(&gc->dev, (int)gi, s);
     }
-    if (!chosen.empty()) printf("geofp8 power at step %d: %s\n", step + 1, chosen.c_str());
+    if (!chosen.empty() && gradcomm_print_power_now(gc->refresh_every, step, gc->geometry_start))
+        printf("geofp8 power at step %d: %s\n", step + 1, chosen.c_str());
     return bytes;
 }
 

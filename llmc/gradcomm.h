@@ -971,7 +971,8 @@ static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
     } else {
         std::string chosen;
         for (const std::string& c : gc->chosen) if (!c.empty()) chosen += (chosen.empty() ? "" : ", ") + c;
-        if (!chosen.empty()) printf("geofp8 power at step %d: %s\n", gc->step + 1, chosen.c_str());
+        if (!chosen.empty() && gradcomm_print_power_now(gc->refresh_every, gc->step, gc->geometry_start))
+            printf("geofp8 power at step %d: %s\n", gc->step + 1, chosen.c_str());
         bool ok;
         if (gc->twophase) {
             ok = gradcomm_twophase(gc, grid, grads);

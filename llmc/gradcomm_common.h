@@ -56,6 +56,11 @@ static inline void gradcomm_check_full_rank(const TrainConfig* tc, const LlamaCo
             user_error("--geofp8-rank full: the exact factor needs d_in <= %d, but %s has d_in %d (use a rank r <= %d)", GEOFP8_RANK_MAX,
                        u.name.c_str(), u.cols, GEOFP8_RANK_MAX);
 }
+// Whether a refresh step prints its --geofp8-power auto choices: every refresh, except that with
+// --geofp8-refresh 1 only every 10th step of the geometry path (from its first) prints a line.
+static inline bool gradcomm_print_power_now(int refresh_every, int step, int geometry_start) {
+    return refresh_every > 1 || (step - geometry_start) % 10 == 0;
+}
 // The fidelity window W: --fidelity-window, or the refresh interval (one factor's whole life).
 static inline int gradcomm_fidelity_window(const TrainConfig* tc) { return tc->fidelity_window > 0 ? tc->fidelity_window : tc->geofp8_refresh; }
 // Is `step` (0-based) a fidelity step?
