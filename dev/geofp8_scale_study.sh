@@ -20,7 +20,8 @@
 # Usage: bash dev/geofp8_scale_study.sh [STEPS] [SEEDS] [RANKS] [OUT]
 #        (defaults: 60 "1 2 3" "2 16 64" out/scale_study)
 #        MODES="name|flags;..." replaces the list of modes; fp32 (the baseline) and fp8 (the gap)
-#        run first at every N whatever the list says.
+#        run first at every N whatever the list says. A run whose metrics.jsonl in OUT already
+#        holds its final val loss is not run again (its row is printed from it).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 STEPS=${1:-60}
@@ -49,6 +50,11 @@ for n in $RANKS; do
         tag=$(echo "$name" | tr -c 'a-zA-Z0-9.\n' '_')
         for seed in $SEEDS; do
             dir="$OUT/n${n}_${tag}_s$seed"
+            if python3 -c 'import json, sys; sys.exit(0 if any(json.loads(l).get("step") == int(sys.argv[2]) and "val_loss" in l
+                           for l in open(sys.argv[1])) else 1)' "$dir/metrics.jsonl" "$STEPS" 2>/dev/null; then
+                python3 dev/geofp8_scale_table.py row "$OUT" "$n" "$tag" "$name" "$seed"  # finished before: its row again
+                continue
+            fi
             # shellcheck disable=SC2086
             OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive "${launch[@]}" ./train_llama_cpu "${SMALL[@]}" -b 1 -t 32 -d 2048 -x "$STEPS" \
                 -l 3e-3 -u 5 -v "$STEPS" -m $((4096 / (n * 32))) -s 0 -n -1 --seed "$seed" "${GEO_FID[@]}" "${vr[@]}" $flags \

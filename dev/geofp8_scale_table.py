@@ -107,8 +107,12 @@ def report(out):
     for line in open(os.path.join(out, "names.txt")) if os.path.exists(os.path.join(out, "names.txt")) else []:
         tag, _, name = line.rstrip("\n").partition("\t")
         names[tag] = name
-    print("| N | mode | seeds | val loss | vs fp32 (paired) | vs fp8 (paired) | window geo / fp8+EF: mean (max) | step geo / fp8 | s/step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    def model_rel_l2(n, tag, seed):  # the whole gradient's RelL2, mean over the fidelity steps after step 10
+        rows = metrics(os.path.join(out, f"n{n}_{tag}_s{seed}", "metrics.jsonl")) or []
+        f = [r["fidelity_rel_l2"] for r in rows if r.get("fidelity_rel_l2") is not None and r["step"] > 10]
+        return sum(f) / len(f) if f else math.nan
+    print("| N | mode | seeds | val loss | vs fp32 (paired) | vs fp8 (paired) | window geo / fp8+EF: mean (max) | step geo / fp8 | model RelL2 | s/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     order = []
     for (n, tag, _) in recs:
         if (n, tag) not in order:
@@ -127,12 +131,14 @@ def report(out):
         wmax = max((r["win_ratio_max"] for r in rows.values() if r.get("win_ratio_max") is not None), default=math.nan)
         sm, ss, sn = mean_std([r.get("step_ratio_mean") for r in rows.values()])
         tm, _, _ = mean_std([r.get("s_per_step") for r in rows.values()])
+        rm, rs, rn = mean_std([model_rel_l2(n, tag, seed) for seed in rows])
+        rel = f"{fmt(rm)} ± {fmt(rs)}" if rn else "—"
         print(f"| {n} | {names.get(tag, tag)} | {len(rows)} | {fmt(vm, '%.5f')} ± {fmt(vs, '%.5f')} | "
               f"{paired(diff('fp32')) if tag != 'fp32' else '—'} | {paired(diff('fp8')) if tag not in ('fp32', 'fp8') else '—'} | "
-              f"{fmt(wm)} ± {fmt(ws)} ({fmt(wmax)}) | {fmt(sm)} ± {fmt(ss)} | {fmt(tm, '%.2f')} |" if wn else
+              f"{fmt(wm)} ± {fmt(ws)} ({fmt(wmax)}) | {fmt(sm)} ± {fmt(ss)} | {rel} | {fmt(tm, '%.2f')} |" if wn else
               f"| {n} | {names.get(tag, tag)} | {len(rows)} | {fmt(vm, '%.5f')} ± {fmt(vs, '%.5f')} | "
               f"{paired(diff('fp32')) if tag != 'fp32' else '—'} | {paired(diff('fp8')) if tag not in ('fp32', 'fp8') else '—'} | — | "
-              f"{fmt(sm) + ' ± ' + fmt(ss) if sn else '—'} | {fmt(tm, '%.2f')} |")
+              f"{fmt(sm) + ' ± ' + fmt(ss) if sn else '—'} | {rel} | {fmt(tm, '%.2f')} |")
     return 0
 
 

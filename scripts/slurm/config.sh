@@ -75,7 +75,11 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$CPUS_PER_TASK}"
 : "${VAL_BATCHES:=20}"       # -m
 : "${SEED:=1337}"
 : "${GEOFP8_RANK:=32}"       # --geofp8-rank (the paper's operating point)
-: "${GEOFP8_REFRESH:=50}"    # --geofp8-refresh (the paper refreshes every 50 steps)
+# GeoFP8's transform: the paper's Algorithm 1 is GEOFP8_POWER=1 GEOFP8_REFRESH=50; these defaults
+# are what README's "GeoFP8 at 64 ranks" supports (half whitening chosen per unit, a fresher factor)
+: "${GEOFP8_POWER:=auto}"    # --geofp8-power
+: "${GEOFP8_REFRESH:=50}"    # --geofp8-refresh
+: "${FIDELITY_EVERY:=0}"     # --fidelity-every: > 0 logs the fair fidelity figures (and their windows)
 : "${GEOFP8_PROFILE_STEPS:=100}"
 
 # The sequence length of a model preset (the paper: 4096 for 300M, 2048 for 600M), or SEQ_LEN.
