@@ -96,6 +96,10 @@ with tempfile.TemporaryDirectory() as root:
         extra += ar((4.0 * d * k + 8) / 10, 8) + (4.0 * (d * 32 + 32 + 2) / 10) / (busbw * 1e9) * 1e3
     got = table[(8, "geofp8", False)][0] - table[(8, "fp8", False)][0]
     check("scaling_model_geofp8_refresh_amortized", close(got, extra, 1e-9), f"{got} vs {extra}")
+    # the refresh steps of geofp8 go out after the backward: with --refresh 1 no step overlaps
+    t1, _ = run(base[:-1] + ["1"])
+    check("scaling_model_refresh_steps_not_overlapped", close(t1[(8, "geofp8", True)][0], t1[(8, "geofp8", False)][0]),
+          f"refresh 1: overlapped {t1[(8, 'geofp8', True)][0]} vs without {t1[(8, 'geofp8', False)][0]}")
     # overlapped, communication-bound: 4 buckets ready every bwd/4; each one's codec share and
     # collectives take c > bwd/4, so the last finishes at bwd/4 + 4c
     table, _ = run(base + ["--buckets", "4"])
