@@ -44,7 +44,7 @@ done
 bash dev/emu/build.sh build/emu >"$TMP/emu.log" 2>&1 || { echo "dev/emu build failed: $(tail -1 "$TMP/emu.log")"; exit 1; }
 echo
 echo "GPU engine under dev/emu (host time of the emulation, not a GPU figure), steps 5-8"
-echo "| run | ms/step | - | t_refresh_ms (emulated events: not a time) |"
+echo "| run | ms/step | t_sketch_ms, t_refresh_ms: emulated events, not times | |"
 echo "|---|---|---|---|"
 cd build/emu/src || exit 1
 for spec in "${SPECS[@]:0:4}"; do

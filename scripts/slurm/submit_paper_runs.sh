@@ -10,7 +10,8 @@
 #   srun ./train_llama -o $OUT_ROOT/llama600m_geofp8 -e llama600m -i "$DATA_DIR/openwebtext_train_*.bin"
 #        -j "$DATA_DIR/openwebtext_val_*.bin" -b 4 -t 2048 -d 1048576 -x -1 -l 5e-4 -q 0.1 -k cosine
 #        --optimizer muon --muon moonlight -n 250 -nk 2 -y 1 -v 250 -m 20 --seed 1337 -c geofp8
-#        --geofp8-layers $OUT_ROOT/llama600m_profile/geofp8_layers.txt --geofp8-rank 32 --geofp8-refresh 50
+#        --geofp8-layers $OUT_ROOT/llama600m_profile/geofp8_layers.txt --geofp8-rank 32 --geofp8-refresh 10
+#        --geofp8-power auto   (config.sh: GEOFP8_POWER=1 GEOFP8_REFRESH=50 is the paper's Algorithm 1)
 set -euo pipefail
 # shellcheck source=config.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/config.sh"
