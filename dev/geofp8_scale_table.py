@@ -12,7 +12,10 @@ n - 1 degrees of freedom (4.30 for 3 seeds).
 import json
 import math
 import os
+import signal
 import sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (| head) ends the table quietly
 
 
 def metrics(path):
@@ -101,7 +104,12 @@ def paired(xs):
 
 def report(out):
     recs = {}
-    for r in metrics(os.path.join(out, "results.jsonl")) or []:
+    results = metrics(os.path.join(out, "results.jsonl"))
+    if not results:
+        print(f"error: {os.path.join(out, 'results.jsonl')}: missing, unreadable or empty (expected the rows of dev/geofp8_scale_study.sh)",
+              file=sys.stderr)
+        return 1
+    for r in results:
         recs[(int(r["n"]), r["tag"], str(r["seed"]))] = r  # the newest row of each run
     names = {}
     for line in open(os.path.join(out, "names.txt")) if os.path.exists(os.path.join(out, "names.txt")) else []:
