@@ -133,4 +133,8 @@ if __name__ == "__main__":
     if len(sys.argv) != 7:
         print(__doc__.strip().splitlines()[2])
         sys.exit(2)
-    sys.exit(main(sys.argv))
+    try:
+        sys.exit(main(sys.argv))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"FAIL {sys.argv[1]}_dumps_readable: {e}")
+        sys.exit(1)
