@@ -366,13 +366,14 @@ static float llama_loss(LlamaModel* m, const int* targets, int B, int T) {
     return llama_mean_loss(m, N);
 }
 
-// Test hook, as the CPU engine's: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at
-// (1-based) STEP, to check that the step is skipped.
-static bool test_inject_nan(int step, int rank) {
-    const char* env = getenv("TRAIN_LLAMA_TEST_NAN");
+// Test hooks: TRAIN_LLAMA_TEST_NAN="STEP:RANK" (as the CPU engine's) poisons RANK's gradient at
+// (1-based) STEP, TRAIN_LLAMA_TEST_NAN_LOSS="STEP:RANK" its loss, to check that the step is skipped.
+static bool test_inject_at(const char* var, int step, int rank) {
+    const char* env = getenv(var);
     int s = -1, r = -1;
     return env && sscanf(env, "%d:%d", &s, &r) == 2 && s == step && r == rank;
 }
+static bool test_inject_nan(int step, int rank) { return test_inject_at("TRAIN_LLAMA_TEST_NAN", step, rank); }
 
 // In the last micro-step's backward (gc set): unit's gradient is final. Its bucket may go out now
 // (llmc/gradcomm.cuh, gradcomm_gpu_unit_ready); the test hook poisons the embedding (unit 0, the
@@ -675,7 +676,7 @@ typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
 static std::string llama_buckets_row(const GradCommGPU* gc, const TrainConfig* tc) {
     std::string row = gradcomm_buckets_summary(&gc->buckets, tc->bucket_mb, gc->twophase);
     if (!gc->bucketing) return row;
-    const bool refresh = gc->mode == "geofp8" || gc->mode == "kfac";
+    const bool refresh = gc->mode == "kfac" || (gc->mode == "geofp8" && gc->ema > 0.0f);  // (gradcomm_gpu_start)
     if (refresh || tc->fidelity_every > 0)
         row += std::string("; ") + (refresh && tc->fidelity_every > 0 ? "refresh and fidelity" : refresh ? "refresh" : "fidelity") +
                " steps after it";
@@ -712,6 +713,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     // the step's one wait for its losses, summed in the order the micro-steps ran
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     for (int micro = 0; micro < accum_steps; micro++) loss_sum += llama_slot_mean_loss(m, tc->B * tc->T, micro);
+    if (test_inject_at("TRAIN_LLAMA_TEST_NAN_LOSS", step + 1, grid->rank)) loss_sum = NAN;
     if (gc) gc->last_backward = false;
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1; st.ns_matrices = 0;
@@ -721,15 +723,23 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     // finiteness check (a bucketed step: the units' local amax, taken before each bucket went
     // out); the flag (rank + 1) is MAX all-reduced, as the CPU engine does. The comm span of a
     // bucketed step is the communication the backward did not hide.
+    // A bucketed step waits for its buckets whatever the loss: that wait is the trainer's stream's
+    // only one on the bucket stream (the timers' events and the next step's zeroing of the
+    // gradient come after it).
     int sp = bucketed ? gradcomm_timer_begin(timer, GC_T_COMM) : -1;
-    bool finite = std::isfinite(loss_sum) && (bucketed ? gradcomm_gpu_bucket_wait(gc, m->stream) : std::isfinite(llama_grad_norm(m)));
+    const bool buckets_finite = bucketed ? gradcomm_gpu_bucket_wait(gc, m->stream) : true;
+    bool finite = std::isfinite(loss_sum) && buckets_finite && (bucketed || std::isfinite(llama_grad_norm(m)));
     int bad_rank = llama_comm_max_int(grid, finite ? 0 : grid->rank + 1);
     st.skipped_on_rank = bad_rank - 1;
-    if (bad_rank > 0) { gradcomm_timer_end(timer, sp); return st; }
+    if (bad_rank > 0) {
+        if (bucketed) gradcomm_gpu_bucket_abort(gc);  // this step's refreshes undone
+        gradcomm_timer_end(timer, sp);
+        return st;
+    }
     // the gradient communication slot: after the last micro-step, on the flat buffer
     if (!bucketed) sp = gradcomm_timer_begin(timer, GC_T_COMM);
     if (bucketed) {
-        gradcomm_gpu_bucket_finish(gc, &grid->nccl, timer);
+        gradcomm_gpu_bucket_finish(gc, &grid->nccl, m->grads, timer);
         st.comm_bytes = gc->stats.bytes;
     } else if (gc) {
         gradcomm_gpu_reduce(gc, &grid->nccl, m->grads, step, fidelity, timer);

@@ -1446,18 +1446,36 @@ static inline int geofp8_device_refresh_factor(GeoFP8Device* g, int gi, cudaStre
     return geofp8_nystrom(g, gu.factor_next, gu.Y, gu.omega, gu.trA, gu.d_in, gu.k, gu.r, stream, NULL, NULL, pw);
 }
 
-// Every rank, after the broadcast of the new factor: R <- R T_old⁻¹ T_new, then the new factor is in use.
-static inline void geofp8_device_refresh_finish(GeoFP8Device* g, int gi, cudaStream_t stream) {
+// Every rank, after the broadcast of the new factor: R <- R T_old⁻¹ T_new, then the new factor is
+// in use. into_next (a bucketed step, geofp8_device_double_buffer): the carried R goes to
+// residual_next and gu.residual stays as it was, so that a step skipped afterwards can put the old
+// factor back (geofp8_device_refresh_undo) with its residual; the step's quantizer then overwrites
+// residual_next with the new residual, as the unbucketed step overwrites gu.residual.
+static inline void geofp8_device_refresh_finish(GeoFP8Device* g, int gi, cudaStream_t stream, int into_next = 0) {
     GeoFP8DeviceUnit& gu = g->geo[gi];
+    float* R = gu.residual;
+    if (into_next) {
+        R = gu.residual_next;
+        CUDA_CHECK(cudaMemcpyAsync(R, gu.residual, (size_t)gu.d_out * gu.d_in * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    }
     if (gu.kfac) {
-        geofp8_kfac_unwhiten(g, gu.residual, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
-        geofp8_kfac_whiten(g, gu.residual, gu.d_out, gu.d_in, gu.LG_next, gu.LA_next, stream);
+        geofp8_kfac_unwhiten(g, R, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
+        geofp8_kfac_whiten(g, R, gu.d_out, gu.d_in, gu.LG_next, gu.LA_next, stream);
         std::swap(gu.LA, gu.LA_next);
         std::swap(gu.LG, gu.LG_next);
         return;
     }
-    geofp8_carry_residual(g, gu.residual, gu.d_out, gu.d_in, gu.factor, gu.factor_next, gu.r, stream);
+    geofp8_carry_residual(g, R, gu.d_out, gu.d_in, gu.factor, gu.factor_next, gu.r, stream);
     std::swap(gu.factor, gu.factor_next);
+}
+
+// A refresh of this step undone (the step is skipped): the old factor is in use again; the new
+// one stays in the broadcast buffer, which the next refresh overwrites.
+static inline void geofp8_device_refresh_undo(GeoFP8Device* g, int gi) {
+    GeoFP8DeviceUnit& gu = g->geo[gi];
+    std::swap(gu.factor, gu.factor_next);
+    std::swap(gu.LA, gu.LA_next);
+    std::swap(gu.LG, gu.LG_next);
 }
 
 // --- the step phases ---
@@ -1468,12 +1486,13 @@ static inline float* geofp8_device_unit_ptr(GeoFP8Device* g, float* x, const Geo
 
 // x (num_params): with `geometry`, every geometry unit becomes X = G T + R in place; then the
 // counters are zeroed and g->amax (num_groups) gets the local amax of every scale group.
-static inline void geofp8_device_whiten_unit(GeoFP8Device* g, int gi, float* x, cudaStream_t stream) {  // X = G T + R, one geometry unit
+// X = G T + R, one geometry unit; R = gu.residual, or residual_next after a refresh into it
+static inline void geofp8_device_whiten_unit(GeoFP8Device* g, int gi, float* x, cudaStream_t stream, int residual_next = 0) {
     const GeoFP8DeviceUnit& gu = g->geo[gi];
     float* xu = geofp8_device_unit_ptr(g, x, gu);
     if (gu.kfac) geofp8_kfac_whiten(g, xu, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
     else geofp8_whiten(g, xu, gu.d_out, gu.d_in, gu.factor, gu.r, stream);
-    geofp8_residual_add(xu, gu.residual, (size_t)gu.d_out * gu.d_in, stream);
+    geofp8_residual_add(xu, residual_next ? gu.residual_next : gu.residual, (size_t)gu.d_out * gu.d_in, stream);
 }
 
 static inline void geofp8_device_unwhiten_unit(GeoFP8Device* g, int gi, float* x, cudaStream_t stream) {  // G = X T⁻¹, one geometry unit

@@ -192,6 +192,10 @@ typedef struct {
     bool last_backward;               // the last micro-step's backward is being enqueued
     bool bucketed_now;                // ... and this step goes out bucket by bucket
     bool geometry_now;                // this step's FP8 codes are of X = G T + R on the geometry units
+    bool refresh_bucketed;            // ... and its refresh runs bucket by bucket (gradcomm_gpu_start)
+    std::vector<char> refreshed;      // (geometry units) refreshed in this step's buckets so far
+    std::vector<std::string> chosen;  // (geometry units) --geofp8-power auto: rank 0's choice at this refresh
+    double refresh_bytes;             // sent by this step's bucketed refreshes
 } GradCommGPU;
 
 static inline bool gradcomm_gpu_is_fp8(const GradCommGPU* gc) { return gc->mode != "fp32" && gc->mode != "bf16"; }
@@ -253,7 +257,10 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->local_amax = NULL;
     gc->bucket_timer = NULL;
     gc->step = 0;
-    gc->last_backward = gc->bucketed_now = gc->geometry_now = false;
+    gc->last_backward = gc->bucketed_now = gc->geometry_now = gc->refresh_bucketed = false;
+    gc->refreshed.clear();
+    gc->chosen.clear();
+    gc->refresh_bytes = 0.0;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
     if (world_size > 1 && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native FP8 sum in NCCL
@@ -378,53 +385,68 @@ static inline void gradcomm_gpu_observe_output_grad(GradCommGPU* gc, int unit, c
 }
 
 // ----------------------------------------------------------------------------
-// the refresh: every rank ends with bitwise the same factor; returns the bytes it sent. With
-// --geofp8-power auto, rank 0 picks each unit's power from its own gradient (grads) of this step
-// and prints the choice, as the CPU engine does.
+// the refresh: every rank ends with bitwise the same factor. With --geofp8-power auto, rank 0
+// picks each unit's power from its own gradient (grads) of this step, as the CPU engine does.
 
+// Geometry unit gi, on grid's stream: SUM all-reduce of Y and tr(A) (kfac: A and G), rank 0
+// factorizes, broadcast of the packed factor (kfac: LA, LG), R <- R T_old⁻¹ T_new (into
+// residual_next with into_next: geofp8_device_refresh_finish). Returns the bytes it sent; rank 0's
+// power choice goes to gc->chosen[gi].
+static inline double gradcomm_gpu_refresh_unit(GradCommGPU* gc, CommGridGPU* grid, int gi, const float* grads, int into_next) {
+    GeoFP8DeviceUnit& gu = gc->dev.geo[gi];
+    cudaStream_t s = grid->stream;
+    double bytes = 0.0;
+    int status = 0;
+    if (gu.kfac) {
+        const size_t nin = (size_t)gu.d_in * gu.d_in, nout = (size_t)gu.d_out * gu.d_out;
+        comm_gpu_allreduce_f32_sum(grid, gu.A, gu.A, nin);
+        comm_gpu_allreduce_f32_sum(grid, gu.Gs, gu.Gs, nout);
+        bytes += comm_gpu_ring_bytes(grid, 4.0 * (nin + nout));
+        if (gc->rank == 0) status = geofp8_device_refresh_factor(&gc->dev, gi, s);
+        comm_gpu_broadcast_f32(grid, gu.LA_next, nin, 0);
+        comm_gpu_broadcast_f32(grid, gu.LG_next, nout, 0);
+        bytes += 4.0 * (nin + nout);
+    } else {
+        const size_t dk = (size_t)gu.d_in * gu.k, nf = geofp8_factor_floats(gu.d_in, gu.r);
+        comm_gpu_allreduce_f32_sum(grid, gu.Y, gu.Y, dk);
+        comm_gpu_allreduce_f64_sum(grid, gu.trA, gu.trA, 1);
+        bytes += comm_gpu_ring_bytes(grid, 4.0 * dk + 8.0);
+        if (gc->rank == 0) {
+            GeoFP8Power pw;
+            pw.power = gc->power;
+            pw.damping = gc->damping;
+            pw.G = grads + gc->units[gu.unit].offset;
+            pw.d_out = gu.d_out;
+            status = geofp8_device_refresh_factor(&gc->dev, gi, s, &pw);
+            if (gc->power < 0.0) {
+                char b[96];
+                snprintf(b, sizeof(b), "%s p %.3f (q %.3f)", gc->units[gu.unit].name.c_str(), pw.chosen, pw.q);
+                gc->chosen[gi] = b;
+            }
+        }
+        comm_gpu_broadcast_f32(grid, gu.factor_next, nf, 0);
+        bytes += 4.0 * nf;
+    }
+    if (status < 0) fprintf(stderr, "warning: geofp8 refresh of %s: the factorization failed (status %d)\n",
+                            gc->units[gu.unit].name.c_str(), status);
+    geofp8_device_refresh_finish(&gc->dev, gi, s, into_next);
+    return bytes;
+}
+
+// Rank 0's power choices of this step's refresh, one line in geometry-unit order (as the CPU engine).
+static inline void gradcomm_gpu_print_power(const GradCommGPU* gc, int step) {
+    std::string line;
+    for (const std::string& c : gc->chosen) if (!c.empty()) line += (line.empty() ? "" : ", ") + c;
+    if (!line.empty() && gradcomm_print_power_now(gc->refresh_every, step, gc->geometry_start))
+        printf("geofp8 power at step %d: %s\n", step + 1, line.c_str());
+}
+
+// Every geometry unit, after the backward (an unbucketed step); returns the bytes sent.
 static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid, const float* grads, int step) {
     double bytes = 0.0;
-    cudaStream_t s = grid->stream;
-    std::string chosen;
-    for (size_t gi = 0; gi < gc->dev.geo.size(); gi++) {
-        GeoFP8DeviceUnit& gu = gc->dev.geo[gi];
-        int status = 0;
-        if (gu.kfac) {
-            const size_t nin = (size_t)gu.d_in * gu.d_in, nout = (size_t)gu.d_out * gu.d_out;
-            comm_gpu_allreduce_f32_sum(grid, gu.A, gu.A, nin);
-            comm_gpu_allreduce_f32_sum(grid, gu.Gs, gu.Gs, nout);
-            bytes += comm_gpu_ring_bytes(grid, 4.0 * (nin + nout));
-            if (gc->rank == 0) status = geofp8_device_refresh_factor(&gc->dev, (int)gi, s);
-            comm_gpu_broadcast_f32(grid, gu.LA_next, nin, 0);
-            comm_gpu_broadcast_f32(grid, gu.LG_next, nout, 0);
-            bytes += 4.0 * (nin + nout);
-        } else {
-            const size_t dk = (size_t)gu.d_in * gu.k, nf = geofp8_factor_floats(gu.d_in, gu.r);
-            comm_gpu_allreduce_f32_sum(grid, gu.Y, gu.Y, dk);
-            comm_gpu_allreduce_f64_sum(grid, gu.trA, gu.trA, 1);
-            bytes += comm_gpu_ring_bytes(grid, 4.0 * dk + 8.0);
-            if (gc->rank == 0) {
-                GeoFP8Power pw;
-                pw.power = gc->power;
-                pw.damping = gc->damping;
-                pw.G = grads + gc->units[gu.unit].offset;
-                pw.d_out = gu.d_out;
-                status = geofp8_device_refresh_factor(&gc->dev, (int)gi, s, &pw);
-                if (gc->power < 0.0) {
-                    char b[96];
-                    snprintf(b, sizeof(b), "%s%s p %.3f (q %.3f)", chosen.empty() ? "" : ", ", gc->units[gu.unit].name.c_str(), pw.chosen, pw.q);
-                    chosen += b;
-                }
-            }
-            comm_gpu_broadcast_f32(grid, gu.factor_next, nf, 0);
-            bytes += 4.0 * nf;
-        }
-        if (status < 0) fprintf(stderr, "warning: geofp8 refresh of %s: the factorization failed (status %d)\n",
-                                gc->units[gu.unit].name.c_str(), status);
-        geofp8_device_refresh_finish(&gc->dev, (int)gi, s);
-    }
-    if (!chosen.empty() && gradcomm_print_power_now(gc->refresh_every, step, gc->geometry_start))
-        printf("geofp8 power at step %d: %s\n", step + 1, chosen.c_str());
+    gc->chosen.assign(gc->dev.geo.size(), "");
+    for (size_t gi = 0; gi < gc->dev.geo.size(); gi++) bytes += gradcomm_gpu_refresh_unit(gc, grid, (int)gi, grads, 0);
+    gradcomm_gpu_print_power(gc, step);
     return bytes;
 }
 
@@ -725,8 +747,9 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
 // on its own stream while the last micro-step's backward runs (llmc/gradcomm.h's contract).
 //
 //   gradcomm_gpu_start        before the last micro-step's backward: decides whether this step
-//                             goes out in buckets (not on a refresh or fidelity step, not with
-//                             twophase: those communicate after the backward as before)
+//                             goes out in buckets (not on a fidelity step, not with twophase,
+//                             not on a refresh step of kfac or --geofp8-ema: those communicate
+//                             after the backward as before)
 //   gradcomm_gpu_unit_ready   from the backward, after each unit's gradient is final; at a
 //                             bucket's last unit, an event on the trainer's stream, and the bucket
 //                             stream waits for it and runs the bucket:
@@ -734,13 +757,18 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
 //                    the unbucketed step makes with the gradient norm before it communicates
 //       fp32         f32 SUM of each unit (one NCCL group per bucket), / N
 //       bf16         encode, bf16 SUM of each unit, decode / N
-//       FP8 modes    X = G T + R on its geometry units | amax | f32 MAX of its scale groups |
+//       FP8 modes    [fair figures: its geometry units' G kept] | [refresh step: the refresh of
+//                    its geometry units, gradcomm_gpu_refresh_unit, with the carried residual
+//                    in the second buffer and the old factor kept for a skip] |
+//                    X = G T + R on its geometry units | amax | f32 MAX of its scale groups |
 //                    scales | quantize (new residuals into the second buffer) | E4M3 SUM of each
 //                    unit | decode / (s N) | unwhiten
 //   gradcomm_gpu_bucket_wait  after the backward: waits for the bucket stream; whether every
 //                             local G was finite (the trainer then agrees on a skip over ranks)
 //   gradcomm_gpu_bucket_finish  on a kept step: the --geofp8-ema average, the counts, the scale
-//                             skip, and the new residuals swapped in
+//                             skip, the new residuals swapped in, the fair figures
+//   gradcomm_gpu_bucket_abort   on a skipped step: the old factors back in use (the residuals in
+//                             use were never touched)
 // Each unit's arithmetic is that of the unbucketed step, so every bucket layout gives bitwise its
 // result wherever the collectives sum each element in the same order.
 
@@ -749,9 +777,16 @@ static inline bool gradcomm_gpu_start(GradCommGPU* gc, CommGridGPU* grid, int st
     gc->step = step;
     gc->last_backward = true;
     gc->geometry_now = gc->has_device && gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->dev.geo.empty();
-    // the fair figures need the geometry units' G before the transform, after the whole backward
-    gc->bucketed_now = gc->bucketing && !gc->refresh_now && !(fidelity && gc->ref) && !(gc->fair && gc->geometry_now);
+    // kfac's refresh needs the output gradients the backward is still observing, and an ema
+    // refresh the window's average updated before it: both on the trainer's stream, after it
+    const bool refresh_after = gc->refresh_now && (gc->mode == "kfac" || gc->ema > 0.0f);
+    gc->bucketed_now = gc->bucketing && !refresh_after && !(fidelity && gc->ref);
     if (!gc->bucketed_now) return false;
+    gc->refresh_bucketed = gc->refresh_now;
+    gc->refreshed.assign(gc->dev.geo.size(), 0);
+    gc->chosen.assign(gc->dev.geo.size(), "");
+    gc->refresh_bytes = 0.0;
+    if (gc->fair && gc->geometry_now) gradcomm_gpu_cf_make(gc);  // cf.raw: each bucket keeps its units' G
     gc->bucket_grid = *grid;
     gc->bucket_grid.stream = gc->bucket_stream;
     gc->bucket_timer = t;
@@ -764,8 +799,19 @@ static inline void gradcomm_gpu_bucket_transform(GradCommGPU* gc, int b, float* 
     for (int u = gc->bucket_lo[b]; u < gc->bucket_hi[b]; u++) {
         int gi = gc->dev.unit_to_geo[u];
         if (gi < 0) continue;
-        if (forward) geofp8_device_whiten_unit(&gc->dev, gi, grads, gc->bucket_stream);
+        if (forward) geofp8_device_whiten_unit(&gc->dev, gi, grads, gc->bucket_stream, gc->refresh_bucketed ? 1 : 0);
         else geofp8_device_unwhiten_unit(&gc->dev, gi, grads, gc->bucket_stream);
+    }
+}
+
+// The fair figures' cf.raw: bucket b's geometry units' G, before the transform.
+static inline void gradcomm_gpu_bucket_keep_raw(GradCommGPU* gc, int b, const float* grads) {
+    const GradCommCounterfactual& cf = gc->cf;
+    for (int u = gc->bucket_lo[b]; u < gc->bucket_hi[b]; u++) {
+        const int gi = gc->dev.unit_to_geo[u];
+        if (gi < 0) continue;
+        CUDA_CHECK(cudaMemcpyAsync(cf.raw + cf.off[gi], grads + gc->units[u].offset, cf.size[gi] * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   gc->bucket_stream));
     }
 }
 
@@ -806,6 +852,17 @@ static inline void gradcomm_gpu_bucket_launch(GradCommGPU* gc, int b, float* gra
     }
     GeoFP8Device* g = &gc->dev;
     if (gc->geometry_now) {
+        if (gc->fair) gradcomm_gpu_bucket_keep_raw(gc, b, grads);
+        if (gc->refresh_bucketed) {
+            sp = gradcomm_timer_begin_on(t, GC_T_REFRESH, s);
+            for (int u = lo; u < hi; u++) {
+                const int gi = g->unit_to_geo[u];
+                if (gi < 0) continue;
+                gc->refresh_bytes += gradcomm_gpu_refresh_unit(gc, grid, gi, grads, 1);
+                gc->refreshed[gi] = 1;
+            }
+            gradcomm_timer_end(t, sp);
+        }
         sp = gradcomm_timer_begin_on(t, GC_T_WHITEN, s);
         gradcomm_gpu_bucket_transform(gc, b, grads, true);
         gradcomm_timer_end(t, sp);
@@ -860,9 +917,11 @@ static inline bool gradcomm_gpu_bucket_wait(GradCommGPU* gc, cudaStream_t stream
 }
 
 // A bucketed step every rank keeps (no rank saw a non-finite loss or G): what
-// gradcomm_gpu_reduce does after its collectives. stats.skipped: a non-finite scale (every rank
-// alike); the new residuals are kept otherwise. Synchronizes the stream.
-static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid, GradCommTimer* t) {
+// gradcomm_gpu_reduce does after its collectives; grads holds the communicated average.
+// stats.skipped: a non-finite scale (every rank alike; a refresh of this step stays, with its
+// residual carried, as in the unbucketed step); the new residuals are kept otherwise.
+// Synchronizes the stream.
+static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid, const float* grads, GradCommTimer* t) {
     GradCommGPUStats& st = gc->stats;
     const size_t U = gc->units.size(), P = gc->num_params;
     cudaStream_t s = grid->stream;
@@ -874,17 +933,35 @@ static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid
     if (gc->mode == "fp32") { st.bytes = comm_gpu_ring_bytes(grid, 4.0 * P); return; }
     if (gc->mode == "bf16") { st.bytes = comm_gpu_ring_bytes(grid, 2.0 * P); return; }
     GeoFP8Device* g = &gc->dev;
-    if (gc->ema > 0.0f && gc->sketch_now) geofp8_device_ema_update(g, gc->ema, s);
+    if (gc->ema > 0.0f && gc->sketch_now) geofp8_device_ema_update(g, gc->ema, s);  // (never on a bucketed refresh step)
     st.bytes = comm_gpu_ring_bytes(grid, 4.0 * g->num_groups) + comm_gpu_ring_bytes(grid, (double)P);
+    if (gc->refresh_bucketed) {
+        st.bytes += gc->refresh_bytes;
+        st.refreshed = true;
+        gradcomm_gpu_print_power(gc, gc->step);
+    }
     int sp = gradcomm_timer_begin(t, GC_T_NCCL);
     comm_gpu_allreduce_u64_sum(grid, g->counts, g->counts, 3 * U);
     gradcomm_timer_end(t, sp);
     if (geofp8_device_read_stats(g, st.saturated.data(), st.underflow.data(), st.nonzero.data(), st.sum_saturated.data(), s)) {
         st.skipped = true;
+        for (size_t gi = 0; gi < g->geo.size(); gi++) {  // the carry into the residual in use, as the unbucketed refresh did
+            GeoFP8DeviceUnit& gu = g->geo[gi];
+            if (gc->refreshed[gi]) geofp8_carry_residual(g, gu.residual, gu.d_out, gu.d_in, gu.factor_next, gu.factor, gu.r, s);
+        }
         return;
     }
     if (gc->geometry_now) geofp8_device_swap_residuals(g);
     if (gc->profiling) gradcomm_gpu_profile(gc, gc->step);
+    if (gc->fair && gc->geometry_now) gradcomm_gpu_fair_step(gc, grid, grads, gc->step, false, s);
+}
+
+// A bucketed step that every rank skips (a non-finite loss or G somewhere): its refreshes are
+// undone, so that the next step runs with the state of before this one.
+static inline void gradcomm_gpu_bucket_abort(GradCommGPU* gc) {
+    for (size_t gi = 0; gi < gc->refreshed.size(); gi++)
+        if (gc->refreshed[gi]) geofp8_device_refresh_undo(&gc->dev, (int)gi);
+    gc->refreshed.assign(gc->refreshed.size(), 0);
 }
 
 // ----------------------------------------------------------------------------

@@ -230,34 +230,44 @@ else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(why "$TMP/ms
 # --- gradient buckets (--bucket-mb): each mode gives bitwise the same run whether each unit is its
 #     own bucket, sent on the bucket stream as the backward finishes it (0.0001 MB: 27 buckets on
 #     tiny), or the whole gradient goes after the backward (0): the model, every rank's state file
-#     and every metrics field but the times. No fidelity steps (they communicate after the
-#     backward); with --geofp8-refresh 2, steps 1 and 3 refresh after the backward and step 2 goes
-#     out in buckets on the geometry path (the new residuals in the second buffer). Rows: the
-#     geofp8 one with 2 micro-steps per rank (-d 128), and on 4 emulated GPUs; a NaN on rank 1 at
-#     the bucketed step 2 (skipped; the residuals the quantizer wrote are not kept); the auto
-#     selection with --geofp8-ema (step 1 profiles in buckets, step 3 on the geometry path).
-BK=("${SMALL[@]}" -b 1 -t 32 -x 3 -n 3 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
+#     and every metrics field but the times. With --geofp8-refresh 2, steps 1 and 3 refresh the
+#     factors bucket by bucket (the carried residuals in the second buffer) and step 2 uses them:
+#     every geofp8 step goes out in buckets (the last field: how many steps must), kfac's refresh
+#     steps 1 and 3 after the backward. Rows: geofp8 with 2 micro-steps per rank (-d 128), and on
+#     4 emulated GPUs; a NaN gradient on rank 1 at the bucketed step 2 (skipped; the residuals the
+#     quantizer wrote are not kept); a NaN gradient, and a NaN loss, on rank 1 at the refresh step
+#     3 of 4 (skipped after the refresh went out: step 4 must run with the factors and residuals of
+#     step 2, as the unbucketed run, which never refreshed); the fair figures (--fidelity-every 3:
+#     steps 1 and 2 in buckets with their windows, step 3 a fidelity step after the backward); the
+#     auto selection with --geofp8-ema (step 1 profiles in buckets, step 2 refreshes after the
+#     backward, step 3 in buckets).
+BK=("${SMALL[@]}" -b 1 -t 32 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
 BGEO="-c geofp8 --geofp8-layers layers.1.fc2,layers.2.fc1 --geofp8-rank 8 --geofp8-refresh 2 --geofp8-power auto"
 i=0
-for spec in "2 fp32|-d 64 -c fp32" "2 bf16|-d 64 -c bf16" "2 fp8block|-d 64 -c fp8block --fp8-format e5m2" "2 geofp8_accum2|-d 128 $BGEO" \
-            "4 geofp8|-d 128 $BGEO" "2 geofp8_nan|-d 64 $BGEO|TRAIN_LLAMA_TEST_NAN=2:1" \
-            "2 geofp8_auto_ema|-d 64 -c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9 --geofp8-rank 8" \
-            "2 kfac|-d 64 -c kfac --geofp8-refresh 2"; do
-    IFS='|' read -r head flags nan <<<"$spec"
+for spec in "2 fp32|-d 64 -c fp32||3" "2 bf16|-d 64 -c bf16||3" "2 fp8block|-d 64 -c fp8block --fp8-format e5m2||3" \
+            "2 geofp8_accum2|-d 128 $BGEO||3" "4 geofp8|-d 128 $BGEO||3" "2 geofp8_nan|-d 64 $BGEO|TRAIN_LLAMA_TEST_NAN=2:1|2" \
+            "2 geofp8_nan_refresh|-d 64 -x 4 -n 4 $BGEO|TRAIN_LLAMA_TEST_NAN=3:1|3" \
+            "2 geofp8_nan_loss_refresh|-d 64 -x 4 -n 4 $BGEO|TRAIN_LLAMA_TEST_NAN_LOSS=3:1|3" \
+            "2 geofp8_fair|-d 64 $BGEO --fidelity-every 3||2" \
+            "2 geofp8_auto_ema|-d 64 -c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9 --geofp8-rank 8||2" \
+            "2 kfac|-d 64 -c kfac --geofp8-refresh 2||1"; do
+    IFS='|' read -r head flags nan want <<<"$spec"
     read -r np name <<<"$head"
+    [[ "$flags" == *"-x 4"* ]] && steps=4 || { steps=3; flags="-x 3 -n 3 $flags"; }
     i=$((i + 1))
     for mb in 0 0.0001; do
         # shellcheck disable=SC2086
         "${MPIRUN[@]}" -np "$np" env $nan "$EMU/train_llama" "${BK[@]}" $flags --bucket-mb $mb -o "$TMP/bk${i}_$mb" >"$TMP/bk${i}_$mb.out" 2>&1
     done
-    differ=$(python3 "$ROOT/test/testlib.py" --same-run "$TMP/bk${i}_0" "$TMP/bk${i}_0.0001" 3) && same=1 || same=0
+    differ=$(python3 "$ROOT/test/testlib.py" --same-run "$TMP/bk${i}_0" "$TMP/bk${i}_0.0001" $steps) && same=1 || same=0
     buckets=$(grep -o "gradient buckets *| [0-9]* of" "$TMP/bk${i}_0.0001.out" | grep -o "[0-9]* of")
-    # a step that went out in 27 buckets is logged as such (the NaN row's only one is skipped)
+    # the steps that went out in 27 buckets, as logged (a skipped step is not logged as such)
     overlapped=$(grep -c '"comm_buckets_overlapped": 27' "$TMP/bk${i}_0.0001/metrics.jsonl")
-    if [ "$same" = 1 ] && [ "$buckets" = "27 of" ] && { [ -n "$nan" ] || [ "$overlapped" -ge 1 ]; } &&
-       { [ -z "$nan" ] || grep -q "step     2/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; then
+    nan_step=${nan##*=}; nan_step=${nan_step%%:*}
+    if [ "$same" = 1 ] && [ "$buckets" = "27 of" ] && [ "$overlapped" = "$want" ] &&
+       { [ -z "$nan" ] || grep -q "step     $nan_step/$steps | skipped" "$TMP/bk${i}_0.0001.out"; }; then
         pass "emu.buckets_bitwise_np${np}_$name"
-    else fail "emu.buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets', $overlapped bucketed steps logged; $(why "$TMP/bk${i}_0.0001.out")"; fi
+    else fail "emu.buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets', $overlapped bucketed steps logged (want $want); $(why "$TMP/bk${i}_0.0001.out")"; fi
 done
 
 # --- bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint: rank 1's step-6
