@@ -42,11 +42,13 @@ Step time without overlap (--bucket-mb 0): fwd + bwd + codec + collectives + opt
 With overlap (bucketed communication on its own stream): the last micro-step's backward
 (bwd / --accum) hands out --buckets equal buckets at even intervals; bucket i's codec share and
 collectives start when it is ready and the previous bucket's are done; the step waits for the
-last one: fwd + (bwd - bwd_last) + max(bwd_last, finish) + flag + opt. The codec is assumed not to
-slow the backward it overlaps (it shares the GPU; a measured overlapped run says by how much).
-The geometry modes' refresh steps go out after the backward, not in buckets (llmc/gradcomm.cuh),
-so their overlapped time is ((K - 1) · overlapped + without overlap) / K for --refresh K: with
---refresh 1, no step overlaps.
+last one: fwd + (bwd - bwd_last) + max(bwd_last, finish) + refresh + flag + opt. The codec is
+assumed not to slow the backward it overlaps (it shares the GPU; a measured overlapped run says by
+how much). geofp8's refresh steps go out in buckets too (llmc/gradcomm.cuh), but each unit's
+refresh holds up the backward (rank 0 waits for its factorization before the host queues more of
+the backward), so the refresh collectives (amortized over --refresh K) are added, never hidden.
+kfac's refresh steps go out after the backward, so its overlapped time is ((K - 1) · overlapped +
+without overlap) / K: with --refresh 1, no kfac step overlaps.
 
 Prints, for each N: the predicted ms per step of each mode and its gain over fp32 (positive is
 faster, as in the paper), with and without overlap; for llama600m at 64 GPUs the paper's own
@@ -195,8 +197,7 @@ def step_ms(ph, colls, N, a, overlap):
     finish = 0.0
     for i in range(1, nb + 1):
         finish = max(bwd_last * i / nb, finish) + c_bucket
-    finish += comm_ms(once, N, a)
-    return fwd + (bwd - bwd_last) + max(bwd_last, finish) + flag + ph["opt"]
+    return fwd + (bwd - bwd_last) + max(bwd_last, finish) + comm_ms(once, N, a) + flag + ph["opt"]
 
 
 def estimate_phases(mode, P, preset, a):
@@ -296,7 +297,7 @@ def main(argv=None):
             base = step_ms(phases["fp32"], collectives("fp32", P, U, geo_din, a.rank, a.refresh), N, a, ov)
             for m in modes:
                 t = step_ms(phases[m], collectives(m, P, U, geo_din, a.rank, a.refresh), N, a, ov)
-                if ov and m in ("geofp8", "kfac"):  # a refresh step goes out after the backward, not in buckets
+                if ov and m == "kfac":  # a refresh step goes out after the backward, not in buckets
                     t_after = step_ms(phases[m], collectives(m, P, U, geo_din, a.rank, a.refresh), N, a, False)
                     t = ((a.refresh - 1) * t + t_after) / a.refresh
                 gain = 100.0 * (base - t) / base

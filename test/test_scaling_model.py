@@ -96,10 +96,17 @@ with tempfile.TemporaryDirectory() as root:
         extra += ar((4.0 * d * k + 8) / 10, 8) + (4.0 * (d * 32 + 32 + 2) / 10) / (busbw * 1e9) * 1e3
     got = table[(8, "geofp8", False)][0] - table[(8, "fp8", False)][0]
     check("scaling_model_geofp8_refresh_amortized", close(got, extra, 1e-9), f"{got} vs {extra}")
-    # the refresh steps of geofp8 go out after the backward: with --refresh 1 no step overlaps
+    # geofp8's refresh steps go out in buckets, with the refresh exposed: with --refresh 1 and
+    # overlap, geofp8 = fp8 + the whole refresh (10 times the amortized one above), whether the
+    # step is communication-bound (busbw above) or compute-bound (a 1000x faster link)
     t1, _ = run(base[:-1] + ["1"])
-    check("scaling_model_refresh_steps_not_overlapped", close(t1[(8, "geofp8", True)][0], t1[(8, "geofp8", False)][0]),
-          f"refresh 1: overlapped {t1[(8, 'geofp8', True)][0]} vs without {t1[(8, 'geofp8', False)][0]}")
+    got1 = t1[(8, "geofp8", True)][0] - t1[(8, "fp8", True)][0]
+    fast = base[:base.index("--busbw-gbs") + 1] + [str(busbw * 1000)] + base[base.index("--busbw-gbs") + 2:-1] + ["1"]
+    tf, _ = run(fast)
+    extra_fast = sum(ar((4.0 * d * min(40, d) + 8), 8) / 1000 + (4.0 * (d * 32 + 34)) / (busbw * 1000 * 1e9) * 1e3 for d in (tiny["FF"], tiny["C"]))
+    gotf = tf[(8, "geofp8", True)][0] - tf[(8, "fp8", True)][0]
+    check("scaling_model_refresh_in_buckets_exposed", close(got1, 10 * extra, 1e-9) and close(gotf, extra_fast, 1e-9) and
+          t1[(8, "geofp8", True)][0] < t1[(8, "geofp8", False)][0], f"refresh 1: {got1} vs {10 * extra}; fast link {gotf} vs {extra_fast}")
     # overlapped, communication-bound: 4 buckets ready every bwd/4; each one's codec share and
     # collectives take c > bwd/4, so the last finishes at bwd/4 + 4c
     table, _ = run(base + ["--buckets", "4"])
