@@ -59,6 +59,22 @@ expect_error cli_geofp8_power_garbage "--geofp8-power: expected auto or a number
 expect_error cli_geofp8_power_negative "--geofp8-power" "${FAST[@]}" -x 1 -c geofp8 --geofp8-power -0.5
 expect_error cli_geofp8_rank_zero "--geofp8-rank: expected full or an integer in \[1, 4096\], found '0'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-rank 0
 expect_error cli_geofp8_rank_garbage "--geofp8-rank: expected full or an integer in \[1, 4096\], found '8x'" "${FAST[@]}" -x 1 -c geofp8 --geofp8-rank 8x
+# --geofp8-rank full: the exact factor of a unit wider than 4096 inputs is refused, naming it (a
+# one-layer model file whose fc2 has d_in 4160, zero weights)
+python3 - "$TMP/wide_ff.bin" <<'PY'
+import sys, zlib
+import numpy as np
+V, Vp, C, L, NH, NKV, FF, T = 50257, 50304, 64, 1, 1, 1, 4160, 64
+n = Vp * C * 2 + 2 * L * C + L * 3 * C * C + L * C * C + L * 3 * FF * C + C
+payload = np.zeros(n, dtype="<f4").tobytes()
+h = np.zeros(256, dtype="<i4")
+h[:11] = [20250301, 1, V, Vp, C, L, NH, NKV, FF, T, 0]
+h[11] = np.array([zlib.crc32(payload)], dtype="<u4").view("<i4")[0]
+open(sys.argv[1], "wb").write(h.tobytes() + payload)
+PY
+expect_error cli_geofp8_rank_full_too_wide "--geofp8-rank full: the exact factor needs d_in <= 4096, but layers.0.fc2 has d_in 4160" \
+    -e "$TMP/wide_ff.bin" -b 2 -t 32 -v 0 -x 1 -c geofp8 --geofp8-rank full --geofp8-layers layers.0.fc2
+rm -f "$TMP/wide_ff.bin"
 expect_error cli_geofp8_ema_with_kfac "--geofp8-ema: averages the sketch of -c geofp8" "${FAST[@]}" -x 1 -c kfac --geofp8-ema 0.9
 expect_error cli_geofp8_ema_one "--geofp8-ema: expected a number in \[0, 0.999\], found 1" "${FAST[@]}" -x 1 -c geofp8 --geofp8-ema 1
 # the FP8 format: one of the two, and only with a mode that sends FP8 codes
