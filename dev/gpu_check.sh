@@ -13,6 +13,9 @@
 #   mode_<m>      every -c mode for 30 steps on a one-rank NCCL communicator (orchestration only:
 #                 one rank turns every collective into a copy) against the CPU engine's curve
 #   bitwise       two identical runs: checkpoint files and losses bit for bit
+#   skip_nan_loss a non-finite loss (TRAIN_LLAMA_TEST_NAN_LOSS) at the refresh step 3 of 4 on a
+#                 one-rank NCCL communicator, with the gradient in buckets on their own stream and
+#                 with --bucket-mb 0: both skip step 3 and end with the same checkpoint bit for bit
 #   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so)
 #   bench_<p>     tokens/s, MFU (ours and llm.c's convention), peak memory and per-phase times of
 #                 d12, llama300m (B=4, T=4096) and llama600m (B=4, T=2048): 5 timed steps after 2 warm-up steps
@@ -142,6 +145,7 @@ if [ "$EMULATE" = 0 ]; then
     MODE_STEPS=30
     BITWISE_FLAGS=(-e tiny -b 4 -t 128 -x 10 -n 10 -v 0 -l 2e-3 -u 2 --seed 1337 -c geofp8 --geofp8-layers "$GEO_LAYERS" --geofp8-refresh 3)
     BITWISE_STEP=10
+    SKIP_FLAGS=(-e tiny -b 4 -t 128 -x 4 -n 4 -v 0 -l 2e-3 -u 2 --seed 1337 -c geofp8 --geofp8-layers "$GEO_LAYERS" --geofp8-refresh 2)
 else
     # the emulation runs kernels thread by thread: a few steps of a few tokens
     KIND=emulated
@@ -151,6 +155,7 @@ else
     MODE_STEPS=3
     BITWISE_FLAGS=(-e tiny -b 1 -t 16 -x 2 -n 2 -v 0 -l 2e-3 -u 1 --seed 1337 -c geofp8 --geofp8-layers "$GEO_LAYERS" --geofp8-refresh 1)
     BITWISE_STEP=2
+    SKIP_FLAGS=(-e tiny -b 1 -t 16 -x 4 -n 4 -v 0 -l 2e-3 -u 1 --seed 1337 -c geofp8 --geofp8-layers "$GEO_LAYERS" --geofp8-refresh 2)
 fi
 # bf16 compute against the fp32 engine, per-step train loss |gpu - cpu| / cpu: a CPU emulation of
 # this engine's bf16 rounding points on exactly the 50-step run measured at most 8.5e-5 (mean
@@ -696,6 +701,35 @@ if wanted bitwise; then
                 fi
             fi
             rm -f "$LOGS"/bitwise_[ab]/*.bin  # large; the logs stay
+        else out_of_budget $key; fi
+    fi
+fi
+
+# a non-finite loss at a refresh step whose buckets are still in flight on their own stream: the
+# step waits for them, is skipped with its refresh undone, and step 4 is bitwise that of the
+# unbucketed run (which never refreshed at step 3)
+if wanted skip_nan_loss; then
+    key=skip_nan_loss
+    if ! blocked $key train_llama; then
+        if in_budget 30; then
+            dt=0 bad=""
+            for mb in 25 0; do
+                rm -rf "$LOGS/skip_$mb"
+                run 120 "$LOGS/skip_$mb.log" env TRAIN_LLAMA_TEST_NCCL=1 TRAIN_LLAMA_TEST_NAN_LOSS=3:0 "$BIN/train_llama" "${SKIP_FLAGS[@]}" \
+                    --bucket-mb $mb -o "$LOGS/skip_$mb"
+                dt=$(awk -v a="$dt" -v b="$DT" 'BEGIN { printf "%.1f", a + b }')
+                if [ $RC -ne 0 ]; then bad="$bad --bucket-mb $mb: $(why "$LOGS/skip_$mb.log");"
+                elif ! grep -q "step     3/4 | skipped" "$LOGS/skip_$mb.log"; then bad="$bad --bucket-mb $mb: step 3 not skipped;"; fi
+            done
+            if [ -z "$bad" ]; then
+                for f in model_00000004.bin state_00000004_00000.bin; do
+                    cmp -s "$LOGS/skip_25/$f" "$LOGS/skip_0/$f" || bad="$bad $f differs;"
+                done
+                grep -q '"step": 4,.*"comm_buckets_overlapped": [1-9]' "$LOGS/skip_25/metrics.jsonl" || bad="$bad step 4 did not go out in buckets;"
+            fi
+            if [ -z "$bad" ]; then row $key PASS "$dt" "step 3 skipped in both; step 4 bitwise the unbucketed run (model and optimizer state)"
+            else row $key FAIL "$dt" "$bad"; fi
+            rm -f "$LOGS"/skip_*/*.bin
         else out_of_budget $key; fi
     fi
 fi

@@ -74,7 +74,7 @@ else
 
     # --- the emulated run; $OUT watched while it runs
     mkdir -p "$TMP/out"
-    ONLY='^(tiny|mode_geofp8|bitwise|dev_matmul|test_(blas_shim|fp8_device)|memcheck|racecheck|bench_.*|scaling_model|torch_.*)$'
+    ONLY='^(tiny|mode_geofp8|bitwise|skip_nan_loss|dev_matmul|test_(blas_shim|fp8_device)|memcheck|racecheck|bench_.*|scaling_model|torch_.*)$'
     OUT=$TMP/out EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs" GPU_CHECK_ONLY="$ONLY" \
         timeout 900 bash dev/gpu_check.sh >"$TMP/emu.out" 2>&1 &
     pid=$!
@@ -90,11 +90,11 @@ else
     check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(why "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
-    want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise memcheck racecheck bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m "
+    want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss memcheck racecheck bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m "
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
-    for k in libraries refs binaries test_blas_shim test_fp8_device tiny mode_geofp8 bitwise; do
+    for k in libraries refs binaries test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss; do
         check "gpu_check.emulated_$k" '[ "$(result_of $k "$R")" = PASS ]' "$(row_of $k "$R")"
     done
     # the loss rows print their measurement against their bound
