@@ -49,12 +49,16 @@ export TRAIN_LLAMA_NCCL_ID_TIMEOUT
 # module load cuda/13.0 nccl/2.28 openmpi
 # export LD_LIBRARY_PATH=/opt/nccl/lib:$LD_LIBRARY_PATH
 
-# --- NCCL over InfiniBand (check the first run with NCCL_DEBUG=INFO: the log must show
-#     "NET/IB" with "GDRDMA" between nodes, not "NET/Socket") ---------------------------------
-export NCCL_IB_HCA="${NCCL_IB_HCA:-mlx5}"                # HCAs NCCL may use (prefix match; `ibv_devices` lists them)
-export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-ib0}"   # interface for NCCL's bootstrap / socket traffic (`ip -br a`)
-export NCCL_NET_GDR_LEVEL="${NCCL_NET_GDR_LEVEL:-PHB}"   # GPUDirect RDMA when GPU and NIC share a host bridge or closer
-export NCCL_IB_TIMEOUT="${NCCL_IB_TIMEOUT:-22}"          # IB verbs timeout exponent: tolerate a congested fabric
+# --- NCCL's network: left to NCCL's own detection (InfiniBand, RoCE, Ethernet, EFA, ...), which
+#     is right on most clusters. Check the first run with NCCL_DEBUG=INFO: between nodes the log
+#     should show "NET/IB" (with "GDRDMA" where the NIC allows it) or your fabric's plugin, not
+#     "NET/Socket". Only if it picks the wrong interface or device, name them here, e.g. on an
+#     InfiniBand cluster whose NICs are mlx5_* and whose IPoIB interface is ib0:
+# export NCCL_IB_HCA=mlx5                 # HCAs NCCL may use (prefix match; `ibv_devices` lists them)
+# export NCCL_SOCKET_IFNAME=ib0           # interface for NCCL's bootstrap / socket traffic (`ip -br a`)
+# export NCCL_NET_GDR_LEVEL=PHB           # GPUDirect RDMA when GPU and NIC share a host bridge or closer
+# export NCCL_IB_TIMEOUT=22               # IB verbs timeout exponent: tolerate a congested fabric
+# Variables already set in the environment of sbatch are passed through as they are.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"                  # INFO: topology, rings and transports at startup
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$CPUS_PER_TASK}"
 
