@@ -885,7 +885,7 @@ int main(int argc, char** argv) {
 
     // logs (the directory exists and this run holds its lock)
     Logger logger = {NULL, NULL, "", ""};
-    if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step > 0);
+    if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step);
     double flops_per_token = llama_flops_per_token(&lc, tc.T);
     if (grid.rank == 0) {
         char b[256];

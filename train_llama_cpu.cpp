@@ -674,7 +674,7 @@ int main(int argc, char** argv) {
 
     // logs (the directory exists and this run holds its lock)
     Logger logger = {NULL, NULL, "", ""};
-    if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step > 0);
+    if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step);
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();

@@ -4,7 +4,8 @@
 Reads each RUN_DIR/metrics.jsonl (one JSON object per line, llmc/logger.h). Train lines carry
 "train_loss" (skipped steps carry "skipped" and are left out), val lines "val_loss"; both carry
 "step" and "tokens" (older logs without "tokens": step x the run's tokens per step, from
-tokens_per_s x ms). A resumed run appends, so the last line of a step wins.
+tokens_per_s x ms). A resumed run cuts its logs at the resume step before it appends; should a
+step still appear twice (logs from before that), the last line of a step wins.
 
   python3 scripts/plot_runs.py out/fp32 out/fp8 out/geofp8 --baseline out/fp32 --out runs.png
 

@@ -158,9 +158,9 @@ else fail sample_small_vocabulary "$(why "$TMP/sample.out")"; fi
 RUN=("${FAST[@]}" -x 6 -n 3 -l 3e-3 -u 1)
 if timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/straight" >"$TMP/straight.out" 2>&1; then
     cp -r "$TMP/straight" "$TMP/resumed"
-    # drop the final checkpoint: the newest complete one is now step 3
+    # drop the final checkpoint: the newest complete one is now step 3; the logs keep the rows of
+    # steps 4-6, as a run interrupted after step 6's logs and before its checkpoint would leave them
     rm -f "$TMP/resumed/DONE_00000006" "$TMP/resumed/model_00000006.bin" "$TMP/resumed/state_00000006_00000.bin"
-    head -n 3 "$TMP/straight/main.log" >"$TMP/resumed/main.log"
     if timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/resumed" -y 1 >"$TMP/resumed.out" 2>&1; then
         if cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
            cmp -s "$TMP/straight/state_00000006_00000.bin" "$TMP/resumed/state_00000006_00000.bin"; then
@@ -173,6 +173,11 @@ if timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/straight" >"$TMP/straight.out" 2>&1; 
         else
             fail resume_same_losses "$(diff <(grep trl "$TMP/straight/main.log") <(grep trl "$TMP/resumed/main.log") | head -5)"
         fi
+        # the interrupted run's rows past step 3 are cut at the resume: one row per step in both logs
+        if cmp -s "$TMP/straight/main.log" "$TMP/resumed/main.log" && python3 test/testlib.py --same-metrics "$TMP/straight" "$TMP/resumed" &&
+           grep -q "logs: removed the interrupted run's rows past step 3 (3 of main.log, 3 of metrics.jsonl)" "$TMP/resumed.out"; then
+            pass resume_logs_one_row_per_step
+        else fail resume_logs_one_row_per_step "main.log: $(grep -o 's:[0-9]*' "$TMP/resumed/main.log" | tr '\n' ' '); metrics steps: $(grep -o '"step": [0-9]*' "$TMP/resumed/metrics.jsonl" | tr -dc '0-9\n' | tr '\n' ' '); $(grep -m1 '^logs:' "$TMP/resumed.out")"; fi
         grep -q '"train_loss"' "$TMP/straight/metrics.jsonl" && pass metrics_jsonl_written || fail metrics_jsonl_written "no train_loss in metrics.jsonl"
     else
         fail resume_bitwise_weights_and_state "resumed run failed: $(why "$TMP/resumed.out")"

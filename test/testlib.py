@@ -11,7 +11,8 @@ From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1
               a VALUE that is not a number fails and is shown)
               python3 test/testlib.py --same-run DIR_A DIR_B STEP   (exit status 0 when two runs
               wrote the same checkpoint at STEP and the same metrics: same_run(); else prints why;
-              --same-model: the model file and the metrics only, same_model_and_metrics())
+              --same-model: the model file and the metrics only, same_model_and_metrics();
+              --same-metrics DIR_A DIR_B: same_metrics() alone)
               python3 test/testlib.py --small-model   (prints the flags of the small test model,
               after writing its data if missing: small_model_flags(); --small-model-dir: its data
               directory)
@@ -182,6 +183,8 @@ def main(argv):
     if len(argv) == 2 and argv[1] == "--small-model-dir":
         print(small_model_dir())
         return 0
+    if len(argv) == 4 and argv[1] == "--same-metrics":
+        return 0 if same_metrics(argv[2], argv[3]) else 1
     if len(argv) == 5 and argv[1] == "--same-run":
         ok, why = same_run(argv[2], argv[3], int(argv[4]))
         if not ok:
