@@ -12,6 +12,7 @@
 # One row per run as it completes, then one row per (N, mode) over the seeds, mean ± std of:
 #   dval     val loss - fp32's val loss of the same seed and N (in % of fp32's)
 #   recover  1 - dval / dval(fp8) of the same seed and N: the share of fp8's gap the mode removes
+#            ("—" where fp8's val loss is not above fp32's on that seed: there is no gap)
 #   win geo/fp8+EF  the windowed fair ratio: RelL2 of a window's summed geo gradient against the
 #            exact sum, over the same for plain fp8 with its own error feedback (README, "Fair
 #            fidelity figures"); mean over the run's windows, and the largest
