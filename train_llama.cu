@@ -520,6 +520,19 @@ static int llama_comm_max_int(GpuCommGrid* g, int x) {
     return (int)v;
 }
 
+// The same for two ints in one all-reduce (the scratch slot holds two floats).
+static void llama_comm_max_int2(GpuCommGrid* g, int* a, int* b) {
+    if (g->world_size == 1) return;
+    float v[2] = {(float)*a, (float)*b};
+    float* slot = reinterpret_cast<float*>(g->scratch);
+    CUDA_CHECK(cudaMemcpyAsync(slot, v, sizeof(v), cudaMemcpyHostToDevice, g->nccl.stream));
+    comm_gpu_allreduce_f32_max(&g->nccl, slot, slot, 2);
+    CUDA_CHECK(cudaMemcpyAsync(v, slot, sizeof(v), cudaMemcpyDeviceToHost, g->nccl.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g->nccl.stream));
+    *a = (int)v[0];
+    *b = (int)v[1];
+}
+
 // Rank 0's string on every rank, over NCCL (whatever the launcher).
 static std::string llama_comm_broadcast_string(GpuCommGrid* g, const std::string& s) {
     if (g->world_size == 1) return s;
@@ -665,6 +678,7 @@ typedef struct {
     int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite loss or gradient on that rank)
     int ns_matrices;      // matrices this rank orthogonalized (all of them, or its share with --muon-shard)
     int comm_buckets;     // buckets communicated during the backward (0: after it)
+    int stop_signal;      // a stop signal some rank got before this step's skip decision (0: none; llmc/run.h)
 } StepStats;
 
 
@@ -729,7 +743,10 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     int sp = bucketed ? gradcomm_timer_begin(timer, GC_T_COMM) : -1;
     const bool buckets_finite = bucketed ? gradcomm_gpu_bucket_wait(gc, m->stream) : true;
     bool finite = std::isfinite(loss_sum) && buckets_finite && (bucketed || std::isfinite(llama_grad_norm(m)));
-    int bad_rank = llama_comm_max_int(grid, finite ? 0 : grid->rank + 1);
+    // the stop flag (llmc/run.h) rides on the same all-reduce, so that every rank sees it at this step
+    int bad_rank = finite ? 0 : grid->rank + 1;
+    st.stop_signal = run_stop_signal;
+    llama_comm_max_int2(grid, &bad_rank, &st.stop_signal);
     st.skipped_on_rank = bad_rank - 1;
     if (bad_rank > 0) {
         if (bucketed) gradcomm_gpu_bucket_abort(gc);  // this step's refreshes undone
@@ -913,9 +930,13 @@ int main(int argc, char** argv) {
     double t_run0 = run_now_seconds(), train_seconds = 0.0;
     int timed_steps = 0;
     float last_loss = NAN;
+    int stop_sig = 0;  // a stop signal every rank has agreed on (in the last step's skip all-reduce)
+    bool stopped = false;
+    run_install_stop_signals();
     for (int step = start_step; step <= tc.steps; step++) {
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
+        const bool stopping = stop_sig != 0 && !last;
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
             dataloader_reset(&val_loader);
@@ -931,7 +952,7 @@ int main(int argc, char** argv) {
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
             llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
         }
-        if (run_checkpoint_due(tc, step, fresh, last)) {
+        if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             if (grid.rank == 0) llama_save_model(&model, checkpoint_model_path(tc.output_dir, step), step);
             CheckpointState st;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
@@ -949,11 +970,21 @@ int main(int argc, char** argv) {
                 printf("checkpoint: %s (step %d)\n", tc.output_dir.c_str(), step);
             }
         }
+        if (stopping) {
+            // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as
+            // srun --kill-on-bad-exit ends the others at the first exit)
+            llama_comm_max_int(&grid, 0);
+            if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv);
+            stopped = true;
+            break;
+        }
         if (last) break;
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
+        run_test_signal(step + 1, grid.rank);
         double t0 = run_now_seconds();
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader, &gc, &timer);
+        stop_sig = st.stop_signal;
         gradcomm_timer_collect(&timer);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
@@ -1020,7 +1051,7 @@ int main(int argc, char** argv) {
             logger_metrics(&logger, line);
         }
     }
-    if (grid.rank == 0) {
+    if (grid.rank == 0 && !stopped) {
         double total = run_now_seconds() - t_run0;
         printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
         if (timed_steps > 0) {
@@ -1039,6 +1070,6 @@ int main(int argc, char** argv) {
     llama_model_free(&model);
     matmul_free();
     llama_comm_finalize(&grid);
-    return 0;
+    return stopped ? RUN_EXIT_STOPPED : 0;
 }
 #endif  // TRAIN_LLAMA_NO_MAIN

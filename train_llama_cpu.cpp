@@ -701,9 +701,14 @@ int main(int argc, char** argv) {
     double t_run0 = run_now_seconds(), train_seconds = 0.0;
     int timed_steps = 0;
     float last_loss = NAN;
+    int stop_sig = 0;  // a stop signal every rank has agreed on (llmc/run.h)
+    bool stopped = false;
+    run_install_stop_signals();
     for (int step = start_step; step <= tc.steps; step++) {
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
+        if (step > start_step) stop_sig = comm_max_int(&grid, run_stop_signal);  // after each step, on every rank alike
+        const bool stopping = stop_sig != 0 && !last;
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
             std::vector<double> mean(V, 0.0);  // each logical rank's mean over its val batches
@@ -722,7 +727,7 @@ int main(int argc, char** argv) {
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
             llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
         }
-        if (run_checkpoint_due(tc, step, fresh, last)) {
+        if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             if (grid.rank == 0) checkpoint_write_model(checkpoint_model_path(tc.output_dir, step), &lc, model.params, step);
             CheckpointState st;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
@@ -741,9 +746,18 @@ int main(int argc, char** argv) {
                 printf("checkpoint: %s (step %d)\n", tc.output_dir.c_str(), step);
             }
         }
+        if (stopping) {
+            // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as
+            // srun --kill-on-bad-exit ends the others at the first exit)
+            comm_barrier(&grid);
+            if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv);
+            stopped = true;
+            break;
+        }
         if (last) break;
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
+        run_test_signal(step + 1, grid.rank);
         double t0 = run_now_seconds();
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, run_next_batch, &local);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
@@ -804,7 +818,7 @@ int main(int argc, char** argv) {
             logger_metrics(&logger, line);
         }
     }
-    if (grid.rank == 0) {
+    if (grid.rank == 0 && !stopped) {
         double total = run_now_seconds() - t_run0;
         printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
         if (timed_steps > 0) printf(", %.0f tok/s average", tc.total_batch * timed_steps / train_seconds);
@@ -818,6 +832,6 @@ int main(int argc, char** argv) {
     }
     llama_model_free(&model);
     comm_finalize(&grid);
-    return 0;
+    return stopped ? RUN_EXIT_STOPPED : 0;
 }
 #endif  // TRAIN_LLAMA_NO_MAIN

@@ -7,8 +7,11 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <unistd.h>
 #include <vector>
 #include "checkpoint.h"
 #include "dataloader.h"
@@ -367,6 +370,75 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
         run_print_row("fidelity", row);
     }
     run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
+}
+
+// ----------------------------------------------------------------------------
+// stopping on a signal: SIGTERM, SIGINT or SIGUSR1 (Slurm's --signal, a preemption, Ctrl-C) lets
+// the step in progress finish; the ranks agree on the flag with a MAX all-reduce after each step
+// (so a signal to one rank stops them all at the same step), the run writes a checkpoint of that
+// step, prints one line with the resume command and exits with RUN_EXIT_STOPPED. A second signal
+// ends the process at once (exit 128 + signal); the checkpoints already complete stay intact, as
+// each one is renamed into place whole and DONE is written last.
+
+#define RUN_EXIT_STOPPED 75  // EX_TEMPFAIL: stopped on a signal after a checkpoint; resume with -y 1
+
+static volatile sig_atomic_t run_stop_signal = 0;
+
+static void run_on_stop_signal(int sig) {
+    if (run_stop_signal != 0) _exit(128 + sig);
+    run_stop_signal = sig;
+}
+
+static inline void run_install_stop_signals() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = run_on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    const int sigs[3] = {SIGTERM, SIGINT, SIGUSR1};
+    for (int s : sigs) sigaction(s, &sa, NULL);
+}
+
+// Test hook TRAIN_LLAMA_TEST_SIGNAL="STEP:RANK:SIG": RANK raises SIG (a number) at the start of
+// (1-based) STEP, as if it had arrived during that step; "STEP:RANK:SIG:2" raises it twice.
+static inline void run_test_signal(int step, int rank) {
+    const char* env = getenv("TRAIN_LLAMA_TEST_SIGNAL");
+    int s = -1, r = -1, sig = 0, times = 1;
+    if (!env || sscanf(env, "%d:%d:%d:%d", &s, &r, &sig, &times) < 3 || s != step || r != rank) return;
+    for (int k = 0; k < times; k++) raise(sig);
+}
+
+static inline const char* run_signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+// The command line that resumes this run: argv as given, shell-quoted, with -y (--resume) set to 1.
+static inline std::string run_resume_command(int argc, char** argv) {
+    std::string cmd;
+    bool has_y = false;
+    for (int i = 0; i < argc; i++) {
+        std::string a = argv[i];
+        if (i > 0 && i + 1 < argc && (a == "-y" || a == "--resume")) { cmd += " " + a + " 1"; has_y = true; i++; continue; }
+        bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@%") == std::string::npos;
+        if (!plain) {
+            std::string q = "'";
+            for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+            a = q + "'";
+        }
+        cmd += (i ? " " : "") + a;
+    }
+    if (!has_y) cmd += " -y 1";
+    return cmd;
+}
+
+// Rank 0's line after the stop checkpoint (or without -o, the stop alone).
+static inline void run_print_stopped(const TrainConfig& tc, int sig, int step, int argc, char** argv) {
+    if (tc.output_dir.empty())
+        printf("stopped by %s after step %d; no -o, so no checkpoint was written\n", run_signal_name(sig), step);
+    else
+        printf("stopped by %s after step %d: checkpoint %s (step %d); resume with: %s\n", run_signal_name(sig), step, tc.output_dir.c_str(), step,
+               run_resume_command(argc, argv).c_str());
+    fflush(stdout);
 }
 
 static inline double run_now_seconds() {

@@ -302,6 +302,22 @@ if [ "$same" = 1 ] && grep -q "resuming from step 3" "$TMP/fr.out" && grep -q '"
     pass emu.fair_fidelity_resume_mid_window_bitwise_np2
 else fail emu.fair_fidelity_resume_mid_window_bitwise_np2 "$differ $(why "$TMP/fr.out")"; fi
 
+# --- a stop signal to one rank (llmc/run.h): SIGTERM raised in rank 1 during step 2 of 4 reaches
+#     rank 0 in the step's skip all-reduce; both write the checkpoint of step 2, rank 0 prints the
+#     resume command, exit 75; -y 1 then ends bitwise the uninterrupted run (model, state files,
+#     every metrics field)
+SIG=("${RUN[@]}" -x 4 -n 0 -c geofp8 "${GEO[@]}" --fidelity-every 0)
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${SIG[@]}" -o "$TMP/sig_whole" >"$TMP/sw.out" 2>&1
+TRAIN_LLAMA_TEST_SIGNAL=2:1:15 "${MPIRUN[@]}" -np 2 -x TRAIN_LLAMA_TEST_SIGNAL "$EMU/train_llama" "${SIG[@]}" -o "$TMP/sig" >"$TMP/sig.out" 2>&1
+rc=$?
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${SIG[@]}" -y 1 -o "$TMP/sig" >"$TMP/sigr.out" 2>&1
+differ=$(python3 "$ROOT/test/testlib.py" --same-run "$TMP/sig_whole" "$TMP/sig" 4 2>&1) && same=1 || same=0
+if [ $rc -eq 75 ] && grep -q "^stopped by SIGTERM after step 2: checkpoint $TMP/sig (step 2); resume with: .* -y 1$" "$TMP/sig.out" &&
+   [ -f "$TMP/sig/DONE_00000002" ] && grep -q "resuming from step 2" "$TMP/sigr.out" && [ "$same" = 1 ]; then
+    pass emu.signal_to_one_rank_checkpoint_resume_bitwise_np2
+else fail emu.signal_to_one_rank_checkpoint_resume_bitwise_np2 "exit $rc, $(grep -m1 '^stopped' "$TMP/sig.out"); $differ $(why "$TMP/sigr.out")"; fi
+rm -rf "$TMP"/sig*
+
 # --- the lock on -o: a second run on a directory a running one holds stops at once, naming it
 TRAIN_LLAMA_TEST_SLOW=1 "$EMU/train_llama" "${RUN[@]}" -x 3 -o "$TMP/locked" >"$TMP/l1.out" 2>&1 &
 holder=$!

@@ -141,6 +141,57 @@ if cmp -s "$TMP/whole/model_00000012.bin" "$TMP/killed/model_00000012.bin" &&
     pass mpi_sigkill_resume_same_losses_and_weights
 else fail mpi_sigkill_resume_same_losses_and_weights "$(why "$TMP/k2.out")"; fi
 
+# --- a stop signal (SIGTERM, SIGINT, SIGUSR1; llmc/run.h): the step in progress finishes, every
+#     rank writes the checkpoint of that step, rank 0 prints the resume command, the job exits 75;
+#     that command ends bitwise equal to the uninterrupted run (model and losses), one row per
+#     step in the logs. TRAIN_LLAMA_TEST_SIGNAL raises the signal in one rank during a chosen step;
+#     one row sends a real SIGTERM from outside. A second signal ends the run at once (143) and
+#     the checkpoint before it stays whole.
+SRUN=("${FAST[@]}" -x 8 -n 0)
+for np in 1 2; do "${MPIRUN[@]}" -np $np "$BIN" "${SRUN[@]}" -n 2 -o "$TMP/sig_whole$np" >"$TMP/sw$np.out" 2>&1; done
+# stop_row NAME NP DIR STEP SIGNAME: checks a stopped run in DIR and resumes it with its own line
+stop_row() {
+    local name=$1 np=$2 dir=$3 at=$4 signame=$5 rc=$6 line cmd
+    line=$(grep -m1 "^stopped by $signame after step $at: checkpoint $dir (step $at); resume with: " "$dir.out")
+    cmd=${line#*resume with: }
+    local ok=1 detail=""
+    [ "$rc" -eq 75 ] || { ok=0; detail="exit $rc, expected 75;"; }
+    [ -n "$line" ] || { ok=0; detail="$detail no stop line: $(grep -m1 '^stopped' "$dir.out");"; }
+    [ -f "$dir/DONE_$(printf %08d "$at")" ] && [ "$(ls "$dir" | grep -c "^state_$(printf %08d "$at")_")" -eq "$np" ] || { ok=0; detail="$detail no complete checkpoint $at;"; }
+    if [ "$ok" = 1 ]; then
+        # shellcheck disable=SC2086
+        (cd "$ROOT" && eval "${MPIRUN[*]} -np $np $cmd") >"$dir.resume.out" 2>&1 || { ok=0; detail="resume failed: $(why "$dir.resume.out")"; }
+    fi
+    if [ "$ok" = 1 ] && cmp -s "$TMP/sig_whole$np/model_00000008.bin" "$dir/model_00000008.bin" &&
+       [ "$(losses "$TMP/sig_whole$np/main.log")" = "$(losses "$dir/main.log")" ] &&
+       [ "$(grep -c trl "$dir/main.log")" -eq 8 ] && grep -q "resuming from step $at" "$dir.resume.out"; then pass "$name"
+    else fail "$name" "${detail:-the resumed run differs from the uninterrupted one: $(why "$dir.resume.out")}"; fi
+}
+ROOT=$(pwd)
+TRAIN_LLAMA_TEST_SIGNAL=3:0:15 "${MPIRUN[@]}" -np 1 "$BIN" "${SRUN[@]}" -o "$TMP/sig1" >"$TMP/sig1.out" 2>&1
+stop_row mpi_signal_checkpoint_resume_bitwise_np1 1 "$TMP/sig1" 3 SIGTERM $?
+TRAIN_LLAMA_TEST_SIGNAL=5:1:10 "${MPIRUN[@]}" -np 2 -x TRAIN_LLAMA_TEST_SIGNAL "$BIN" "${SRUN[@]}" -o "$TMP/sig2" >"$TMP/sig2.out" 2>&1
+stop_row mpi_signal_to_one_rank_checkpoint_resume_bitwise_np2 2 "$TMP/sig2" 5 SIGUSR1 $?
+# a real SIGTERM from outside, to rank 0's process, while it trains (200 ms more per step)
+TRAIN_LLAMA_TEST_SLOW=1 "$BIN" "${SRUN[@]}" -o "$TMP/sig3" >"$TMP/sig3.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do n=$(grep -c '"train_loss"' "$TMP/sig3/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 2 ] && break; sleep 0.1; done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+at=$(sed -n 's/^stopped by SIGTERM after step \([0-9]*\):.*/\1/p' "$TMP/sig3.out")
+if [ -n "$at" ] && [ "$at" -ge 2 ] && [ "$at" -lt 8 ]; then stop_row mpi_signal_external_sigterm_np1 1 "$TMP/sig3" "$at" SIGTERM $rc
+else fail mpi_signal_external_sigterm_np1 "exit $rc, stopped at '$at': $(why "$TMP/sig3.out")"; fi
+# a second signal: exit 143 at once, no checkpoint of step 3 (not even a part), step 2's intact
+TRAIN_LLAMA_TEST_SIGNAL=3:0:15:2 "$BIN" "${SRUN[@]}" -n 2 -o "$TMP/sig4" >"$TMP/sig4.out" 2>&1
+rc=$?
+"${MPIRUN[@]}" -np 1 "$BIN" "${SRUN[@]}" -n 2 -y 1 -o "$TMP/sig4" >"$TMP/sig4r.out" 2>&1
+if [ $rc -eq 143 ] && [ -z "$(ls "$TMP/sig4" | grep 00000003)" ] && [ -f "$TMP/sig4/DONE_00000002" ] &&
+   grep -q "resuming from step 2" "$TMP/sig4r.out" && cmp -s "$TMP/sig_whole1/model_00000008.bin" "$TMP/sig4/model_00000008.bin"; then
+    pass mpi_second_signal_exits_at_once_checkpoint_intact
+else fail mpi_second_signal_exits_at_once_checkpoint_intact "exit $rc; files: $(ls "$TMP/sig4" | tr '\n' ' '); $(why "$TMP/sig4r.out")"; fi
+rm -rf "$TMP"/sig*
+
 # --- a crash while the step-6 checkpoint is written leaves step 3 intact and resumable
 for what in model done; do
     "${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_CRASH=$what:6 "$BIN" "${KRUN[@]}" -o "$TMP/crash_$what" >"$TMP/c.out" 2>&1

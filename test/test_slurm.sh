@@ -20,8 +20,8 @@ skip_all() { echo "SKIP test_slurm: $1"; exit $((failures > 0)); }
 
 # --- the paper's defaults, without a cluster: DRY_RUN=1 prints the ten sbatch commands -----------
 dry=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama DRY_RUN=1 bash scripts/slurm/submit_paper_runs.sh 2>&1)
-n_prof=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 02:00:00 --gpus-per-node=1 -A CHANGE_ME --job-name=profile_llama[36]00m .*profile_layers.sbatch$" <<<"$dry")
-n_runs=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 48:00:00 --gpus-per-node=1 -A CHANGE_ME .*--job-name=llama[36]00m_\(fp32\|bf16\|fp8\|geofp8\) .*pretrain.sbatch$" <<<"$dry")
+n_prof=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 02:00:00 --signal=USR1@600 --gpus-per-node=1 -A CHANGE_ME --job-name=profile_llama[36]00m .*profile_layers.sbatch$" <<<"$dry")
+n_runs=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 48:00:00 --signal=USR1@600 --gpus-per-node=1 -A CHANGE_ME .*--job-name=llama[36]00m_\(fp32\|bf16\|fp8\|geofp8\) .*pretrain.sbatch$" <<<"$dry")
 n_dep=$(grep -c "dependency=afterok:[0-9]* --job-name=llama[36]00m_geofp8 " <<<"$dry")
 if [ "$n_prof" = 2 ] && [ "$n_runs" = 8 ] && [ "$n_dep" = 2 ]; then pass slurm_dry_run_paper_defaults
 else fail slurm_dry_run_paper_defaults "profiles $n_prof/2, runs $n_runs/8, dependencies $n_dep/2: $(head -c 600 <<<"$dry")"; fi
@@ -146,14 +146,16 @@ straight=$( (source scripts/slurm/config.sh
 jobs_all=($prof $fp32 $geo $straight)
 echo "  jobs: profile_tiny $prof, tiny_fp32 $fp32, tiny_geofp8 $geo (afterok:$prof), tiny_fp32_straight $straight"
 
-# --- requeue the fp32 job two steps after its first complete checkpoint -------------------------
+# --- stop the fp32 job two steps after its first complete checkpoint as its time limit would:
+#     SIGUSR1 to its tasks (what --signal=USR1@STOP_SIGNAL_LEAD sends); the trainer checkpoints
+#     that step and exits 75, and pretrain.sbatch requeues the job itself ----------------------------
 requeued_at=
 for _ in $(seq 1 1200); do
     done_file=$(ls "$OUT/tiny_fp32"/DONE_* 2>/dev/null | head -1)
     last=$(tail -1 "$OUT/tiny_fp32/metrics.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
     if [ -n "$done_file" ] && [ "${last:-0}" -ge $((10#${done_file##*DONE_} + 2)) ]; then
-        scontrol requeue "$fp32" && requeued_at=$((10#${done_file##*DONE_}))
-        echo "  requeued fp32 job $fp32 at step $last (checkpoint of step $requeued_at complete)"
+        scancel --signal=USR1 "$fp32" && requeued_at=$((10#${done_file##*DONE_}))
+        echo "  sent SIGUSR1 to fp32 job $fp32 at step $last (checkpoint of step $requeued_at complete)"
         break
     fi
     sleep 0.1
@@ -204,12 +206,13 @@ fi
 fp32_log=$(log_of "$fp32" tiny_fp32)
 resumed=$(sed -n 's/^-y 1: resuming from step \([0-9]*\) in .*/\1/p' "$fp32_log" | tail -1)
 restarts=$(field "$fp32" Restarts)
+stopped_at=$(sed -n 's/^stopped by SIGUSR1 after step \([0-9]*\): checkpoint .* resume with: .*/\1/p' "$fp32_log" | head -1)
 if [ -n "$requeued_at" ] && [ "$restarts" = 1 ] && grep -q "(restart 1)" "$fp32_log" && [ -n "$resumed" ] &&
-   [ "$resumed" -ge "$requeued_at" ] && [ "$resumed" -lt $STEPS ] && grep -q "^done: $((STEPS - resumed)) steps" "$fp32_log"; then
+   grep -q "requeueing job $fp32" "$fp32_log" && [ "$resumed" = "$stopped_at" ] && [ "$resumed" -ge "$requeued_at" ] && [ "$resumed" -lt $STEPS ] && grep -q "^done: $((STEPS - resumed)) steps" "$fp32_log"; then
     pass slurm_requeued_job_resumed
-    echo "  fp32 job $fp32: requeued after the checkpoint of step $requeued_at, restarted once, resumed from step $resumed"
+    echo "  fp32 job $fp32: stopped by SIGUSR1 with a checkpoint of step $stopped_at, requeued itself, restarted once, resumed from step $resumed"
 else
-    fail slurm_requeued_job_resumed "requeued after step '$requeued_at', restarts '$restarts', resumed from '$resumed': $(grep -E '^-y 1|^done|restart|CANCELLED' "$fp32_log" 2>&1 | head -6)"
+    fail slurm_requeued_job_resumed "signalled after step '$requeued_at', stopped at '$stopped_at', restarts '$restarts', resumed from '$resumed': $(grep -E '^-y 1|^done|^stopped|requeueing|restart|CANCELLED' "$fp32_log" 2>&1 | head -6)"
 fi
 cmp_out=$(python3 - "$OUT/tiny_fp32/metrics.jsonl" "$OUT/tiny_fp32_straight/metrics.jsonl" "$STEPS" <<'PYEOF'
 import json, sys

@@ -18,6 +18,9 @@
                                          # GPUS_PER_NODE then counts training tasks per node)
 : "${TIME_PRETRAIN:=48:00:00}"           # one pretraining run; runs are requeue-safe (-y 1), so a
                                          # shorter limit only means more requeues
+: "${STOP_SIGNAL_LEAD:=600}"             # seconds before the time limit at which Slurm sends the
+                                         # trainer SIGUSR1: it finishes its step, checkpoints and
+                                         # the job requeues itself (enough for a step and a checkpoint)
 : "${TIME_PROFILE:=02:00:00}"            # the 100-step layer-selection run
 : "${TIME_SCALING:=01:00:00}"            # one short step-time run of the scaling sweep
 : "${TIME_DATA:=12:00:00}"               # OpenWebText tokenization
@@ -109,7 +112,7 @@ sbatch_resources() {
         return 1
     fi
     local args=(-p "$SLURM_PARTITION" -N $((ngpus / GPUS_PER_NODE))
-                --ntasks-per-node="$GPUS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" -t "$time")
+                --ntasks-per-node="$GPUS_PER_NODE" --cpus-per-task="$CPUS_PER_TASK" -t "$time" --signal=USR1@"$STOP_SIGNAL_LEAD")
     if [[ "$REQUEST_GPUS" == 1 ]]; then
         local gres=$GPUS_PER_NODE
         [[ -n "$GPU_TYPE" ]] && gres="$GPU_TYPE:$GPUS_PER_NODE"
