@@ -51,6 +51,7 @@ Usage: ./train_llama [flags]   (--help lists them; README.md explains them)
 #include "llmc/checkpoint.h"
 #include "llmc/logger.h"
 #include "llmc/run.h"
+#include "llmc/watchdog.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/encoder.cuh"
@@ -933,7 +934,10 @@ int main(int argc, char** argv) {
     int stop_sig = 0;  // a stop signal every rank has agreed on (in the last step's skip all-reduce)
     bool stopped = false;
     run_install_stop_signals();
+    // a step, a validation pass and a checkpoint are the waits --comm-timeout watches (llmc/watchdog.h)
+    if (grid.world_size > 1) watchdog_start(tc.comm_timeout, grid.rank);
     for (int step = start_step; step <= tc.steps; step++) {
+        watchdog_set_step(step + 1);
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
         const bool stopping = stop_sig != 0 && !last;
@@ -946,7 +950,9 @@ int main(int argc, char** argv) {
                 llama_forward(&model, val_loader.inputs, tc.B, tc.T);
                 sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
             }
+            watchdog_enter("the validation loss's all-reduce");
             float val_loss = (float)(llama_comm_sum(&grid, sum / tc.val_batches) / grid.world_size);
+            watchdog_leave();
             if (grid.rank == 0) run_report_val(&logger, step, val_loss, tc.total_batch);
         }
         if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
@@ -962,7 +968,9 @@ int main(int argc, char** argv) {
             llama_get_optimizer_state(&model, &st);
             gradcomm_gpu_save(&gc, &st.extras);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
+            watchdog_enter("the checkpoint's barrier");
             llama_comm_max_int(&grid, 0);  // a barrier: every state file is in place before DONE marks the checkpoint whole
+            watchdog_leave();
             checkpoint_test_crash("done", step);
             if (grid.rank == 0) {
                 checkpoint_write_done(tc.output_dir, step);
@@ -973,7 +981,9 @@ int main(int argc, char** argv) {
         if (stopping) {
             // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as
             // srun --kill-on-bad-exit ends the others at the first exit)
+            watchdog_enter("the stop's barrier");
             llama_comm_max_int(&grid, 0);
+            watchdog_leave();
             if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv);
             stopped = true;
             break;
@@ -983,7 +993,9 @@ int main(int argc, char** argv) {
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         run_test_signal(step + 1, grid.rank);
         double t0 = run_now_seconds();
+        watchdog_enter("the step");
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader, &gc, &timer);
+        watchdog_leave();
         stop_sig = st.stop_signal;
         gradcomm_timer_collect(&timer);
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;

@@ -704,7 +704,9 @@ int main(int argc, char** argv) {
     int stop_sig = 0;  // a stop signal every rank has agreed on (llmc/run.h)
     bool stopped = false;
     run_install_stop_signals();
+    if (grid.world_size > 1) watchdog_start(tc.comm_timeout, grid.rank);  // every MPI call from here on (llmc/watchdog.h)
     for (int step = start_step; step <= tc.steps; step++) {
+        watchdog_set_step(step + 1);
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
         if (step > start_step) stop_sig = comm_max_int(&grid, run_stop_signal);  // after each step, on every rank alike

@@ -19,8 +19,10 @@
 #include "fp8.h"
 #include "train_config.h"
 #include "utils.h"
+#include "watchdog.h"
 
-#define MPI_CHECK(call) do { int err_ = (call); if (err_ != MPI_SUCCESS) { \
+// Every MPI call is a wait the --comm-timeout watchdog sees (llmc/watchdog.h).
+#define MPI_CHECK(call) do { watchdog_enter(#call); int err_ = (call); watchdog_leave(); if (err_ != MPI_SUCCESS) { \
     char msg_[MPI_MAX_ERROR_STRING]; int len_ = 0; MPI_Error_string(err_, msg_, &len_); \
     fprintf(stderr, "MPI error %s:%d: %s: %s\n", __FILE__, __LINE__, #call, msg_); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
 

@@ -69,6 +69,7 @@ typedef struct {
     unsigned long long seed;   // --seed
     std::string tokenizer;     // --tokenizer decode table for samples
     int max_skips;             // --max-skips consecutive non-finite steps before stopping
+    float comm_timeout;        // --comm-timeout seconds a collective may wait before the job ends (0 = never)
     int overwrite;             // --overwrite 1 = a fresh run may replace the checkpoints in -o
 } TrainConfig;
 
@@ -117,6 +118,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->seed = 1337;
     c->tokenizer = TRAIN_DEFAULT_TOKENIZER;
     c->max_skips = 10;
+    c->comm_timeout = 600.0f;
     c->overwrite = 0;
 }
 
@@ -189,6 +191,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
+    TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never)"),
     TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints already in -o"),
 };
 #undef TOPT

@@ -75,6 +75,7 @@ PY
 expect_error cli_geofp8_rank_full_too_wide "--geofp8-rank full: the exact factor needs d_in <= 4096, but layers.0.fc2 has d_in 4160" \
     -e "$TMP/wide_ff.bin" -b 2 -t 32 -v 0 -x 1 -c geofp8 --geofp8-rank full --geofp8-layers layers.0.fc2
 rm -f "$TMP/wide_ff.bin"
+expect_error cli_comm_timeout_negative "--comm-timeout" "${FAST[@]}" -x 1 --comm-timeout -1
 expect_error cli_geofp8_ema_with_kfac "--geofp8-ema: averages the sketch of -c geofp8" "${FAST[@]}" -x 1 -c kfac --geofp8-ema 0.9
 expect_error cli_geofp8_ema_one "--geofp8-ema: expected a number in \[0, 0.999\], found 1" "${FAST[@]}" -x 1 -c geofp8 --geofp8-ema 1
 # the FP8 format: one of the two, and only with a mode that sends FP8 codes
