@@ -411,6 +411,7 @@ typedef struct {
     int skipped_on_rank;  // -1: applied; else the step was skipped (non-finite on this rank, the highest such)
     double sketch_seconds;  // handing the activations to the geometry path's sketches (this rank, wall clock)
     int ns_matrices;        // matrices this rank orthogonalized (all of them, or its share with --muon-shard)
+    int stop_signal;        // a stop signal some rank got before this step's skip decision (0: none; llmc/run.h)
 } StepStats;
 
 // Test hook: TRAIN_LLAMA_TEST_NAN="STEP:RANK" poisons RANK's gradient at (1-based) STEP, to
@@ -489,7 +490,9 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     // the rest of the communication; a non-finite loss or gradient on any rank: every rank skips
     // this step identically
     bool fidelity = gradcomm_fidelity_step(tc, step);
+    gc->stop_signal = run_stop_signal;  // rides on the skip all-reduce, so that every rank sees it at this step
     int bad_rank = gradcomm_finish(gc, loss_bad, fidelity);
+    st.stop_signal = gc->stop_signal;
     st.skipped_on_rank = bad_rank - 1;
     if (bad_rank > 0) return st;
     st.comm_bytes = gc->stats.bytes;
@@ -709,7 +712,6 @@ int main(int argc, char** argv) {
         watchdog_set_step(step + 1);
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
-        if (step > start_step) stop_sig = comm_max_int(&grid, run_stop_signal);  // after each step, on every rank alike
         const bool stopping = stop_sig != 0 && !last;
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
@@ -762,6 +764,7 @@ int main(int argc, char** argv) {
         run_test_signal(step + 1, grid.rank);
         double t0 = run_now_seconds();
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, run_next_batch, &local);
+        stop_sig = st.stop_signal;  // every rank alike
         float loss = st.loss, norm = st.grad_norm, lr = st.lr;
         double comm_bytes = st.comm_bytes;
         double dt = run_now_seconds() - t0;

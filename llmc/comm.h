@@ -82,6 +82,10 @@ static inline std::string comm_broadcast_string(CommGrid* g, const std::string& 
 // ----------------------------------------------------------------------------
 // collectives used by the FP8 modes (llmc/gradcomm.h); each is a no-op with one rank
 
+static inline void comm_max_ints(CommGrid* g, int* x, int n) {
+    if (g->world_size > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_INT, MPI_MAX, g->comm));
+}
+
 static inline void comm_max_floats(CommGrid* g, float* x, size_t n) {
     if (g->world_size == 1 || n == 0) return;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, g->comm));

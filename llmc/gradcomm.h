@@ -130,6 +130,8 @@ typedef struct {
     std::vector<std::vector<MPI_Request>> reqs;  // (buckets) the MAX all-reduce of the amax in flight
     std::vector<CommFold> folds;    // (buckets) the SUM in flight
     int local_bad;                  // 1 + the highest logical rank of this process with a non-finite gradient (0: none)
+    int stop_signal;                // in: this process's stop signal (0: none, llmc/run.h); out: the highest over ranks,
+                                    // from gradcomm_finish's skip all-reduce, which carries it
     bool scale_skip;                // a non-finite amax (after the MAX all-reduce: on every rank alike)
     std::vector<GeoUnitSaved> saved_geo;  // (geo) kept at gradcomm_start, put back if a non-finite gradient skips the step
     std::vector<std::vector<std::vector<float>>> saved_residual;  // (geo, V) residuals before this step's quantization, put back if a scale skips it
@@ -861,6 +863,7 @@ static inline void gradcomm_start(GradComm* gc, CommGrid* grid, float* const* gr
     gc->geometry = gc->geometry_start >= 0 && step >= gc->geometry_start;
     gc->units_ready = gc->launched = 0;
     gc->local_bad = 0;
+    gc->stop_signal = 0;
     gc->scale_skip = false;
     gc->chosen.assign(gc->geo.size(), "");
     gc->saved_residual.assign(gc->geo.size(), {});
@@ -917,7 +920,10 @@ static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
         fprintf(stderr, "gradcomm_finish: the backward finished %d of %zu units\n", gc->units_ready, U);
         exit(1);
     }
-    const int bad_rank = comm_max_int(grid, std::max(gc->local_bad, loss_bad));
+    int flags[2] = {std::max(gc->local_bad, loss_bad), gc->stop_signal};
+    comm_max_ints(grid, flags, 2);
+    const int bad_rank = flags[0];
+    gc->stop_signal = flags[1];
     if (bad_rank > 0) {
         for (std::vector<MPI_Request>& r : gc->reqs) comm_wait_all(&r);
         for (CommFold& f : gc->folds) comm_fold_finish(&f);  // the ones started (the same on every rank)
