@@ -375,10 +375,10 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
 // ----------------------------------------------------------------------------
 // stopping on a signal: SIGTERM, SIGINT or SIGUSR1 (Slurm's --signal, a preemption, Ctrl-C) lets
 // the step in progress finish; the flag rides on the step's skip all-reduce (a MAX, in both
-// engines), so a signal to one rank stops them all at the same step; the run writes a checkpoint of that
-// step, prints one line with the resume command and exits with RUN_EXIT_STOPPED. A second signal
-// ends the process at once (exit 128 + signal); the checkpoints already complete stay intact, as
-// each one is renamed into place whole and DONE is written last.
+// engines), so a signal to one rank stops them all at the same step; the run writes a checkpoint
+// of that step, prints one line with the resume command and exits with RUN_EXIT_STOPPED. A
+// second signal ends the process at once (exit 128 + signal); the checkpoints already complete
+// stay intact, as each one is renamed into place whole and DONE is written last.
 
 #define RUN_EXIT_STOPPED 75  // EX_TEMPFAIL: stopped on a signal after a checkpoint; resume with -y 1
 
