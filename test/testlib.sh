@@ -6,6 +6,10 @@
 #   why FILE        what a failed run said, for a FAIL line: the engine's own first error line
 #                   ("error: ...", or the emulator's "EMU FATAL: ..."), else the file's last two
 #                   lines (mpirun's footer only when there is nothing better)
+#   comm_timeout_row NAME TIMEOUT PATTERN CMD...   runs CMD (a 2-rank job under mpirun; the
+#                   helper adds -o) in the background, SIGSTOPs its rank 1 after 2 logged steps,
+#                   and passes when the job ends within TIMEOUT + 15 s with exactly one line of
+#                   rank 0's --comm-timeout error naming an operation that matches PATTERN
 #   small_model     sets SMALL (the small test model's flags, test/testlib.py --small-model) and
 #                   SMALL_DIR (its data); a FAIL and exit when the data cannot be written
 failures=0
@@ -24,4 +28,25 @@ small_model() {
         exit 1
     fi
     read -ra SMALL <<<"$flags"
+}
+
+comm_timeout_row() {
+    local name=$1 limit=$2 pattern=$3 dir=$TMP/ct_$1; shift 3
+    mkdir -p "$dir"
+    ( timeout 300 "$@" -o "$dir/run" >"$dir/out" 2>"$dir/err"; echo $? >"$dir/rc" ) &
+    local job=$! victim="" n
+    for _ in $(seq 1 600); do n=$(grep -c '"train_loss"' "$dir/run/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 2 ] && break; sleep 0.1; done
+    for p in $(pgrep -f -- "-o $dir/run"); do
+        [ "$p" != "$job" ] && grep -qz "^OMPI_COMM_WORLD_RANK=1$" "/proc/$p/environ" 2>/dev/null && victim=$p
+    done
+    local t0=$SECONDS
+    [ -n "$victim" ] && kill -STOP "$victim"
+    wait "$job"
+    local took=$((SECONDS - t0)) rc lines
+    rc=$(cat "$dir/rc" 2>/dev/null)
+    lines=$(grep -c "^error: rank 0, step [0-9]*: $pattern waited more than $limit s (--comm-timeout): another rank died, stopped or hangs" "$dir/err")
+    [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null
+    if [ -n "$victim" ] && [ "${rc:-0}" != 0 ] && [ "${rc:-0}" != 124 ] && [ "$took" -le $((limit + 15)) ] && [ "$lines" = 1 ]; then
+        pass "$name"; echo "  $name: ended $took s after the stop (timeout $limit s)"
+    else fail "$name" "victim '$victim', exit '$rc' after $took s (timeout $limit), $lines matching lines: $(head -c 300 "$dir/err")"; fi
 }
