@@ -236,6 +236,14 @@ PYEOF
 )
 if [ $? -eq 0 ]; then pass slurm_requeued_losses_equal_uninterrupted; echo "  $cmp_out"
 else fail slurm_requeued_losses_equal_uninterrupted "$cmp_out"; fi
+# and its final weights and optimizer state are bit for bit the uninterrupted run's
+final=$(printf %08d $STEPS)
+differ=""
+for f in model_$final.bin state_${final}_00000.bin state_${final}_00001.bin; do
+    cmp -s "$OUT/tiny_fp32/$f" "$OUT/tiny_fp32_straight/$f" || differ="$differ $f"
+done
+if [ -z "$differ" ]; then pass slurm_requeued_checkpoint_bitwise_uninterrupted
+else fail slurm_requeued_checkpoint_bitwise_uninterrupted "differ or missing:$differ ($(ls "$OUT/tiny_fp32" | tr '\n' ' '))"; fi
 
 # --- every daemon this test started is gone ------------------------------------------------------
 pids=("$(pid_of slurmd)" "$(pid_of slurmctld)" "$(pid_of munged)")
