@@ -781,8 +781,8 @@ static inline bool gradcomm_gpu_start(GradCommGPU* gc, CommGridGPU* grid, int st
     // refresh the window's average updated before it: both on the trainer's stream, after it
     const bool refresh_after = gc->refresh_now && (gc->mode == "kfac" || gc->ema > 0.0f);
     gc->bucketed_now = gc->bucketing && !refresh_after && !(fidelity && gc->ref);
+    gc->refresh_bucketed = gc->bucketed_now && gc->refresh_now;
     if (!gc->bucketed_now) return false;
-    gc->refresh_bucketed = gc->refresh_now;
     gc->refreshed.assign(gc->dev.geo.size(), 0);
     gc->chosen.assign(gc->dev.geo.size(), "");
     gc->refresh_bytes = 0.0;
