@@ -872,7 +872,9 @@ int main(int argc, char** argv) {
     run_check_same_settings(&ranks, run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, true));
     GradCommGPU gc;
     gradcomm_gpu_init(&gc, &tc, &lc, grid.rank, grid.world_size, tc.B * tc.T);
-    std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file);
+    uint32_t file_crc = 0;
+    std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file, &file_crc);
+    run_check_same_model_file(&tc, &ranks, from_file, file_crc);
     Tokenizer tokenizer;
     tokenizer.ok = 0;
     if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
@@ -901,8 +903,9 @@ int main(int argc, char** argv) {
         llama_set_params(&model, init.data());
     }
 
-    // logs (the directory exists and this run holds its lock)
+    // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
     Logger logger = {NULL, NULL, "", ""};
+    run_commit_output(&tc, &ranks);
     if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step);
     double flops_per_token = llama_flops_per_token(&lc, tc.T);
     if (grid.rank == 0) {

@@ -639,7 +639,9 @@ int main(int argc, char** argv) {
     if (V > 1) run_agree(&ranks, run_virtual_memory_problem(&lc, &tc, train_loader, do_val ? &val_loader : NULL, V, N, &grid));
     GradComm gc;
     gradcomm_init(&gc, &tc, &lc, &grid, V);
-    std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file);
+    uint32_t file_crc = 0;
+    std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file, &file_crc);
+    run_check_same_model_file(&tc, &ranks, from_file, file_crc);
     Tokenizer tokenizer;
     tokenizer.ok = 0;
     if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
@@ -675,8 +677,9 @@ int main(int argc, char** argv) {
         llama_init_params(&lc, model.params, tc.seed);
     }
 
-    // logs (the directory exists and this run holds its lock)
+    // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
     Logger logger = {NULL, NULL, "", ""};
+    run_commit_output(&tc, &ranks);
     if (!tc.output_dir.empty() && grid.rank == 0) logger_init(&logger, tc.output_dir, start_step);
     int threads = 1;
 #ifdef _OPENMP

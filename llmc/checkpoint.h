@@ -192,8 +192,8 @@ static inline void checkpoint_read_model_header(const char* path, const char* fl
     if (step) *step = h[10];
 }
 
-// Loads the weights (params must hold llama_num_params(c) floats) and checks the CRC.
-static inline void checkpoint_read_model(const char* path, const char* flag, const LlamaConfig* c, float* params) {
+// Loads the weights (params must hold llama_num_params(c) floats) and checks the CRC; returns it.
+static inline uint32_t checkpoint_read_model(const char* path, const char* flag, const LlamaConfig* c, float* params) {
     size_t n = llama_num_params(c);
     FILE* f = fopen_check(path, "rb");
     int32_t h[CHECKPOINT_HEADER_INTS];
@@ -205,17 +205,25 @@ static inline void checkpoint_read_model(const char* path, const char* flag, con
     uint32_t got = crc32_update(0, params, n * sizeof(float));
     if (got != want)
         user_error("%s: model checkpoint '%s' is corrupted: payload CRC-32 is %08x, the header says %08x", flag, path, got, want);
+    return got;
 }
 
 // The resume path's check of a model file, without exiting: header, config equal to *want,
 // step in the header equal to `step`, payload CRC. Loads the weights into *params. On failure
-// *why completes "model file 'X' ..." and *config_differs says whether the file is sound but
-// holds another model (the user's mistake, not damage).
+// *why completes "model file 'X' ...", *config_differs says whether the file is sound but
+// holds another model (the user's mistake, not damage), and *io_error whether the file could not
+// be read at all (a permission, a failing disk: not damage either, so no reason to fall back).
 static inline bool checkpoint_try_read_model(const std::string& path, const LlamaConfig* want, int step, std::vector<float>* params,
-                                             std::string* why, bool* config_differs) {
+                                             std::string* why, bool* config_differs, bool* io_error = NULL) {
     *config_differs = false;
+    if (io_error) *io_error = false;
     FILE* f = fopen(path.c_str(), "rb");
-    if (!f) { *why = std::string("cannot be opened (") + strerror(errno) + ")"; return false; }
+    if (!f) {
+        *why = errno == ENOENT ? std::string("is missing") : std::string("cannot be opened (") + strerror(errno) + ")";
+        if (io_error) *io_error = errno != ENOENT;
+        return false;
+    }
+    errno = 0;
     long long size = file_size_bytes(f);
     int32_t h[CHECKPOINT_HEADER_INTS];
     LlamaConfig c;
@@ -232,6 +240,12 @@ static inline bool checkpoint_try_read_model(const std::string& path, const Llam
         params->resize(llama_num_params(want));
         ok = fread(params->data(), sizeof(float), params->size(), f) == params->size();
         if (!ok) *why = "is truncated";
+    }
+    if (ferror(f)) {  // a read that failed, not a short file
+        *why = std::string("cannot be read (") + strerror(errno ? errno : EIO) + ")";
+        if (io_error) *io_error = true;
+        *config_differs = false;
+        ok = false;
     }
     fclose(f);
     if (ok) {
@@ -346,11 +360,22 @@ static inline bool checkpoint_parse_state(FILE* f, long long size, CheckpointSta
     return true;
 }
 
-// Reads and validates a state file without exiting; on failure *why completes "state file 'X' ...".
-static inline bool checkpoint_try_read_state(const std::string& path, CheckpointState* s, std::string* why) {
+// Reads and validates a state file without exiting; on failure *why completes "state file 'X' ..."
+// and *io_error says whether the file could not be read at all (rather than being damaged).
+static inline bool checkpoint_try_read_state(const std::string& path, CheckpointState* s, std::string* why, bool* io_error = NULL) {
+    if (io_error) *io_error = false;
     FILE* f = fopen(path.c_str(), "rb");
-    if (!f) { *why = std::string("cannot be opened (") + strerror(errno) + ")"; return false; }
+    if (!f) {
+        *why = errno == ENOENT ? std::string("is missing") : std::string("cannot be opened (") + strerror(errno) + ")";
+        if (io_error) *io_error = errno != ENOENT;
+        return false;
+    }
+    errno = 0;
     bool ok = checkpoint_parse_state(f, file_size_bytes(f), s, why);
+    if (!ok && ferror(f)) {  // a read that failed, not a damaged file
+        *why = std::string("cannot be read (") + strerror(errno ? errno : EIO) + ")";
+        if (io_error) *io_error = true;
+    }
     fclose(f);
     return ok;
 }
@@ -433,24 +458,28 @@ static inline bool checkpoint_any_files(const std::string& dir) {
     return false;
 }
 
-// Removes checkpoint files of dir: temporary files left by a killed writer (always), and the
-// files of every step not in `keep` when remove_steps is set. Returns how many it removed.
-// Only the run holding the directory's lock calls it, before any of its ranks writes there.
-static inline int checkpoint_remove_files(const std::string& dir, bool remove_steps, const std::vector<int>& keep) {
-    int removed = 0;
-    std::vector<std::string> names = checkpoint_list_dir(dir);
-    // DONE markers first, so a half-cleaned step never looks complete
+// The checkpoint files of dir to remove, DONE markers first (so that a half-cleaned step never
+// looks complete): temporary files left by a killed writer (always), and the files of every step
+// not in `keep` when remove_steps is set.
+static inline std::vector<std::string> checkpoint_removable_files(const std::string& dir, bool remove_steps, const std::vector<int>& keep) {
+    std::vector<std::string> out, names = checkpoint_list_dir(dir);
+    std::sort(names.begin(), names.end());
     std::stable_partition(names.begin(), names.end(), [](const std::string& n) { return n.compare(0, 5, "DONE_") == 0; });
     for (const std::string& name : names) {
         bool tmp = false;
         int step = checkpoint_name_step(name, &tmp);
-        if (step < 0) continue;
-        if (tmp || (remove_steps && std::find(keep.begin(), keep.end(), step) == keep.end())) {
-            if (remove((dir + "/" + name).c_str()) != 0) checkpoint_write_failed(dir + "/" + name, "remove", errno);
-            removed++;
-        }
+        if (step >= 0 && (tmp || (remove_steps && std::find(keep.begin(), keep.end(), step) == keep.end()))) out.push_back(name);
     }
-    return removed;
+    return out;
+}
+
+// Removes checkpoint_removable_files(dir, ...); returns how many it removed. Only the run holding
+// the directory's lock calls it, before any of its ranks writes there.
+static inline int checkpoint_remove_files(const std::string& dir, bool remove_steps, const std::vector<int>& keep) {
+    std::vector<std::string> names = checkpoint_removable_files(dir, remove_steps, keep);
+    for (const std::string& name : names)
+        if (remove((dir + "/" + name).c_str()) != 0) checkpoint_write_failed(dir + "/" + name, "remove", errno);
+    return (int)names.size();
 }
 
 // Deletes the files of step (DONE first, so a half-deleted checkpoint never looks complete).
@@ -467,17 +496,21 @@ static inline void checkpoint_prune(const std::string& dir, int keep, int world_
     for (size_t i = 0; i + (size_t)keep < steps.size(); i++) checkpoint_delete(dir, steps[i], world_size);
 }
 
-// mkdir -p without exiting: "" on success, else the problem ("-o: ...").
-static inline std::string checkpoint_make_dir_error(const std::string& dir) {
+// mkdir -p without exiting: "" on success, else the problem ("-o: ..."). The directories it
+// made are appended to *created (parents first), so a refused run can remove them again.
+static inline std::string checkpoint_make_dir_error(const std::string& dir, std::vector<std::string>* created = NULL) {
     struct stat st;
     if (stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? "" : "-o: '" + dir + "' exists and is not a directory";
     size_t slash = dir.find_last_of('/');
     if (slash != std::string::npos && slash > 0) {
-        std::string err = checkpoint_make_dir_error(dir.substr(0, slash));
+        std::string err = checkpoint_make_dir_error(dir.substr(0, slash), created);
         if (!err.empty()) return err;
     }
-    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-        return "-o: cannot create directory '" + dir + "' (" + strerror(errno) + ")";
+    if (mkdir(dir.c_str(), 0755) != 0) {
+        if (errno != EEXIST) return "-o: cannot create directory '" + dir + "' (" + strerror(errno) + ")";
+    } else if (created) {
+        created->push_back(dir);
+    }
     return "";
 }
 
@@ -489,34 +522,73 @@ static inline void checkpoint_make_dir(const std::string& dir) {
 
 // The lock that makes one run at a time write a directory: an fcntl write lock on DIR/LOCK,
 // held until the process exits (the kernel releases it even after SIGKILL; it also works over
-// NFS with a lock daemon). The file says who holds it. Returns "" when this process now holds
-// the lock, else the problem (another run holds it: its pid and host). The descriptor stays
-// open for the run's life: closing any descriptor of the file would drop the lock.
-static inline std::string checkpoint_lock_dir(const std::string& dir) {
+// NFS with a lock daemon). The file is opened without following a symbolic link and must be a
+// regular file, so the lock never writes through to a file elsewhere. It says who holds it
+// ("pid P on host H") and, on its second line, `run_id`, which the other ranks read back to
+// check that they see this very directory. Returns "" when this process now holds the lock,
+// else the problem (another run holds it: its pid and host); *created says whether this call
+// made the file. The descriptor stays open for the run's life: closing any descriptor of the
+// file would drop the lock.
+static inline std::string checkpoint_lock_dir(const std::string& dir, const std::string& run_id, bool* created) {
     std::string path = dir + "/LOCK";
-    int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
-    if (fd < 0) return "-o: cannot create the lock file '" + path + "' (" + strerror(errno) + ")";
-    struct flock fl;
-    memset(&fl, 0, sizeof(fl));
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    if (fcntl(fd, F_SETLK, &fl) != 0) {
+    int fd = -1;
+    for (int attempt = 0; fd < 0; attempt++) {
+        *created = false;
+        // O_NONBLOCK: a FIFO planted as LOCK must not block the open
+        fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) *created = true;
+        else if (errno == EEXIST) fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 && errno == ELOOP)
+            return "-o: the lock file '" + path + "' is a symbolic link, expected a regular file (remove the link; no run follows it)";
+        if (fd < 0) return "-o: cannot create the lock file '" + path + "' (" + strerror(errno) + ")";
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return "-o: the lock file '" + path + "' is not a regular file (remove it)";
+        }
+        struct flock fl;
+        memset(&fl, 0, sizeof(fl));
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        if (fcntl(fd, F_SETLK, &fl) == 0) {
+            // a run refused at start removes the LOCK it made: if that happened between our open
+            // and our lock, we hold a lock on a removed file, and take the new one instead
+            struct stat now;
+            if (attempt < 8 && (lstat(path.c_str(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)) { close(fd); fd = -1; }
+            continue;
+        }
         int e = errno;
         std::string holder = "an unknown process";
         char b[512] = {0};
         ssize_t n = pread(fd, b, sizeof(b) - 1, 0);
         close(fd);
         if (e != EACCES && e != EAGAIN) return "-o: cannot lock '" + path + "' (" + strerror(e) + ")";
-        if (n > 0) holder.assign(b, (size_t)n);
-        while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+        if (n > 0) holder.assign(b, strcspn(b, "\n"));  // the first line: "pid P on host H"
+        if (holder.empty()) holder = "an unknown process";
         return "-o: '" + dir + "' is in use by another run (" + holder + " holds " + path +
                "); wait for it to end, or pass another -o";
     }
     char host[256] = "unknown";
     gethostname(host, sizeof(host) - 1);
     host[sizeof(host) - 1] = '\0';
-    std::string text = "pid " + std::to_string((long long)getpid()) + " on host " + host + "\n";
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != (ssize_t)text.size())
+    std::string text = "pid " + std::to_string((long long)getpid()) + " on host " + host + "\nrun " + run_id + "\n";
+    // synced, so that a rank on another node reads this run's id (NFS: close-to-open consistency)
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != (ssize_t)text.size() || fsync(fd) != 0)
         return "-o: cannot write the lock file '" + path + "' (" + strerror(errno) + ")";
     return "";
+}
+
+// The run id in DIR/LOCK (its "run ID" line), read without following a link; "" when the file is
+// missing or holds none. *err is set to the system's reason when the file exists but cannot be read.
+static inline std::string checkpoint_lock_run_id(const std::string& dir, std::string* err) {
+    int fd = open((dir + "/LOCK").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { if (errno != ENOENT) *err = strerror(errno); return ""; }
+    char b[1024] = {0};
+    ssize_t n = pread(fd, b, sizeof(b) - 1, 0);
+    close(fd);
+    if (n < 0) { *err = strerror(errno); return ""; }
+    const char* at = strstr(b, "\nrun ");
+    if (!at) return "";
+    at += 6;
+    return std::string(at, strcspn(at, "\n"));
 }

@@ -9,8 +9,12 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 #include "checkpoint.h"
@@ -48,12 +52,14 @@ static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world
     return (int)accum;
 }
 
-// -e FILE: its weights, read and CRC-checked before anything is written (none for a preset).
-static inline std::vector<float> run_read_model_file(const TrainConfig* tc, const LlamaConfig* lc, bool from_file) {
+// -e FILE: its weights, read and CRC-checked before anything is written (none for a preset);
+// *crc is their CRC-32, which the ranks compare (run_check_same_model_file).
+static inline std::vector<float> run_read_model_file(const TrainConfig* tc, const LlamaConfig* lc, bool from_file, uint32_t* crc) {
     std::vector<float> params;
+    *crc = 0;
     if (!from_file) return params;
     params.resize(llama_num_params(lc));
-    checkpoint_read_model(tc->model.c_str(), "-e", lc, params.data());
+    *crc = checkpoint_read_model(tc->model.c_str(), "-e", lc, params.data());
     return params;
 }
 
@@ -65,13 +71,14 @@ static inline void run_resolve_steps(TrainConfig* tc, const DataLoader* train) {
 
 // The settings a resumed run compares with its checkpoint (ranks = false: the OPT_RUN flags)
 // or the ranks of one job compare with each other (ranks = true: every flag), plus
-// fingerprints of the data files (names, sizes, content samples). Both engines write the same
+// fingerprints of the data files (names, sizes, content samples; the val files only between ranks). Both engines write the same
 // text, so either can resume the other's checkpoint.
 static inline std::string run_settings(const TrainConfig* tc, const LlamaConfig* lc, int world_size,
                                        const DataLoader* train, const DataLoader* val_or_null, bool ranks) {
+    // the val data shapes no step: it may change on resume, like -v, but the ranks must agree on it
     return train_config_settings(tc, llama_config_string(lc), world_size, ranks) +
            "train_files=" + dataloader_fingerprint(train) + "\n" +
-           "val_files=" + (val_or_null ? dataloader_fingerprint(val_or_null) : std::string("off")) + "\n";
+           (ranks ? "val_files=" + (val_or_null ? dataloader_fingerprint(val_or_null) : std::string("off")) + "\n" : std::string());
 }
 
 // ----------------------------------------------------------------------------
@@ -134,48 +141,202 @@ static inline std::vector<int> run_checkpoint_steps(const std::vector<std::strin
     return steps;
 }
 
+// What rank 0 made in -o before the run commits to it (run_commit_output): a run refused before
+// then removes it again at exit, so it leaves no directory or file of its own behind; and the
+// files the run will delete when it commits (--overwrite 1: the earlier run's checkpoints; -y 1:
+// the incomplete or damaged steps after the one it resumes), so that no refusal comes after a
+// deletion.
+typedef struct {
+    std::string dir;
+    std::vector<std::string> created_dirs;  // parents first
+    bool created_lock;
+    bool committed;
+    std::vector<std::string> doomed;        // names in dir, DONE markers first
+    std::string doomed_note;                // the line printed when they are deleted
+} RunOutput;
+
+static RunOutput run_output = {"", {}, false, false, {}, ""};
+
+static void run_output_undo() {
+    if (run_output.committed || run_output.dir.empty()) return;
+    if (run_output.created_lock) unlink((run_output.dir + "/LOCK").c_str());
+    for (size_t i = run_output.created_dirs.size(); i-- > 0;) rmdir(run_output.created_dirs[i].c_str());  // only if empty
+}
+
+// A random id for this run's LOCK, which the other ranks read back.
+static inline std::string run_random_id() {
+    unsigned char b[12] = {0};
+    FILE* f = fopen("/dev/urandom", "rb");
+    bool ok = f && fread(b, 1, sizeof(b), f) == sizeof(b);
+    if (f) fclose(f);
+    char out[64];
+    if (ok) {
+        for (size_t i = 0; i < sizeof(b); i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+    } else {
+        snprintf(out, sizeof(out), "%lld-%lld", (long long)getpid(), (long long)time(NULL));
+    }
+    return out;
+}
+
+// The absolute form of a path this process sees ("" if it does not exist), and its working directory.
+static inline std::string run_real_path(const std::string& path) {
+    char b[PATH_MAX];
+    return realpath(path.c_str(), b) ? std::string(b) : std::string();
+}
+static inline std::string run_cwd() {
+    char b[PATH_MAX];
+    return getcwd(b, sizeof(b)) ? std::string(b) : std::string("?");
+}
+
+// Every rank must see rank 0's -o: rank 0 wrote a random id into DIR/LOCK, every other rank reads
+// it back through its own view of the path (a node-local directory of the same name, another
+// working directory under a relative -o, a missing mount). A short wait covers a network file
+// system that shows a new directory late.
+static inline std::string run_check_same_output_dir(const TrainConfig* tc, RunRanks* r, const std::string& rank0_id, const std::string& rank0_path) {
+    if (r->rank == 0) return "";
+    const std::string& dir = tc->output_dir;
+    std::string err, id;
+    for (int tries = 0; tries < 20; tries++) {
+        id = checkpoint_lock_run_id(dir, &err);
+        if (id == rank0_id || !err.empty()) break;
+        usleep(100 * 1000);
+    }
+    if (id == rank0_id) return "";
+    std::string rank = "rank " + std::to_string(r->rank);
+    std::string need = "every rank must see one shared directory (a shared file system; with a relative -o, the same working directory)";
+    if (!err.empty()) return rank + ": -o: cannot read '" + dir + "/LOCK' (" + err + ") to check it is rank 0's directory";
+    std::string here = run_real_path(dir);
+    if (here.empty())
+        return rank + ": -o '" + dir + "' does not exist on this rank (rank 0 made it at " + rank0_path + "; this rank's working directory is " +
+               run_cwd() + "); " + need;
+    return rank + ": -o '" + dir + "' is not rank 0's directory (here it is " + here + ", on rank 0 " + rank0_path +
+           ", and its LOCK does not hold rank 0's run id); " + need;
+}
+
+// No rank's -e file may be among the files the run deletes (rank 0's list `names` in -o): it is
+// what the run starts from, and the user's. The same file, not the same name: each rank compares
+// what is behind its own -e with what is behind each name.
+static inline void run_check_keeps_model_file(const TrainConfig* tc, RunRanks* r, const std::vector<std::string>& rank0_names, const char* why) {
+    std::string joined;
+    for (const std::string& n : rank0_names) joined += n + "\n";
+    joined = r->broadcast(r->ctx, joined);
+    std::string problem;
+    struct stat me, other;
+    if (stat(tc->model.c_str(), &me) == 0 && S_ISREG(me.st_mode)) {
+        size_t pos = 0;
+        while (pos < joined.size() && problem.empty()) {
+            size_t end = joined.find('\n', pos);
+            std::string path = tc->output_dir + "/" + joined.substr(pos, end - pos);
+            if (stat(path.c_str(), &other) == 0 && other.st_dev == me.st_dev && other.st_ino == me.st_ino)
+                problem = std::string(why) + " would delete '" + path + "', which is this run's -e '" + tc->model +
+                          "'; copy it out of -o first, or pass another -o";
+            pos = end + 1;
+        }
+    }
+    run_agree(r, problem);
+}
+
 // With -o: rank 0 creates the directory and takes its lock for the run's life (a second run
 // on the same directory stops here, naming the holder), removes temporary files an interrupted
-// writer left, and refuses a fresh run (no -y 1) into a directory that holds checkpoints unless
-// --overwrite 1, which deletes them. Before any rank writes there.
+// writer left, and refuses a fresh run (no -y 1) into a directory that holds an earlier run's
+// checkpoints or logs unless --overwrite 1, which deletes them when the run commits. Then every
+// rank checks that it sees rank 0's directory, and that its -e is not among the files to delete.
+// Before any rank writes there; a run refused from here on removes what this made (run_output_undo).
 static inline void run_open_output(const TrainConfig* tc, RunRanks* r) {
     if (tc->output_dir.empty()) return;
-    std::string problem;
+    std::string problem, run_id, real;
     const std::string& dir = tc->output_dir;
     if (r->rank == 0) {
-        problem = checkpoint_make_dir_error(dir);
-        if (problem.empty()) problem = checkpoint_lock_dir(dir);
+        run_output.dir = dir;
+        atexit(run_output_undo);
+        problem = checkpoint_make_dir_error(dir, &run_output.created_dirs);
+        run_id = run_random_id();
+        if (problem.empty()) problem = checkpoint_lock_dir(dir, run_id, &run_output.created_lock);
         std::vector<std::string> names;
         if (problem.empty()) names = checkpoint_list_dir(dir, &problem);
         if (problem.empty()) {
             int stale = checkpoint_remove_files(dir, false, {});
             if (stale > 0) printf("-o: removed %d temporary file%s an interrupted checkpoint left in %s\n", stale, stale > 1 ? "s" : "", dir.c_str());
             std::vector<int> steps = run_checkpoint_steps(names);
-            if (!tc->resume && !steps.empty()) {
+            std::string logs;
+            for (const char* log : {"main.log", "metrics.jsonl"}) {
+                struct stat st;
+                if (stat((dir + "/" + log).c_str(), &st) == 0 && st.st_size > 0) logs += std::string(logs.empty() ? "" : " and ") + log;
+            }
+            if (!tc->resume && (!steps.empty() || !logs.empty())) {
+                std::string what = !steps.empty() ? std::string("the checkpoints of an earlier run (step") + (steps.size() > 1 ? "s " : " ") +
+                                                        run_step_list(steps) + ")"
+                                                  : "the logs of an earlier run (" + logs + ")";
                 if (!tc->overwrite) {
-                    problem = "-o: '" + dir + "' holds the checkpoints of an earlier run (step" + (steps.size() > 1 ? "s " : " ") +
-                              run_step_list(steps) + "); pass -y 1 to resume it, --overwrite 1 to delete them, or another -o";
+                    problem = "-o: '" + dir + "' holds " + what + "; pass -y 1 to resume it, --overwrite 1 to " +
+                              (steps.empty() ? "replace them" : "delete them") + ", or another -o";
+                } else if (!steps.empty()) {
+                    run_output.doomed = checkpoint_removable_files(dir, true, {});
+                    run_output.doomed_note = std::string("--overwrite 1: deleted the checkpoints of step") + (steps.size() > 1 ? "s " : " ") +
+                                             run_step_list(steps) + " in " + dir;
                 } else {
-                    checkpoint_remove_files(dir, true, {});
-                    printf("--overwrite 1: deleted the checkpoints of step%s %s in %s\n", steps.size() > 1 ? "s" : "",
-                           run_step_list(steps).c_str(), dir.c_str());
+                    run_output.doomed_note = "--overwrite 1: replacing the logs of an earlier run in " + dir;
                 }
             }
         }
+        real = run_real_path(dir);
     }
     run_agree(r, problem);
+    std::string ids = r->broadcast(r->ctx, run_id + "\n" + real);
+    run_agree(r, run_check_same_output_dir(tc, r, ids.substr(0, ids.find('\n')), ids.substr(ids.find('\n') + 1)));
+    run_check_keeps_model_file(tc, r, run_output.doomed, "--overwrite 1");
+}
+
+// Every rank must start from the same weights: with -e FILE, the payload CRC-32 of rank 0's file
+// is compared with each rank's (the same path can hold another file on another node).
+static inline void run_check_same_model_file(const TrainConfig* tc, RunRanks* r, bool from_file, uint32_t crc) {
+    if (r->world_size == 1 || !from_file) return;
+    char mine[16];
+    snprintf(mine, sizeof(mine), "%08x", crc);
+    std::string ref = r->broadcast(r->ctx, mine), problem;
+    if (ref != mine)
+        problem = "rank " + std::to_string(r->rank) + ": -e '" + tc->model + "' holds other weights than on rank 0 (payload CRC-32 " + mine +
+                  " here, " + ref + " on rank 0); every rank must start from the same file";
+    run_agree(r, problem);
+}
+
+// The run is past every start-up check: rank 0 deletes what run_open_output and run_find_resume
+// set aside for deletion, and from here on what it made in -o stays. Every rank calls it, right
+// before the logs are opened; no rank writes in -o before rank 0 is done (a barrier).
+static inline void run_commit_output(const TrainConfig* tc, RunRanks* r) {
+    if (tc->output_dir.empty()) return;
+    if (r->rank == 0) {
+        for (const std::string& name : run_output.doomed) {
+            std::string path = tc->output_dir + "/" + name;
+            if (remove(path.c_str()) != 0 && errno != ENOENT) checkpoint_write_failed(path, "remove", errno);
+        }
+        if (!run_output.doomed_note.empty()) printf("%s\n", run_output.doomed_note.c_str());
+        fflush(stdout);
+        run_output.committed = true;
+    }
+    r->max_int(r->ctx, 0);
+}
+
+static inline std::string run_io_error_hint() {
+    return "; the file is not damaged, so no older checkpoint replaces it: fix the permission or the file system and resume again (nothing was changed)";
 }
 
 // One candidate checkpoint, checked on this rank: its state file (this rank's), the model file,
 // and every header field against the others, the file names, this run and the data. Returns
 // 0 when sound, 1 when damaged (*why says how; an older checkpoint may do), 2 when sound but
-// written by another run configuration (*why is the user's error).
+// written by another run configuration (*why is the user's error), 3 when a file cannot be read
+// (a permission, a failing disk: not damage, so the run stops and changes nothing).
 static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig* lc, const std::string& settings, int rank, int world_size,
                                        const DataLoader* train, int accum_steps, int step, CheckpointState* state,
                                        std::vector<float>* params, std::string* why) {
     std::string spath = checkpoint_state_path(tc->output_dir, step, rank), mpath = checkpoint_model_path(tc->output_dir, step), w;
     char b[512];
-    if (!checkpoint_try_read_state(spath, state, &w)) { *why = "state file '" + spath + "' " + w; return 1; }
+    bool io_error = false;
+    if (!checkpoint_try_read_state(spath, state, &w, &io_error)) {
+        if (io_error) { *why = "-y: checkpoint step " + std::to_string(step) + ": state file '" + spath + "' " + w + run_io_error_hint(); return 3; }
+        *why = "state file '" + spath + "' " + w;
+        return 1;
+    }
     if (state->world_size != world_size) {
         snprintf(b, sizeof(b), "-y: checkpoint step %d was written by %lld ranks, this run has %d (resume with the same number of ranks)",
                  step, (long long)state->world_size, world_size);
@@ -202,7 +363,8 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
     else b[0] = '\0';
     if (b[0]) { *why = "state file '" + spath + "' " + b; return 1; }
     bool config_differs = false;
-    if (!checkpoint_try_read_model(mpath, lc, step, params, &w, &config_differs)) {
+    if (!checkpoint_try_read_model(mpath, lc, step, params, &w, &config_differs, &io_error)) {
+        if (io_error) { *why = "-y: checkpoint step " + std::to_string(step) + ": model file '" + mpath + "' " + w + run_io_error_hint(); return 3; }
         if (config_differs) {
             *why = "-y: checkpoint '" + mpath + "' " + w + " (hint: pass the same -e, or a new -o)";
             return 2;
@@ -245,7 +407,7 @@ static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, 
         std::string why;
         int verdict = run_check_checkpoint(tc, lc, settings, r->rank, r->world_size, train, accum_steps, done[i], state, params, &why);
         int worst = r->max_int(r->ctx, verdict);
-        if (worst == 2) run_agree(r, verdict == 2 ? why : "");
+        if (worst >= 2) run_agree(r, verdict >= 2 ? why : "");  // another run's checkpoint, or a file that cannot be read: stop
         if (worst == 0) { chosen = done[i]; break; }
         if (verdict == 1) {
             std::string line = "warning: -y: checkpoint step " + std::to_string(done[i]) + " is damaged: " + why +
@@ -259,21 +421,20 @@ static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, 
                                          "restore one, or start a fresh run with --overwrite 1 or another -o");
     }
     if (chosen > tc->steps) run_agree(r, "-y: checkpoint step " + std::to_string(chosen) + " is past the run's " + std::to_string(tc->steps) + " steps");
-    std::vector<int> later;
-    for (int s : all) if (s > chosen) later.push_back(s);
+    // the files of later steps go when the run commits (run_commit_output), after every check
+    std::vector<int> later, keep;
+    for (int s : all) (s > chosen ? later : keep).push_back(s);
+    if (r->rank == 0 && !later.empty()) {
+        run_output.doomed = checkpoint_removable_files(dir, true, keep);
+        run_output.doomed_note = std::string("-y 1: deleted the incomplete or damaged checkpoint files of step") + (later.size() > 1 ? "s " : " ") +
+                                 run_step_list(later) + " in " + dir + " (this run writes them again)";
+    }
+    run_check_keeps_model_file(tc, r, run_output.doomed, "-y 1");
     if (r->rank == 0) {
-        if (!later.empty()) {
-            std::vector<int> keep;
-            for (int s : all) if (s <= chosen) keep.push_back(s);
-            checkpoint_remove_files(dir, true, keep);
-            printf("-y 1: deleted the incomplete or damaged checkpoint files of step%s %s in %s (this run writes them again)\n",
-                   later.size() > 1 ? "s" : "", run_step_list(later).c_str(), dir.c_str());
-        }
         if (chosen == 0) printf("-y 1: no complete checkpoint in %s, starting from step 0\n", dir.c_str());
         else printf("-y 1: resuming from step %d in %s\n", chosen, dir.c_str());
         fflush(stdout);
     }
-    r->max_int(r->ctx, 0);  // a barrier: no rank writes before rank 0 has cleaned the directory
     return chosen;
 }
 

@@ -148,7 +148,7 @@ typedef struct {
 #define TOPT(s, l, kind, field, mn, mx, ch, scope, help) {s, l, kind, offsetof(TrainConfig, field), mn, mx, ch, scope, help}
 static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-i", "--train-data", OPT_STR, train_data, 0, 0, NULL, OPT_RUN, "glob of train shards"),
-    TOPT("-j", "--val-data", OPT_STR, val_data, 0, 0, NULL, OPT_RUN, "glob of val shards"),
+    TOPT("-j", "--val-data", OPT_STR, val_data, 0, 0, NULL, OPT_RANKS, "glob of val shards"),
     TOPT("-e", "--model", OPT_STR, model, 0, 0, NULL, OPT_RANKS, "preset (tiny, d12, llama300m, llama600m) or model checkpoint file"),
     TOPT(NULL, "--vocab-size", OPT_INT, vocab_size, 0, 65536, NULL, OPT_RANKS, "vocabulary size V of a preset model, every token < V (0 = GPT-2's 50257; a checkpoint has its own)"),
     TOPT("-o", "--output-dir", OPT_STR, output_dir, 0, 0, NULL, OPT_RANKS, "directory for logs and checkpoints"),
