@@ -537,10 +537,12 @@ static inline std::string checkpoint_lock_dir(const std::string& dir, const std:
         // O_NONBLOCK: a FIFO planted as LOCK must not block the open
         fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd >= 0) *created = true;
-        else if (errno == EEXIST) fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        bool existed = fd < 0 && errno == EEXIST;
+        if (existed) fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 && errno == EISDIR) return "-o: the lock file '" + path + "' is not a regular file (remove it)";
         if (fd < 0 && errno == ELOOP)
             return "-o: the lock file '" + path + "' is a symbolic link, expected a regular file (remove the link; no run follows it)";
-        if (fd < 0) return "-o: cannot create the lock file '" + path + "' (" + strerror(errno) + ")";
+        if (fd < 0) return std::string("-o: cannot ") + (existed ? "open" : "create") + " the lock file '" + path + "' (" + strerror(errno) + ")";
         struct stat st;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
@@ -587,8 +589,9 @@ static inline std::string checkpoint_lock_run_id(const std::string& dir, std::st
     ssize_t n = pread(fd, b, sizeof(b) - 1, 0);
     close(fd);
     if (n < 0) { *err = strerror(errno); return ""; }
-    const char* at = strstr(b, "\nrun ");
+    const char* key = "\nrun ";
+    const char* at = strstr(b, key);
     if (!at) return "";
-    at += 6;
+    at += strlen(key);
     return std::string(at, strcspn(at, "\n"));
 }

@@ -192,20 +192,33 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
     TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never)"),
-    TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints already in -o"),
+    TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints and replace the logs an earlier run left in -o"),
 };
 #undef TOPT
 #pragma GCC diagnostic pop
 #define TRAIN_NUM_OPTS (sizeof(TRAIN_OPTS) / sizeof(TRAIN_OPTS[0]))
 
+static inline void train_config_defaults(TrainConfig* cfg);
+static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o);
+
+// --help: every flag with its default, then the flags a resumed run may change (OPT_RANKS; README
+// lists the same, which test_cli checks).
 static inline void train_config_usage(const char* prog) {
+    TrainConfig d;
+    train_config_defaults(&d);
     printf("usage: %s [flags]\n", prog);
+    std::string resumable;
     for (size_t i = 0; i < TRAIN_NUM_OPTS; i++) {
         const TrainOpt* o = &TRAIN_OPTS[i];
         char names[64];
         snprintf(names, sizeof(names), "%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "", o->long_name);
-        printf("  %-28s %s%s%s%s\n", names, o->help, o->choices ? " {" : "", o->choices ? o->choices : "", o->choices ? "}" : "");
+        std::string v = train_config_value(&d, o);
+        printf("  %-28s %s%s%s%s (default: %s)\n", names, o->help, o->choices ? " {" : "", o->choices ? o->choices : "", o->choices ? "}" : "",
+               v.empty() ? "none" : v.c_str());
+        if (o->scope == OPT_RANKS) resumable += std::string(resumable.empty() ? "" : " ") + (o->short_name ? o->short_name : o->long_name);
     }
+    printf("may change when a run resumes (-y 1): %s\n", resumable.c_str());
+    printf("(-e and --vocab-size only to the checkpoint's model); every other flag must match the checkpoint\n");
 }
 
 static inline bool train_config_choice_ok(const char* choices, const char* v) {

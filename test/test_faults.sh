@@ -103,6 +103,106 @@ if [ $rc -eq 0 ] && grep -q "deleted the checkpoints of steps 2, 4 and 6" "$TMP/
     pass faults_overwrite_replaces_checkpoints
 else fail faults_overwrite_replaces_checkpoints "rc=$rc $(ls "$TMP/fresh" | tr '\n' ' ') $(why "$TMP/fr2.out")"; fi
 
+# --- a LOCK that is a symbolic link or not a regular file: refused, the file behind it untouched
+#     (before: the link was followed and its target overwritten with "pid P on host H")
+mkdir -p "$TMP/symlock" "$TMP/dirlock/LOCK"
+echo "the user's notes" >"$TMP/notes.txt"
+ln -s "$TMP/notes.txt" "$TMP/symlock/LOCK"
+"$BIN" "${S[@]}" -x 1 -o "$TMP/symlock" >"$TMP/sl.out" 2>"$TMP/sl.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: -o: the lock file '$TMP/symlock/LOCK' is a symbolic link, expected a regular file" "$TMP/sl.err" &&
+   [ "$(cat "$TMP/notes.txt")" = "the user's notes" ] && [ -L "$TMP/symlock/LOCK" ] && [ "$(ls "$TMP/symlock")" = LOCK ]; then
+    pass faults_lock_symlink_refused
+else fail faults_lock_symlink_refused "rc=$rc $(head -c 300 "$TMP/sl.err") notes: $(head -c 80 "$TMP/notes.txt")"; fi
+"$BIN" "${S[@]}" -x 1 -o "$TMP/dirlock" >"$TMP/dl.out" 2>"$TMP/dl.err"
+expect_error faults_lock_not_regular_refused $? "$TMP/dl.err" "^error: -o: the lock file '$TMP/dirlock/LOCK' is not a regular file"
+
+# --- --overwrite 1 never deletes the file the run starts from: -e names one of the checkpoints
+#     it would delete (here through a symbolic link: the same file, not the same name); refused,
+#     nothing changed, no LOCK left
+cp -r "$TMP/straight" "$TMP/ovr_e"
+ln -s "$TMP/ovr_e/model_00000006.bin" "$TMP/start.bin"
+before=$(cd "$TMP/ovr_e" && ls | md5sum; md5sum main.log metrics.jsonl DONE_* model_* state_* | md5sum)
+"$BIN" "${S[@]}" -e "$TMP/start.bin" -x 8 -o "$TMP/ovr_e" --overwrite 1 >"$TMP/oe.out" 2>"$TMP/oe.err"
+rc=$?
+after=$(cd "$TMP/ovr_e" && ls | md5sum; md5sum main.log metrics.jsonl DONE_* model_* state_* | md5sum)
+if [ $rc -eq 1 ] && [ "$before" = "$after" ] && [ "$(wc -l <"$TMP/oe.err")" -eq 1 ] &&
+   grep -q "^error: --overwrite 1 would delete '$TMP/ovr_e/model_00000006.bin', which is this run's -e '$TMP/start.bin'; copy it out of -o first" "$TMP/oe.err"; then
+    pass faults_overwrite_keeps_model_file
+else fail faults_overwrite_keeps_model_file "rc=$rc $(head -c 300 "$TMP/oe.err")"; fi
+
+# --- a second fresh run into a directory where the first wrote only logs (-n -1): refused, the
+#     logs untouched (before: both truncated); --overwrite 1 replaces them
+"$BIN" "${S[@]}" -x 2 -n -1 -o "$TMP/logsonly" >"$TMP/lo1.out" 2>&1
+before=$(cd "$TMP/logsonly" && md5sum main.log metrics.jsonl)
+"$BIN" "${S[@]}" -x 3 -n -1 -o "$TMP/logsonly" >"$TMP/lo2.out" 2>"$TMP/lo2.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$before" = "$(cd "$TMP/logsonly" && md5sum main.log metrics.jsonl)" ] && [ "$(ls "$TMP/logsonly" | tr '\n' ' ')" = "LOCK main.log metrics.jsonl " ] &&
+   grep -q "^error: -o: '$TMP/logsonly' holds the logs of an earlier run (main.log and metrics.jsonl); pass -y 1 to resume it, --overwrite 1 to replace them" "$TMP/lo2.err"; then
+    pass faults_fresh_run_into_logs_refused
+else fail faults_fresh_run_into_logs_refused "rc=$rc $(head -c 300 "$TMP/lo2.err") $(ls "$TMP/logsonly" | tr '\n' ' ')"; fi
+"$BIN" "${S[@]}" -x 3 -n -1 --overwrite 1 -o "$TMP/logsonly" >"$TMP/lo3.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "replacing the logs of an earlier run in $TMP/logsonly" "$TMP/lo3.out" &&
+   [ "$(grep -c '"train_loss"' "$TMP/logsonly/metrics.jsonl")" -eq 3 ]; then pass faults_overwrite_replaces_logs
+else fail faults_overwrite_replaces_logs "rc=$rc $(why "$TMP/lo3.out")"; fi
+
+# --- two ranks with one relative -o in different working directories (node-local scratch):
+#     refused at start naming rank 1 and both directories, and rank 0's new directory removed
+#     again (before: exit 0, the state files split over two directories); then the same with
+#     a directory of that name on rank 1 too
+mkdir -p "$TMP/wd0" "$TMP/wd1"
+timeout 120 mpirun --oversubscribe -np 1 --wdir "$TMP/wd0" "$BIN" "${S[@]}" -x 2 -o scratch/run : \
+    -np 1 --wdir "$TMP/wd1" "$BIN" "${S[@]}" -x 2 -o scratch/run >"$TMP/wd.out" 2>"$TMP/wd.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -z "$(ls -A "$TMP/wd0" "$TMP/wd1" | grep -v ':$')" ] &&
+   grep -q "^error: rank 1: -o 'scratch/run' does not exist on this rank (rank 0 made it at $TMP/wd0/scratch/run; this rank's working directory is $TMP/wd1); every rank must see one shared directory" "$TMP/wd.err"; then
+    pass faults_ranks_output_dir_missing_on_rank1
+else fail faults_ranks_output_dir_missing_on_rank1 "rc=$rc $(head -c 400 "$TMP/wd.err") left: $(ls -R "$TMP/wd0" | tr '\n' ' ')"; fi
+mkdir -p "$TMP/wd1/scratch/run"
+timeout 120 mpirun --oversubscribe -np 1 --wdir "$TMP/wd0" "$BIN" "${S[@]}" -x 2 -o scratch/run : \
+    -np 1 --wdir "$TMP/wd1" "$BIN" "${S[@]}" -x 2 -o scratch/run >"$TMP/wd.out" 2>"$TMP/wd.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ ! -e "$TMP/wd0/scratch" ] && [ -z "$(ls -A "$TMP/wd1/scratch/run")" ] &&
+   grep -q "^error: rank 1: -o 'scratch/run' is not rank 0's directory (here it is $TMP/wd1/scratch/run, on rank 0 $TMP/wd0/scratch/run" "$TMP/wd.err"; then
+    pass faults_ranks_output_dir_differs_on_rank1
+else fail faults_ranks_output_dir_differs_on_rank1 "rc=$rc $(head -c 400 "$TMP/wd.err")"; fi
+
+# --- one -e path with another file behind it on rank 1: refused at start naming rank 1 and both
+#     CRCs (before: the ranks trained from different weights)
+cp "$TMP/straight/model_00000002.bin" "$TMP/wd0/init.bin"
+cp "$TMP/straight/model_00000004.bin" "$TMP/wd1/init.bin"
+timeout 120 mpirun --oversubscribe -np 1 --wdir "$TMP/wd0" "$BIN" "${S[@]}" -e init.bin -x 2 : \
+    -np 1 --wdir "$TMP/wd1" "$BIN" "${S[@]}" -e init.bin -x 2 >"$TMP/we.out" 2>"$TMP/we.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! grep -q "^step" "$TMP/we.out" &&
+   grep -q "^error: rank 1: -e 'init.bin' holds other weights than on rank 0 (payload CRC-32 [0-9a-f]\{8\} here, [0-9a-f]\{8\} on rank 0)" "$TMP/we.err"; then
+    pass faults_ranks_model_file_differs
+else fail faults_ranks_model_file_differs "rc=$rc $(head -c 400 "$TMP/we.err")"; fi
+
+# --- the newest checkpoint's state file cannot be read (here: a directory in its place, EISDIR):
+#     not damage, so no fallback: one line naming the file and the reason, nothing changed
+cp -r "$TMP/straight" "$TMP/ioerr"
+rm "$TMP/ioerr/state_00000006_00000.bin" && mkdir "$TMP/ioerr/state_00000006_00000.bin"
+before=$(cd "$TMP/ioerr" && ls | md5sum; md5sum main.log metrics.jsonl DONE_* model_* state_*_00000.bin 2>/dev/null | md5sum)
+"$BIN" "${S[@]}" -x 6 -n 2 -y 1 -o "$TMP/ioerr" >"$TMP/io.out" 2>"$TMP/io.err"
+rc=$?
+after=$(cd "$TMP/ioerr" && ls | md5sum; md5sum main.log metrics.jsonl DONE_* model_* state_*_00000.bin 2>/dev/null | md5sum)
+if [ $rc -eq 1 ] && [ "$before" = "$after" ] && ! grep -q "is damaged" "$TMP/io.err" &&
+   grep -q "^error: -y: checkpoint step 6: state file '$TMP/ioerr/state_00000006_00000.bin' cannot be read (Is a directory); the file is not damaged, so no older checkpoint replaces it" "$TMP/io.err"; then
+    pass faults_unreadable_checkpoint_stops_without_fallback
+else fail faults_unreadable_checkpoint_stops_without_fallback "rc=$rc $(head -c 400 "$TMP/io.err")"; fi
+
+# --- validation switched on at a resume (-v with -j): accepted, and the weights stay bitwise the
+#     straight run's (the val data shapes no step)
+cp -r "$TMP/straight" "$TMP/valon"
+rm -f "$TMP/valon/"*_00000006* "$TMP/valon/DONE_00000006"
+"$BIN" "${S[@]}" -x 6 -n 2 -y 1 -v 2 -m 1 -j "$SMALL_DIR/val_*.bin" -o "$TMP/valon" >"$TMP/vo.out" 2>"$TMP/vo.err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resuming from step 4" "$TMP/vo.out" && same_as_straight "$TMP/valon" &&
+   [ "$(grep -c '"val_loss"' "$TMP/valon/metrics.jsonl")" -ge 1 ]; then pass faults_resume_switches_validation_on
+else fail faults_resume_switches_validation_on "rc=$rc $(head -c 300 "$TMP/vo.err")"; fi
+
 # --- a full disk under each log: one line naming the file, exit 1 (before: exit 0, empty logs)
 for log in main.log metrics.jsonl; do
     mkdir -p "$TMP/full_$log"
@@ -179,7 +279,7 @@ tamper data_position "h = np.memmap(d + '/state_00000004_00000.bin', dtype=np.in
 tamper truncated_state "os.truncate(d + '/state_00000004_00000.bin', 4096)" "state file '.*' is corrupted (section size"
 tamper state_payload "f = open(d + '/state_00000004_00000.bin', 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2); f.write(bytes([b[0] ^ 1]))" \
     "state file '.*' is corrupted: CRC-32"
-tamper missing_model "os.remove(d + '/model_00000004.bin')" "model file '.*' cannot be opened"
+tamper missing_model "os.remove(d + '/model_00000004.bin')" "model file '.*' is missing"
 
 # --- every complete checkpoint damaged: one error, exit 1, nothing deleted
 cp -r "$TMP/straight" "$TMP/alldamaged"
@@ -243,10 +343,21 @@ if command -v setpriv >/dev/null 2>&1 && setpriv --reuid=65534 --regid=65534 --c
     expect_error faults_unreadable_data_directory $? "$TMP/nr.err" "^error: -i: cannot read directory '$TMP/noread' (Permission denied)"
     "${nobody[@]}" "$BIN" "${S[@]}" -x 1 -y 1 -o "$TMP/nolist" >"$TMP/nl.out" 2>"$TMP/nl.err"
     expect_error faults_unlistable_output_directory $? "$TMP/nl.err" "^error: -o: cannot list directory '$TMP/nolist' (Permission denied)"
+    # a newest model file this user may not read (EACCES): one line, no fallback, nothing changed
+    cp -r "$TMP/straight" "$TMP/eacces" && rm "$TMP/eacces/LOCK" && chmod 777 "$TMP/eacces" && chmod 000 "$TMP/eacces/model_00000006.bin"
+    before=$(cd "$TMP/eacces" && ls | md5sum; md5sum main.log metrics.jsonl DONE_* model_* state_* | md5sum)
+    "${nobody[@]}" "$BIN" "${S[@]}" -x 6 -n 2 -y 1 -o "$TMP/eacces" >"$TMP/ea.out" 2>"$TMP/ea.err"
+    rc=$?
+    after=$(cd "$TMP/eacces" && ls | md5sum; md5sum main.log metrics.jsonl DONE_* model_* state_* | md5sum)
+    if [ $rc -eq 1 ] && [ "$before" = "$after" ] && ! grep -q "is damaged" "$TMP/ea.err" &&
+       grep -q "^error: -y: checkpoint step 6: model file '$TMP/eacces/model_00000006.bin' cannot be opened (Permission denied); the file is not damaged" "$TMP/ea.err"; then
+        pass faults_permission_denied_checkpoint_stops_without_fallback
+    else fail faults_permission_denied_checkpoint_stops_without_fallback "rc=$rc $(head -c 400 "$TMP/ea.err")"; fi
     chmod 755 "$TMP/noread" "$TMP/nolist"
 else
     echo "SKIP faults_unreadable_data_directory: cannot run as an unprivileged user here (setpriv to uid 65534 failed)"
     echo "SKIP faults_unlistable_output_directory: cannot run as an unprivileged user here (setpriv to uid 65534 failed)"
+    echo "SKIP faults_permission_denied_checkpoint_stops_without_fallback: cannot run as an unprivileged user here (setpriv to uid 65534 failed)"
 fi
 
 # --- the kill loop: a 2-rank run checkpointing every step, one rank SIGKILLed at a random moment
