@@ -17,18 +17,27 @@ LLMC_H  = $(wildcard llmc/*.h)
 TEST_H  = test/test_util.h test/fixture.h
 NPROC  ?= $(shell nproc)
 
-.PHONY: all deps test test-build check check-build emu testdata test-cpu test-gpu demo clean bench fuzz fidelity
+.PHONY: FORCE all deps test test-build check check-build emu testdata test-cpu test-gpu demo clean bench fuzz fidelity
 
 all: train_llama_cpu
 
 deps:
 	@bash scripts/install_deps.sh
 
-train_llama_cpu: train_llama_cpu.cpp $(LLMC_H)
-	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
+# --version prints the commit and the compile line: build/commit.txt is rewritten only when the
+# commit changes, so a new commit rebuilds the trainers and nothing else does
+COMMIT_FILE = $(BUILD)/commit.txt
+$(COMMIT_FILE): FORCE
+	@mkdir -p $(BUILD); c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); [ "$$(cat $@ 2>/dev/null)" = "$$c" ] || echo "$$c" >$@
+FORCE:
+version_defs = -DTRAIN_LLAMA_COMMIT='"'"$$(cat $(COMMIT_FILE))"'"' -DTRAIN_LLAMA_BUILD='"$(strip $(1))"'
+
+train_llama_cpu: train_llama_cpu.cpp $(LLMC_H) $(COMMIT_FILE)
+	$(CXX_MPI) $(CXXFLAGS) $(call version_defs,$(CXX_MPI) $(CXXFLAGS)) $< -o $@ $(LDLIBS_CPU)
 
 $(BUILD):
 	@mkdir -p $(BUILD)
+
 
 $(BUILD)/test_%: test/test_%.cpp $(LLMC_H) $(TEST_H) | $(BUILD)
 	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)

@@ -66,8 +66,8 @@ dev: $(DEV_BINS)
 MPI_CFLAGS := $(filter -I%,$(shell mpicxx --showme:compile 2>/dev/null))
 MPI_LIBS   := $(filter -L% -l%,$(shell mpicxx --showme:link 2>/dev/null))
 
-train_llama: train_llama.cu $(CUDA_H)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) $(MPI_CFLAGS) $< -o $@ $(NVCC_LDLIBS) $(MPI_LIBS)
+train_llama: train_llama.cu $(CUDA_H) $(COMMIT_FILE)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) $(MPI_CFLAGS) $(call version_defs,$(NVCC) $(NVCCFLAGS)) $< -o $@ $(NVCC_LDLIBS) $(MPI_LIBS)
 
 # the whole-model test includes the trainer
 $(BUILD)/test_llama_gpu: train_llama.cu
@@ -89,9 +89,9 @@ GPU_BINS = $(GPU_DIR)/train_llama $(patsubst $(BUILD)/%,$(GPU_DIR)/%,$(GPU_TESTS
 
 gpu: $(GPU_BINS)
 
-$(GPU_DIR)/train_llama: train_llama.cu $(CUDA_H) $(SHIM_H)
+$(GPU_DIR)/train_llama: train_llama.cu $(CUDA_H) $(SHIM_H) $(COMMIT_FILE)
 	@mkdir -p $(GPU_DIR)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DCOMM_GPU_NO_MPI $< -o $@ $(NVCC_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DCOMM_GPU_NO_MPI $(call version_defs,$(NVCC) $(NVCCFLAGS)) $< -o $@ $(NVCC_LDLIBS)
 
 $(GPU_DIR)/%: $(BUILD)/%
 	@mkdir -p $(GPU_DIR)

@@ -770,11 +770,15 @@ done
 # B=4 T=1024 ..."): ours as llama_flops_per_token (llmc/llama.h: matmul weights, lm_head and the
 # causal half of attention, x3 for the backward); llm.c's 6N + 6*L*C*T with N = every parameter
 # (llm.c counts the embedding because GPT-2 ties it to the classifier; here it is a lookup)
+# (a long value wraps onto rows with an empty key: those belong to the row above)
 flops_per_token() {  # LOG -> "OURS LLMC PARAMS PEAK_FLOPS"
-    awk '
-    /\| model / { for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) c[kv[1]] = kv[2] }
-    /\| batch / { for (i = 1; i <= NF; i++) if ($i ~ /^T=/) { split($i, kv, "="); T = kv[2] } }
-    /\| peak for MFU / { for (i = 1; i <= NF; i++) if ($i == "TFLOP/s") peak = $(i - 1) * 1e12 }
+    awk -F'|' '
+    /^\| / { key = $2; gsub(/^ +| +$/, "", key); if (key != "") row = key; n = split($3, w, " ")
+             for (i = 1; i <= n; i++) {
+                 if (row == "model" && split(w[i], kv, "=") == 2) c[kv[1]] = kv[2]
+                 if (row == "batch" && w[i] ~ /^T=/) { split(w[i], kv, "="); T = kv[2] }
+                 if (row == "peak for MFU" && w[i] == "TFLOP/s" && i > 1) peak = w[i - 1] * 1e12
+             } }
     END {
         C = c["C"]; L = c["L"]; NH = c["NH"]; NKV = c["NKV"]; FF = c["FF"]; Vp = c["Vp"]
         if (C == "" || T == "") { print "? ? ? ?"; exit }

@@ -474,7 +474,22 @@ static inline std::string run_format_duration(double s) {
     return b;
 }
 
-static inline void run_print_row(const char* key, const std::string& value) { printf("| %-22s | %-48s |\n", key, value.c_str()); }
+// One row of the settings box; a value wider than its column wraps onto further rows, at a blank
+// where there is one (a long path breaks anywhere), so that no row breaks the box.
+static inline void run_print_row(const char* key, const std::string& value) {
+    const size_t width = 48;
+    size_t pos = 0;
+    do {
+        size_t n = value.size() - pos;
+        if (n > width) {
+            size_t cut = value.rfind(' ', pos + width);
+            n = (cut != std::string::npos && cut > pos) ? cut - pos : width;
+        }
+        printf("| %-22s | %-48s |\n", pos == 0 ? key : "", value.substr(pos, n).c_str());
+        pos += n;
+        while (pos < value.size() && value[pos] == ' ') pos++;
+    } while (pos < value.size());
+}
 
 // Rank 0's report of a val loss: the console line, main.log and metrics.jsonl (with the tokens
 // trained on so far, the x axis of scripts/plot_runs.py).

@@ -206,7 +206,7 @@ static inline std::string train_config_value(const TrainConfig* cfg, const Train
 static inline void train_config_usage(const char* prog) {
     TrainConfig d;
     train_config_defaults(&d);
-    printf("usage: %s [flags]\n", prog);
+    printf("usage: %s [flags]   (--help: this list; --version: the commit and compile line)\n", prog);
     std::string resumable;
     for (size_t i = 0; i < TRAIN_NUM_OPTS; i++) {
         const TrainOpt* o = &TRAIN_OPTS[i];
@@ -279,12 +279,22 @@ static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const c
     }
 }
 
-// Parses argv into cfg (defaults first). Exits 0 after printing usage for -h/--help.
+// --version: the commit and compile line the Makefile passes in ("unknown" when built otherwise).
+#ifndef TRAIN_LLAMA_COMMIT
+#define TRAIN_LLAMA_COMMIT "unknown"
+#endif
+#ifndef TRAIN_LLAMA_BUILD
+#define TRAIN_LLAMA_BUILD "unknown"
+#endif
+
+// Parses argv into cfg (defaults first). Exits 0 after printing usage for -h/--help, or the
+// version for --version.
 static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
     train_config_defaults(cfg);
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) { train_config_usage(argv[0]); exit(0); }
+        if (strcmp(arg, "--version") == 0) { printf("%s: commit %s, built with %s\n", argv[0], TRAIN_LLAMA_COMMIT, TRAIN_LLAMA_BUILD); exit(0); }
         // --flag=value form
         std::string name = arg, value;
         bool inline_value = false;

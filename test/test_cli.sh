@@ -43,6 +43,11 @@ if [ $help_rc -eq 0 ] && [ -n "$help_list" ] && [ "$help_list" = "$readme_list" 
     pass cli_help_defaults_and_resume_flags_match_readme
 else fail cli_help_defaults_and_resume_flags_match_readme "rc=$help_rc help: [$help_list] README: [$readme_list] without default: $flags_without_default"; fi
 
+# --- --version: the commit the Makefile recorded and the compile line
+version=$("$BIN" --version 2>&1)
+if [[ "$version" == "$BIN: commit $(cat build/commit.txt 2>/dev/null || echo unknown), built with "*-O3* ]]; then pass cli_version
+else fail cli_version "$version"; fi
+
 # --- flags
 expect_error cli_unknown_flag "--bogus" --bogus 3
 expect_error cli_missing_value "-b" "${FAST[@]}" -x 1 -b
@@ -153,9 +158,16 @@ expect_error ckpt_vocab_vs_data "good.bin" -b 2 -t 32 -v 0 -x 1 -i "$TMP/good.bi
 
 # --vocab-size: a preset with another vocabulary trains on shards within it, is refused on
 # shards beyond it (naming the token), and must match a checkpoint's own vocabulary
-if timeout 120 "$BIN" -e tiny --vocab-size 500 -b 2 -t 32 -v 0 -x 1 -i "$TMP/vocab500.bin" >"$TMP/v500.out" 2>&1 &&
-   grep -q "V=500 Vp=512" "$TMP/v500.out" && grep -q "^step     1/1 | loss" "$TMP/v500.out"; then pass cli_vocab_size_preset_trains
+# (the shard under a long directory name: the settings box wraps its long rows, every row as
+# wide as the box)
+longdir="$TMP/shards_under_a_directory_name_long_enough_to_wrap"
+mkdir -p "$longdir" && cp "$TMP/vocab500.bin" "$longdir/"
+if timeout 120 "$BIN" -e tiny --vocab-size 500 -b 2 -t 32 -v 0 -x 1 -i "$longdir/vocab500.bin" >"$TMP/v500.out" 2>&1 &&
+   grep -q "V=500" "$TMP/v500.out" && grep -q "Vp=512" "$TMP/v500.out" && grep -q "^step     1/1 | loss" "$TMP/v500.out"; then pass cli_vocab_size_preset_trains
 else fail cli_vocab_size_preset_trains "$(grep -m1 'model ' "$TMP/v500.out") $(why "$TMP/v500.out")"; fi
+box_widths=$(sed -n '/^+---/,/^step /p' "$TMP/v500.out" | grep -E '^[|+]' | awk '{print length($0)}' | sort -u | tr '\n' ' ')
+if [ "$box_widths" = "77 " ] && [ "$(grep -c '^|                        | ' "$TMP/v500.out")" -ge 2 ]; then pass cli_settings_box_wraps_long_rows
+else fail cli_settings_box_wraps_long_rows "row widths: $box_widths; $(grep -m2 'train data' -A1 "$TMP/v500.out" | tr '\n' ' ')"; fi
 expect_error cli_vocab_size_below_data "good.bin': token [0-9]* has id [0-9]*, expected < vocab size 500" -e tiny --vocab-size 500 "${FAST[@]:2}" -x 1 -i "$TMP/good.bin"
 expect_error cli_vocab_size_out_of_range "--vocab-size: expected an integer in \[0, 65536\], found 70000" --vocab-size 70000
 expect_error cli_vocab_size_vs_checkpoint "--vocab-size: the checkpoint 'test/fixtures/model_small.bin' has a vocabulary of 500, found --vocab-size 600" \
