@@ -507,17 +507,20 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
 // ----------------------------------------------------------------------------
 // sampling: B=1 forward over the last window, multinomial over the V real tokens
 
-static void llama_sample(LlamaModel* m, const Tokenizer* tok, int gen_tokens, int T, unsigned long long seed) {
+static void llama_sample(LlamaModel* m, const Tokenizer* tok, const TrainConfig* tc, unsigned long long seed) {
     const LlamaConfig* c = &m->config;
+    const int T = tc->T;
     Rng rng;
     rand_init(&rng, seed);
-    std::vector<int> seq(1, run_sample_start_token(c->V));  // <|endoftext|> where the vocabulary has it
+    std::vector<int> seq = run_sample_first_tokens(tc, c->V);
     printf("generating:\n---\n");
-    for (int k = 0; k < gen_tokens; k++) {
+    if (!tc->prompt_tokens.empty())
+        for (int id : seq) { if (tok->ok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)id)); else printf("%d ", id); }
+    for (int k = 0; k < tc->gen_tokens; k++) {
         int len = std::min((int)seq.size(), T);
         const int* window = seq.data() + seq.size() - len;
         llama_forward(m, window, 1, len);
-        int next = run_sample_token(m->acts.logits + (size_t)(len - 1) * c->Vp, c->V, rand_uniform(&rng));
+        int next = run_sample_token(m->acts.logits + (size_t)(len - 1) * c->Vp, c->V, rand_uniform(&rng), tc->temperature, tc->top_k);
         seq.push_back(next);
         if (tok->ok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)next)); else printf("%d ", next);
         fflush(stdout);
@@ -731,8 +734,8 @@ int main(int argc, char** argv) {
             float val_loss = (float)llama_mean_over_ranks(&grid, mean, N);
             if (grid.rank == 0) run_report_val(&logger, step, val_loss, tc.total_batch);
         }
-        if (tc.sample_every > 0 && grid.rank == 0 && !fresh && step > 0 && (step % tc.sample_every == 0 || last)) {
-            llama_sample(&model, &tokenizer, tc.gen_tokens, tc.T, tc.seed + (unsigned long long)step);
+        if (tc.sample_every > 0 && grid.rank == 0 && !fresh && (step > 0 || tc.steps == 0) && (step % tc.sample_every == 0 || last)) {
+            llama_sample(&model, &tokenizer, &tc, tc.seed + (unsigned long long)step);
         }
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             if (grid.rank == 0) checkpoint_write_model(checkpoint_model_path(tc.output_dir, step), &lc, model.params, step);
@@ -828,7 +831,8 @@ int main(int argc, char** argv) {
     }
     if (grid.rank == 0 && !stopped) {
         double total = run_now_seconds() - t_run0;
-        printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
+        if (tc.steps > start_step) printf("done: %d steps, final train loss %.6f, %.1f s", tc.steps - start_step, last_loss, total);
+        else printf("done: no step to train (-x %d, from step %d), %.1f s", tc.steps, start_step, total);
         if (timed_steps > 0) printf(", %.0f tok/s average", tc.total_batch * timed_steps / train_seconds);
         printf("\n");
     }

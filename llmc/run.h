@@ -25,6 +25,19 @@
 #include "train_config.h"
 #include "utils.h"
 
+// --prompt-tokens as ids (train_config_parse checked the syntax); <|endoftext|> alone when unset
+// (run_sample_first_tokens).
+static inline std::vector<int> run_prompt_tokens(const TrainConfig* tc) {
+    std::vector<int> ids;
+    const char* at = tc->prompt_tokens.c_str();
+    while (*at) {
+        char* end = NULL;
+        ids.push_back((int)strtol(at, &end, 10));
+        at = *end ? end + 1 : end;
+    }
+    return ids;
+}
+
 // The model config from -e (a preset or a checkpoint file), -t checked against it, and -d
 // checked against B*T*ranks. Returns the micro-steps per optimizer step; sets *from_file.
 static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world_size, bool* from_file) {
@@ -34,6 +47,8 @@ static inline int run_resolve_config(TrainConfig* tc, LlamaConfig* lc, int world
         user_error("--vocab-size: the checkpoint '%s' has a vocabulary of %d, found --vocab-size %d (hint: leave --vocab-size out with a checkpoint)",
                    tc->model.c_str(), lc->V, tc->vocab_size);
     if (tc->vocab_size > 0) { lc->V = tc->vocab_size; lc->Vp = llama_padded_vocab(lc->V); }
+    for (int id : run_prompt_tokens(tc))
+        if (id >= lc->V) user_error("--prompt-tokens: token id %d, expected < the model's vocabulary size %d", id, lc->V);
     if (tc->T == 0) tc->T = lc->T;
     if (tc->T > lc->T) user_error("-t: expected at most the model's maximum sequence length %d, found %d", lc->T, tc->T);
     // the layers index a micro-batch's tokens with int: B*T must fit (64-bit products below)
@@ -448,20 +463,37 @@ static inline void run_next_batch(void* ctx, const int** inputs, const int** tar
 
 // The token generation starts from: GPT-2's <|endoftext|> where the model's vocabulary has it,
 // else the vocabulary's last token (a smaller-vocabulary checkpoint has no row 50256 to embed).
-static inline int run_sample_start_token(int V) { return std::min(LLAMA_GPT2_VOCAB - 1, V - 1); }
+// A sample's first tokens: --prompt-tokens, else <|endoftext|> where the vocabulary has it.
+static inline std::vector<int> run_sample_first_tokens(const TrainConfig* tc, int V) {
+    std::vector<int> ids = run_prompt_tokens(tc);
+    if (ids.empty()) ids.push_back(std::min(LLAMA_GPT2_VOCAB - 1, V - 1));
+    return ids;
+}
 
-// A token drawn from softmax(logits[0:V]) with a uniform coin in [0, 1).
-static inline int run_sample_token(const float* logits, int V, double coin) {
-    float maxv = logits[0];
-    for (int i = 1; i < V; i++) maxv = std::max(maxv, logits[i]);
+// A token drawn from softmax(logits[0:V] / temperature) over the top_k largest (0: all) with a
+// uniform coin in [0, 1); temperature 0 is greedy: the largest logit (the lowest id among equals,
+// as torch.argmax). Ties at the k-th place keep the lower ids.
+static inline int run_sample_token(const float* logits, int V, double coin, float temperature, int top_k) {
+    int best = 0;
+    for (int i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+    if (temperature == 0.0f) return best;
+    std::vector<int> ids(V);
+    for (int i = 0; i < V; i++) ids[i] = i;
+    if (top_k > 0 && top_k < V) {
+        std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(),
+                          [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+        ids.resize(top_k);
+        std::sort(ids.begin(), ids.end());
+    }
+    const double maxv = logits[best];
     double sum = 0.0;
-    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - maxv);
+    for (int i : ids) sum += exp(((double)logits[i] - maxv) / temperature);
     double target = coin * sum, acc = 0.0;
-    for (int i = 0; i < V; i++) {
-        acc += exp((double)logits[i] - maxv);
+    for (int i : ids) {
+        acc += exp(((double)logits[i] - maxv) / temperature);
         if (acc > target) return i;
     }
-    return V - 1;
+    return ids.back();
 }
 
 static inline std::string run_format_duration(double s) {

@@ -40,6 +40,7 @@ static inline void tokenizer_free(Tokenizer* tok) {
 static inline void tokenizer_init(Tokenizer* tok, const char* path) {
     memset(tok, 0, sizeof(*tok));
     tok->eot_token = TOKENIZER_DEFAULT_EOT;
+    if (strcmp(path, "none") == 0) return;  // --tokenizer none: token ids, asked for
     const char* hint = "samples print token ids; hint: python data/make_tokenizer_table.py";
     FILE* f = fopen(path, "rb");
     if (f == NULL) {

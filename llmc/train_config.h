@@ -47,6 +47,9 @@ typedef struct {
     int val_batches;           // -m
     int sample_every;          // -s  (0 = off)
     int gen_tokens;            // -g
+    std::string prompt_tokens; // --prompt-tokens: the sample's first tokens, comma-separated ids ("" = <|endoftext|>)
+    float temperature;         // --temperature (0 = greedy)
+    int top_k;                 // --top-k (0 = every token)
     std::string comm;          // -c  fp32 | bf16 | fp8 | fp8block | geofp8 | kfac
     std::string fp8_reduce;    // --fp8-reduce native | twophase
     std::string fp8_format;    // --fp8-format e4m3 | e5m2
@@ -96,6 +99,9 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->val_batches = 8;
     c->sample_every = 0;
     c->gen_tokens = 64;
+    c->prompt_tokens = "";
+    c->temperature = 1.0f;
+    c->top_k = 0;
     c->comm = "fp32";
     c->fp8_reduce = "native";
     c->fp8_format = "e4m3";
@@ -169,6 +175,9 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, OPT_RANKS, "val batches per evaluation"),
     TOPT("-s", "--sample-every", OPT_INT, sample_every, 0, INT_MAX, NULL, OPT_RANKS, "sample text every N steps (0 = off)"),
     TOPT("-g", "--gen-tokens", OPT_INT, gen_tokens, 1, 1 << 20, NULL, OPT_RANKS, "tokens to generate per sample"),
+    TOPT(NULL, "--prompt-tokens", OPT_STR, prompt_tokens, 0, 0, NULL, OPT_RANKS, "the samples' first tokens, comma-separated ids (scripts/sample.py encodes text; none = <|endoftext|>)"),
+    TOPT(NULL, "--temperature", OPT_FLOAT, temperature, 0, 100, NULL, OPT_RANKS, "sampling temperature (0 = greedy: the most likely token)"),
+    TOPT(NULL, "--top-k", OPT_INT, top_k, 0, 1 << 20, NULL, OPT_RANKS, "sample among the k most likely tokens (0 = all)"),
     TOPT("-c", "--comm", OPT_STR, comm, 0, 0, "fp32,bf16,fp8,fp8block,geofp8,kfac", OPT_RUN, "gradient communication mode"),
     TOPT(NULL, "--attention", OPT_STR, attention, 0, 0, "auto,flash,cublas", OPT_RANKS, "train_llama's attention: flash (fused; head sizes 16, 32, 64, 128), cublas (unfused reference), auto = flash where supported"),
     TOPT(NULL, "--bucket-mb", OPT_FLOAT, bucket_mb, 0, 4096, NULL, OPT_RANKS, "gradient buckets of about this many MB of fp32, each communicated as the backward finishes it (0 = one, after the backward)"),
@@ -189,7 +198,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error (geofp8, kfac: N raised to be coprime with --geofp8-refresh)"),
     TOPT(NULL, "--fidelity-window", OPT_INT, fidelity_window, 0, INT_MAX, NULL, OPT_RANKS, "with --fidelity-every: RelL2 of sums over windows of W steps on the geometry units (0 = the refresh interval)"),
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
-    TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples"),
+    TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples (none: samples print token ids)"),
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
     TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never)"),
     TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints and replace the logs an earlier run left in -o"),
@@ -322,6 +331,18 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
                    cfg->fp8_format.c_str(), cfg->comm.c_str());
     if (cfg->geofp8_ema > 0.0f && cfg->comm == "kfac")
         user_error("--geofp8-ema: averages the sketch of -c geofp8; -c kfac accumulates explicit statistics (use --geofp8-ema 0)");
+    if (!cfg->prompt_tokens.empty()) {  // ids, checked against the vocabulary once the model is known
+        const char* v = cfg->prompt_tokens.c_str();
+        for (const char* at = v;;) {
+            char* end = NULL;
+            errno = 0;
+            long id = isdigit((unsigned char)at[0]) ? strtol(at, &end, 10) : -1;
+            if (id < 0 || errno == ERANGE || id > INT_MAX || (*end != ',' && *end != '\0'))
+                user_error("--prompt-tokens: expected comma-separated token ids (like 464,2068), found '%s'", v);
+            if (*end == '\0') break;
+            at = end + 1;
+        }
+    }
     if (cfg->geofp8_rank != "full") {  // an integer, written back in one spelling (032 and 32 are one setting)
         const char* v = cfg->geofp8_rank.c_str();
         char* end = NULL;
