@@ -46,7 +46,7 @@ else fail cli_help_defaults_and_resume_flags_match_readme "rc=$help_rc help: [$h
 # --- --version: the commit the Makefile recorded and the compile line
 version=$("$BIN" --version 2>&1)
 if [[ "$version" == "$BIN: commit $(cat build/commit.txt 2>/dev/null || echo unknown), built with "*-O3* ]]; then pass cli_version
-else fail cli_version "$version"; fi
+else fail cli_version "$version (expected build/commit.txt's commit: rebuild with make train_llama_cpu if HEAD moved)"; fi
 
 # --- flags
 expect_error cli_unknown_flag "--bogus" --bogus 3
