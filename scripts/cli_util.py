@@ -181,7 +181,8 @@ def describe(x):
     if isinstance(x, bool):
         return "true" if x else "false"
     if is_number(x):
-        return repr(x)
+        r = repr(x)
+        return r if len(r) <= 40 else f"{r[:12]}... ({len(r)} digits)"
     if isinstance(x, str):
         return json.dumps(x[:60])
     if x is None:
@@ -232,7 +233,13 @@ def is_number(x):
 
 
 def finite_number(x):
-    return is_number(x) and math.isfinite(x)
+    """A JSON number that is a finite float (10**400, an integer in JSON, is not one)."""
+    if not is_number(x):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 # ---- writing outputs
