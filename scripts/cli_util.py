@@ -124,11 +124,13 @@ nonnegative_int = int_in(0, INT_MAX)
 
 def output_file(path):
     """The argparse type of a file to write: its directory exists and is writable, and the path is
-    not a directory. Returns the path."""
+    not a directory or other non-regular file (it is replaced by a rename). Returns the path."""
     if path == "":
         raise argparse.ArgumentTypeError("expected a file name, found ''")
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"'{path}' is a directory, expected a file name")
+    if os.path.lexists(path) and not os.path.isfile(path):  # a device, a FIFO, a dangling link: never replaced
+        raise argparse.ArgumentTypeError(f"'{path}' exists and is not a regular file")
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
         raise argparse.ArgumentTypeError(f"the directory of '{path}' does not exist (expected an existing directory '{parent}')")

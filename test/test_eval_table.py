@@ -143,7 +143,7 @@ def property_test(tmp):
                 argv.append(rng.choice(["--bogus", "--baseline", "-h"]))
             else:
                 argv[k] = rng.choice(testlib.BAD_ARGS + [d])
-        status, out, err = testlib.tool_in_process(eval_table.main, argv)
+        status, out, err = testlib.tool_in_process(eval_table.main, argv, d)
         if not testlib.property_verdict(status, err):
             bad.append(f"{argv} {text[:80]!r}: status {status} {err.strip()[-300:]}")
     check("eval_table_property_no_traceback (50 mutations)", not bad, "; ".join(bad[:2]))

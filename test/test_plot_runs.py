@@ -182,6 +182,7 @@ def refusals(tmp, base):
     for name, argv, want in [("out_missing_dir", ["--out", os.path.join(tmp, "nope", "x.png")],
                               f"error: argument --out: the directory of '{os.path.join(tmp, 'nope', 'x.png')}' does not exist"),
                              ("out_is_a_directory", ["--out", tmp], f"error: argument --out: '{tmp}' is a directory"),
+                             ("out_is_a_device", ["--out", "/dev/null"], "error: argument --out: '/dev/null' exists and is not a regular file"),
                              ("out_not_a_figure", ["--out", os.path.join(tmp, "x.txt")], "error: argument --out: expected a figure file name"),
                              ("smooth_nan", ["--smooth", "nan"], "error: argument --smooth: expected a finite number, found 'nan'"),
                              ("smooth_one", ["--smooth", "1"], "error: --smooth: expected a number in [0, 1), found 1.0"),
@@ -227,7 +228,7 @@ def property_test(tmp, geo):
         if rng.random() < 0.3:
             k = rng.randrange(len(argv))
             argv[k] = rng.choice(testlib.BAD_ARGS)
-        status, _, err = testlib.tool_in_process(plot_runs.main, argv)
+        status, _, err = testlib.tool_in_process(plot_runs.main, argv, os.path.join(tmp, "prop"))
         if not testlib.property_verdict(status, err):
             bad.append(f"{argv}: status {status} {err.strip()[-400:]}")
     check("plot_runs_property_no_traceback (40 mutations)", not bad, "; ".join(bad[:2]))

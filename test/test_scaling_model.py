@@ -217,7 +217,7 @@ with tempfile.TemporaryDirectory() as root:
         argv = ["--model", "tiny", "--run", f"fp32={d}", "--run", f"geofp8={d}", "--gpus", "2,8"] + (["--estimate"] if i % 3 == 0 else [])
         for _ in range(rng.randrange(1, 3)):
             argv += [rng.choice(flags), rng.choice(testlib.BAD_ARGS + ["1", "8", "0.3", "1e-300", "1e300", f"fp8={d}"])]
-        status, _, err = testlib.tool_in_process(sm.main, argv)
+        status, _, err = testlib.tool_in_process(sm.main, argv, root)
         if not testlib.property_verdict(status, err):
             bad.append(f"{argv}: status {status} {err.strip()[-400:]}")
     check("scaling_model_property_no_traceback (40 mutations)", not bad, "; ".join(bad[:2]))

@@ -71,10 +71,11 @@ def one_error_line(status, stderr):
             sum(1 for l in lines if l.startswith("error:")) == 1 and "Traceback" not in stderr)
 
 
-def tool_in_process(main, argv):
-    """Runs main(argv) under cli_util.run, as the tool's __main__ does; returns (status, stdout,
-    stderr). An exception that escapes cli_util.run (a traceback the user would see) gives
-    status None, with the traceback in stderr."""
+def tool_in_process(main, argv, cwd):
+    """Runs main(argv) under cli_util.run in directory cwd (a mutated relative path then lands
+    there, not in the repository), as the tool's __main__ does; returns (status, stdout, stderr).
+    An exception that escapes cli_util.run (a traceback the user would see) gives status None,
+    with the traceback in stderr."""
     import contextlib
     import io
     import os
@@ -83,13 +84,18 @@ def tool_in_process(main, argv):
     import cli_util
     out, err = io.StringIO(), io.StringIO()
     status = None
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli_util.run(main, argv)
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:
-            traceback.print_exc(file=err)
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli_util.run(main, argv)
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                traceback.print_exc(file=err)
+    finally:
+        os.chdir(here)
     return status, out.getvalue(), err.getvalue()
 
 
