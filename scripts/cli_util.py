@@ -29,6 +29,7 @@ import tempfile
 
 FILE_MODE = 0o644  # outputs are shared results: readable by all whatever the umask
 INT_RE = re.compile(r"-?[0-9]+\Z")
+FLOAT_RE = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\Z")  # not ' 5', 1_0 or 0x10
 
 
 def die(msg):
@@ -60,9 +61,11 @@ class ArgumentParser(argparse.ArgumentParser):
 # ---- argparse types: each refuses with "expected ..., found '...'" (argparse prefixes the flag)
 
 def _number(s):
-    try:
+    if FLOAT_RE.match(s):
         x = float(s)
-    except ValueError:
+    elif s.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        x = math.nan
+    else:
         raise argparse.ArgumentTypeError(f"expected a number, found '{s}'")
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"expected a finite number, found '{s}'")

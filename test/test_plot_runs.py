@@ -136,6 +136,9 @@ def live_run(tmp, base):
     d = os.path.join(tmp, "live")
     write_run(d, base)
     png = os.path.join(tmp, "live.png")
+
+    def plot(*argv):  # in process: matplotlib is imported once for the three figures
+        return testlib.tool_in_process(plot_runs.main, list(argv), tmp)
     rc0, out0, _ = plot(d, "--out", png)
     path = os.path.join(d, "metrics.jsonl")
     with open(path, "a") as f:
