@@ -2,6 +2,9 @@
 
 Online, from the Hugging Face hub (needs the `datasets` package and network):
     python data/openwebtext.py --out-dir data/openwebtext
+Without network, the hub's copy in the Hugging Face cache (HF_HOME) is read with
+HF_DATASETS_OFFLINE=1; otherwise the hub is probed first (HF_ENDPOINT, HUB_PROBE_S seconds) and an
+unreachable one is one error line at once, not minutes of retries.
 Offline, from local text (a .txt file = one document, a .jsonl file = one document per line
 in its "text" field, or a directory searched recursively for both, in sorted path order):
     python data/openwebtext.py --local owt/ --out-dir data/openwebtext --vocab-dir ../shared/tokenizer/gpt2
@@ -10,19 +13,32 @@ Output in --out-dir: openwebtext_val_000000.bin, then openwebtext_train_000001.b
 Shard 0 is validation: by default the first --shard-size tokens of the stream, as in llm.c;
 with --val-docs N, the first N whole documents instead. Train shards hold --shard-size tokens
 each (the last one fewer). Every document is EOT (50256) followed by its tokens. Output is
-identical for any --workers (documents keep their order).
+identical for any --workers (documents keep their order). Every bad argument, input or
+environment problem is one line "error: ..." and exit status 1 (scripts/cli_util.py), and the
+shards written before it are removed.
 """
-import argparse
 import itertools
 import json
 import multiprocessing as mp
 import os
 import sys
+import threading
+import urllib.error
+import urllib.request
 
-from tokenizer_util import ShardWriter, die, encode_document, get_encoding
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import cli_util  # noqa: E402
+from cli_util import die, int_in  # noqa: E402
+from tokenizer_util import ShardWriter, encode_document, get_encoding  # noqa: E402
 
 HF_DATASET = "Skylion007/openwebtext"
 LOCAL_SUFFIXES = (".txt", ".jsonl")
+HUB_PROBE_S = 5.0         # how long the hub may take to answer before it counts as unreachable
+HUB_HINT = ("hint: with the dataset in the Hugging Face cache (HF_HOME), set HF_DATASETS_OFFLINE=1; "
+            "else pass --local PATH with the text as .txt / .jsonl files")
+CACHE_HINT = ("hint: fetch it once where the hub is reachable (the cache is HF_HOME), "
+              "or pass --local PATH with the text as .txt / .jsonl files")
+SHARD_TOKENS_MAX = 2 ** 31 - 1  # the shard header's token count is an int32
 
 _worker_enc = None  # each pool worker builds its own tokenizer once
 
@@ -72,59 +88,129 @@ def iter_local_documents(files):
                 yield row["text"]
 
 
-def iter_hub_documents(streaming, load_proc):
+def env_flag(name):
+    return os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_unreachable(timeout=HUB_PROBE_S):
+    """None when the hub (HF_ENDPOINT) answers within timeout seconds (any HTTP status counts),
+    else why not. In a thread, so that a name lookup that hangs cannot hold the run."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    why = [f"no answer within {timeout:g} s"]
+
+    def probe():
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+            why[0] = None
+        except urllib.error.HTTPError:
+            why[0] = None
+        except Exception as e:  # URLError, a timeout, an SSL failure: all mean no data from there
+            why[0] = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout + 1.0)
+    return None if why[0] is None else f"{endpoint}: {why[0]}"
+
+
+def open_hub_dataset(streaming, load_proc):
+    """The hub's OpenWebText (datasets.load_dataset), or one error line with a hint."""
     try:
         import datasets  # imported here so the offline path never needs it
     except ImportError:
         die("reading OpenWebText from the hub needs the `datasets` package, which is not installed "
             "(hint: pip install datasets, or pass --local PATH for local text)")
+    offline = env_flag("HF_DATASETS_OFFLINE") or env_flag("HF_HUB_OFFLINE")
+    if not offline:
+        why = hub_unreachable()
+        if why is not None:
+            die(f"cannot reach the Hugging Face hub to fetch {HF_DATASET} ({why}); {HUB_HINT}")
     kwargs = dict(split="train", streaming=streaming)
     if not streaming:
         kwargs["num_proc"] = load_proc
     try:
-        ds = datasets.load_dataset(HF_DATASET, **kwargs)
-    except ValueError as e:
-        # older `datasets` releases run the repository's loading script only when asked to
-        if "trust_remote_code" not in str(e):
-            raise
-        ds = datasets.load_dataset(HF_DATASET, trust_remote_code=True, **kwargs)
-    for row in ds:
+        try:
+            return datasets.load_dataset(HF_DATASET, **kwargs)
+        except ValueError as e:
+            # older `datasets` releases run the repository's loading script only when asked to
+            if "trust_remote_code" not in str(e):
+                raise
+            return datasets.load_dataset(HF_DATASET, trust_remote_code=True, **kwargs)
+    except Exception as e:  # the library's many network and cache errors: one line, not its traceback
+        where = "from the Hugging Face cache (HF_DATASETS_OFFLINE is set)" if offline else "from the Hugging Face hub"
+        die(f"cannot load {HF_DATASET} {where} ({type(e).__name__}: {first_line(e)}); {CACHE_HINT if offline else HUB_HINT}")
+
+
+def first_line(e):
+    lines = str(e).strip().splitlines()
+    return lines[0][:200] if lines else "no message"
+
+
+def iter_hub_documents(ds):
+    rows = iter(ds)
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except Exception as e:  # a stream that breaks off
+            die(f"reading {HF_DATASET} failed ({type(e).__name__}: {first_line(e)}); {HUB_HINT}")
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            die(f"{HF_DATASET}: expected rows with a string \"text\" field, found {cli_util.describe(row)}")
         yield row["text"]
 
 
+def check_out_dir(path):
+    """--out-dir: a directory, or a path whose nearest existing ancestor is a writable directory
+    (the missing ones are made at the first shard). Returns the directories that will be made."""
+    if not path:
+        die("--out-dir: expected a directory name, found ''")
+    missing, d = [], os.path.abspath(path)
+    while not os.path.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        die(f"--out-dir: '{d}' is not a directory (expected a directory for '{path}')")
+    if not os.access(d, os.W_OK | os.X_OK):
+        die(f"--out-dir: cannot write into '{d}' (permission denied)")
+    return missing
+
+
+def remove_output(paths, made):
+    """The shards written, and the directories made for them when empty now."""
+    for p in paths:
+        if os.path.exists(p):
+            os.remove(p)
+    for d in made:  # innermost first
+        if os.path.isdir(d) and not os.listdir(d):
+            os.rmdir(d)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="OpenWebText -> llm.c token shards")
+    ap = cli_util.ArgumentParser(description="OpenWebText -> llm.c token shards")
     ap.add_argument("--out-dir", default="data/openwebtext", help="output directory (default data/openwebtext)")
     ap.add_argument("--name", default="openwebtext", help="shard file name prefix (default openwebtext)")
     ap.add_argument("--local", default=None,
                     help="read local .txt / .jsonl file or directory instead of the hub")
     ap.add_argument("--vocab-dir", default=None,
                     help="directory with encoder.json + vocab.bpe (offline); default: tiktoken registry")
-    ap.add_argument("--shard-size", type=int, default=100_000_000, help="tokens per shard (default 100M)")
-    ap.add_argument("--val-docs", type=int, default=0,
+    ap.add_argument("--shard-size", type=int_in(1, SHARD_TOKENS_MAX), default=100_000_000, help="tokens per shard (default 100M)")
+    ap.add_argument("--val-docs", type=int_in(0, 2 ** 62), default=0,
                     help="documents in the val shard (default 0: the first --shard-size tokens, as in llm.c)")
-    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+    ap.add_argument("--workers", type=int_in(1, 1024), default=max(1, (os.cpu_count() or 2) - 1),
                     help="tokenizer processes (default: cores - 1)")
-    ap.add_argument("--chunksize", type=int, default=16, help="documents per task handed to a worker (default 16)")
+    ap.add_argument("--chunksize", type=int_in(1, 1 << 20), default=16, help="documents per task handed to a worker (default 16)")
     ap.add_argument("--streaming", action="store_true", help="hub only: stream instead of downloading first")
-    ap.add_argument("--load-proc", type=int, default=8, help="hub only: processes for the download/prepare step")
+    ap.add_argument("--load-proc", type=int_in(1, 1024), default=8, help="hub only: processes for the download/prepare step")
     args = ap.parse_args(argv)
 
-    if args.shard_size <= 0:
-        die(f"--shard-size: expected a positive token count, found {args.shard_size}")
-    if args.val_docs < 0:
-        die(f"--val-docs: expected a count >= 0, found {args.val_docs}")
-    if args.workers <= 0:
-        die(f"--workers: expected a positive count, found {args.workers}")
-    if args.chunksize <= 0:
-        die(f"--chunksize: expected a positive count, found {args.chunksize}")
     if not args.name or os.sep in args.name:
         die(f"--name: expected a file name prefix without '{os.sep}', found '{args.name}'")
+    made = check_out_dir(args.out_dir)
 
     if args.local is not None:
         docs = iter_local_documents(local_files(args.local))
     else:
-        docs = iter_hub_documents(args.streaming, args.load_proc)
+        docs = iter_hub_documents(open_hub_dataset(args.streaming, args.load_proc))
     get_encoding(args.vocab_dir)  # fail here, once, rather than in every worker
 
     writer = ShardWriter(args.out_dir, args.name, args.shard_size, val_exact=(args.val_docs == 0))
@@ -144,19 +230,19 @@ def main(argv=None):
                         writer.end_val()
                     writer.add(tokens)
                     n_docs += 1
-    except (SystemExit, KeyboardInterrupt):
-        for p in writer.paths:
-            os.remove(p)
+    except BaseException:  # a bad line, a full disk, ^C: no shard of a half-done run stays
+        remove_output(writer.paths, made)
         raise
     if n_docs == 0:
+        remove_output(writer.paths, made)
         die(f"input: expected documents, found none in {args.local or HF_DATASET}")
     if n_docs <= args.val_docs:
+        remove_output(writer.paths, made)
         die(f"input: found {n_docs} document(s), need more than --val-docs {args.val_docs} "
             f"so that some go to train")
     paths = writer.close()
     if len(paths) < 2:
-        for p in paths:
-            os.remove(p)
+        remove_output(paths, made)
         die(f"input: found only {writer.val_tokens:,} tokens, all of which fit in the val shard "
             f"(hint: lower --shard-size, or pass --val-docs)")
     print(f"{n_docs:,} documents: val {writer.val_tokens:,} tokens, "
@@ -165,4 +251,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli_util.run(main)

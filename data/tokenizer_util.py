@@ -43,7 +43,10 @@ def die(msg):
 
 def get_encoding(vocab_dir=None):
     """The GPT-2 tiktoken Encoding: offline from vocab_dir, else from tiktoken's registry."""
-    import tiktoken
+    try:
+        import tiktoken
+    except ImportError:
+        die("the GPT-2 tokenizer needs the tiktoken package, which is not installed (hint: pip install tiktoken)")
     if vocab_dir is None:
         try:
             return tiktoken.get_encoding("gpt2")
@@ -98,10 +101,15 @@ def write_shard(path, tokens):
     header[1] = SHARD_VERSION
     header[2] = tokens.size
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.astype(np.uint16).tobytes())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header.tobytes())
+            f.write(tokens.astype(np.uint16).tobytes())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half shard under either name
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def read_shard(path):

@@ -177,35 +177,50 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
     printf("\n");
 }
 
+// The trainers' flags this tool takes (llmc/train_config.h parses and range-checks them, in
+// either spelling, as -b 8, --batch-size 8 or --batch-size=8); -k and --ranks are its own.
+static const char* FIDELITY_TRAIN_FLAGS[] = {"--model", "--val-data", "--batch-size", "--seq-len", "--seed", "--fp8-format"};
+
 int main(int argc, char** argv) {
-    std::string model = "tiny", val = TRAIN_DEFAULT_VAL_DATA;
-    int B = 8, T = 0, K = 8;
-    unsigned long long seed = 1337;
-    std::string format = "e4m3", ranks_arg;
+    TrainConfig tc;
+    train_config_defaults(&tc);
+    tc.B = 8;
+    int K = 8;
+    std::string ranks_arg;
     for (int i = 1; i < argc; i++) {
-        std::string a = argv[i];
-        if (i + 1 >= argc) user_error("%s: expected a value after the flag", a.c_str());
-        const char* v = argv[++i];
-        if (a == "-e") model = v;
-        else if (a == "-j") val = v;
-        else if (a == "-b") B = atoi(v);
-        else if (a == "-t") T = atoi(v);
-        else if (a == "-k") K = atoi(v);
-        else if (a == "--seed") seed = strtoull(v, NULL, 10);
-        else if (a == "--fp8-format") format = v;
-        else if (a == "--ranks") ranks_arg = v;
-        else user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...)",
-                        a.c_str());
+        std::string name = argv[i], value;
+        bool inline_value = false;
+        size_t eq = name.find('=');
+        if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+            value = name.substr(eq + 1);
+            name = name.substr(0, eq);
+            inline_value = true;
+        }
+        const TrainOpt* o = train_config_find(name);
+        bool ours = name == "-k" || name == "--ranks";  // -k is the trainers' --schedule: ours wins
+        bool known = ours;
+        for (const char* f : FIDELITY_TRAIN_FLAGS) known |= !ours && o != NULL && strcmp(o->long_name, f) == 0;
+        if (!known)
+            user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...)",
+                       argv[i]);
+        if (!inline_value) {
+            if (i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());
+            value = argv[++i];
+        }
+        if (name == "-k") K = (int)train_config_parse_int("-k", value.c_str(), 1, 100000);
+        else if (name == "--ranks") ranks_arg = value;
+        else train_config_set(&tc, o, name.c_str(), value.c_str());
     }
+    const std::string model = tc.model;
+    const int B = tc.B;
+    const unsigned long long seed = tc.seed;
     LlamaConfig lc;
     bool from_file = !llama_preset(model.c_str(), &lc);
     int ck_step = 0;
     if (from_file) checkpoint_read_model_header(model.c_str(), "-e", &lc, &ck_step);
-    if (T <= 0) T = lc.T;
-    if (B <= 0 || T > lc.T) user_error("-b/-t: expected B >= 1 and T <= %d, found B=%d T=%d", lc.T, B, T);
-    if (K < 1 || K > 100000) user_error("-k: expected a number of batches in [1, 100000], found %d", K);
-    if (format != "e4m3" && format != "e5m2") user_error("--fp8-format: expected e4m3 or e5m2, found '%s'", format.c_str());
-    const Fp8Format fmt = format == "e5m2" ? FP8_E5M2 : FP8_E4M3;
+    const int T = tc.T > 0 ? tc.T : lc.T;
+    if (T > lc.T) user_error("-t: expected a sequence length <= %d (the model's T), found %d", lc.T, T);
+    const Fp8Format fmt = train_config_fp8_format(&tc);
     std::vector<int> ranks_list;
     if (!ranks_arg.empty()) {
         size_t pos = 0;
@@ -223,7 +238,7 @@ int main(int argc, char** argv) {
     }
 
     DataLoader loader;
-    dataloader_init(&loader, val.c_str(), "-j", B, T, 0, 1, lc.V);
+    dataloader_init(&loader, tc.val_data.c_str(), "-j", B, T, 0, 1, lc.V);
     LlamaModel m;
     llama_model_alloc(&m, &lc, B, T);
     if (from_file) checkpoint_read_model(model.c_str(), "-e", &lc, m.params);
@@ -231,9 +246,8 @@ int main(int argc, char** argv) {
 
     // the kfac mode of the gradient communication collects E[hhᵀ] and E[δδᵀ] of every linear
     // unit, afresh for every batch (a refresh every step)
-    TrainConfig tc;
-    train_config_defaults(&tc);
     tc.comm = "kfac";
+    tc.fp8_format = "e4m3";  // the statistics do not depend on it; fmt goes to each round trip
     tc.B = B; tc.T = T;
     tc.geofp8_refresh = 1;
     CommGrid grid = {0, 1, MPI_COMM_WORLD};  // one rank: no MPI call is made

@@ -199,7 +199,7 @@ if [ "$ACTION" = list ]; then
     base=$ROOT; [ "$LAYOUT" = repo ] && base=$src_root
     # the runs' default data (llmc/train_config.h) and the tokenizer
     for f in data/gpt2_tokenizer.bin "$base"/data/kjv/kjv_train_*.bin "$base"/data/kjv/kjv_val_*.bin "${FIXTURES[@]}" dev/bench_pytorch.py \
-             scripts/scaling_model.py llmc/llama.h; do
+             scripts/scaling_model.py scripts/cli_util.py llmc/llama.h; do
         f=${f#"$base"/}
         echo "$f $base/$f"
     done

@@ -242,6 +242,29 @@ static inline bool train_config_choice_ok(const char* choices, const char* v) {
     return false;
 }
 
+// An integer flag's value, written plainly (digits and an optional '-': not 1e9, 4x, ' 5' or +5),
+// in [min, max]; else one error line naming the flag. Also for the tools' own flags (dev/).
+static inline long long train_config_parse_int(const char* flag, const char* v, double min, double max) {
+    // strtoll would skip leading blanks and take a '+': the value must be written plainly
+    if (!(isdigit((unsigned char)v[0]) || (v[0] == '-' && isdigit((unsigned char)v[1]))))
+        user_error("%s: expected an integer, found '%s'", flag, v);
+    char* end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE)
+        user_error("%s: expected an integer, found '%s'", flag, v);
+    if (x < min || x > max)
+        user_error("%s: expected an integer in [%.0f, %.0f], found %lld", flag, min, max, x);
+    return x;
+}
+
+// The row of a flag by either spelling ("-b" or "--batch-size"), or NULL.
+static inline const TrainOpt* train_config_find(const std::string& name) {
+    for (size_t k = 0; k < TRAIN_NUM_OPTS; k++)
+        if ((TRAIN_OPTS[k].short_name && name == TRAIN_OPTS[k].short_name) || name == TRAIN_OPTS[k].long_name) return &TRAIN_OPTS[k];
+    return NULL;
+}
+
 static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const char* flag, const char* v) {
     char* base = (char*)cfg + o->offset;
     char* end = NULL;
@@ -254,14 +277,7 @@ static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const c
         *(std::string*)base = v;
         return;
     case OPT_INT: case OPT_LL: {
-        // strtoll would skip leading blanks and take a '+': the value must be written plainly
-        if (!(isdigit((unsigned char)v[0]) || (v[0] == '-' && isdigit((unsigned char)v[1]))))
-            user_error("%s: expected an integer, found '%s'", flag, v);
-        long long x = strtoll(v, &end, 10);
-        if (end == v || *end != '\0' || errno == ERANGE)
-            user_error("%s: expected an integer, found '%s'", flag, v);
-        if (x < o->min || x > o->max)
-            user_error("%s: expected an integer in [%.0f, %.0f], found %lld", flag, o->min, o->max, x);
+        long long x = train_config_parse_int(flag, v, o->min, o->max);
         if (o->kind == OPT_INT) *(int*)base = (int)x; else *(long long*)base = x;
         return;
     }
@@ -313,10 +329,7 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
             name = name.substr(0, eq);
             inline_value = true;
         }
-        const TrainOpt* o = NULL;
-        for (size_t k = 0; k < TRAIN_NUM_OPTS; k++) {
-            if ((TRAIN_OPTS[k].short_name && name == TRAIN_OPTS[k].short_name) || name == TRAIN_OPTS[k].long_name) { o = &TRAIN_OPTS[k]; break; }
-        }
+        const TrainOpt* o = train_config_find(name);
         if (o == NULL) user_error("unknown flag '%s' (hint: --help lists every flag)", arg);
         if (!inline_value) {
             if (i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());

@@ -10,11 +10,11 @@ RESULTS and BASE_RESULTS: lm-eval's results_*.json, or a directory searched for 
 their first metric). Scores are in percent. "wins vs" counts the columns where the run beats
 the baseline (both present), as the paper's last column does against FP32.
 """
-import argparse
 import glob
-import json
 import os
-import sys
+
+import cli_util
+from cli_util import die
 
 # (column of Table III, lm-eval task, metric)
 PAPER_COLUMNS = [
@@ -26,28 +26,40 @@ PAPER_COLUMNS = [
 PAPER_TASKS = ",".join(t for _, t, _ in PAPER_COLUMNS)
 
 
-def fail(msg):
-    print("error: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
 def load(path, flag):
-    """{task: {metric: value}} from a results file or the newest results_*.json under a directory."""
+    """{task: {metric: value}} from a results file or the newest results_*.json under a directory.
+    lm-eval keys a metric as "name,filter" ("acc,none", "f1,none"); a string under a key without a
+    comma is a label ("alias"), the stderr entries are left out (lm-eval writes "N/A" there when it
+    has none). Every other entry must be a finite number: a score that is NaN, true or "0.5" is an
+    error naming the file, task and metric, never a cell of the table."""
     if not os.path.exists(path):
-        fail(f"{flag}: '{path}' does not exist")
+        die(f"{flag}: '{path}' does not exist")
     if os.path.isdir(path):
-        found = sorted(glob.glob(os.path.join(path, "**", "results_*.json"), recursive=True), key=os.path.getmtime)
+        found = []
+        for p in glob.glob(os.path.join(path, "**", "results_*.json"), recursive=True):
+            try:
+                found.append((os.path.getmtime(p), p))
+            except OSError:  # removed while we looked
+                pass
         if not found:
-            fail(f"{flag}: no lm-eval results_*.json under '{path}'")
-        path = found[-1]
-    try:
-        results = json.load(open(path))["results"]
-    except (OSError, ValueError, KeyError) as e:
-        fail(f"{flag}: '{path}' is not an lm-eval results file ({e})")
-    # lm-eval keys metrics as "acc,none", "f1,none", "acc_stderr,none"
+            die(f"{flag}: no lm-eval results_*.json under '{path}'")
+        path = max(found)[1]
+    data = cli_util.read_json(path, dict, flag)
+    results = data.get("results")
+    if not isinstance(results, dict):
+        die(f"{flag}: '{path}' is not an lm-eval results file (expected an object with a \"results\" object, "
+            f"found {cli_util.describe(results) if 'results' in data else 'none'})")
     out = {}
     for task, metrics in results.items():
-        out[task] = {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and "stderr" not in k}
+        if not isinstance(metrics, dict):
+            die(f"{flag}: '{path}' task '{task}': expected an object of metrics, found {cli_util.describe(metrics)}")
+        out[task] = {}
+        for k, v in metrics.items():
+            if "stderr" in k or ("," not in k and isinstance(v, str)):
+                continue
+            if not cli_util.finite_number(v):
+                die(f"{flag}: '{path}' task '{task}' metric '{k}': expected a finite number, found {cli_util.describe(v)}")
+            out[task][k.split(",")[0]] = v
     return out, path
 
 
@@ -62,17 +74,17 @@ def columns(run):
     return cols
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None):
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results")
     ap.add_argument("--baseline")
     ap.add_argument("--name", default="run")
     ap.add_argument("--baseline-name", default="baseline")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     run, path = load(a.results, "results")
     cols = columns(run)
     if not cols:
-        fail(f"results: '{path}' holds no task with a score")
+        die(f"results: '{path}' holds no task with a score")
     base = load(a.baseline, "--baseline")[0] if a.baseline else None
     header = ["model"] + [c for c, _, _ in cols] + (["wins vs " + a.baseline_name] if base else [])
     print("| " + " | ".join(header) + " |")
@@ -94,4 +106,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli_util.run(main)

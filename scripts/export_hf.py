@@ -4,7 +4,13 @@ LlamaForCausalLM folder: config.json, model.safetensors, generation_config.json 
 tokenizer files (vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json).
 
   python3 scripts/export_hf.py out/run/model_00000300.bin out/run/hf [--dtype bfloat16]
-      [--tokenizer-dir ../shared/tokenizer/gpt2]
+      [--tokenizer-dir ../shared/tokenizer/gpt2] [--replace]
+
+The folder must be new or empty; --replace writes over a non-empty one and removes the weight
+files another export left there (STALE_FILES: pytorch_model*.bin, *.safetensors, *.index.json,
+tokenizer.json, ...), so that a loader finds only these weights; other files stay. The files are
+written in a hidden folder beside (or inside) the target and moved in once all are complete,
+mode 0644: a failed export leaves the folder as it was.
 
 The engine's model is Hugging Face's Llama: RMSNorm (eps 1e-5, llmc/rmsnorm.h), RoPE with
 rotate-half pairs and theta 10000 (llmc/rope.h, no permutation of q/k rows), grouped-query
@@ -13,23 +19,28 @@ qkvw rows are q_proj | k_proj | v_proj, fc1w rows are gate_proj | up_proj. The v
 trimmed from the padded Vp rows to the V real ones (the padded rows are never used).
 Needs numpy, safetensors and (for --dtype bfloat16) ml_dtypes; not torch.
 """
-import argparse
+import fnmatch
 import json
+import math
 import os
 import shutil
-import sys
+import tempfile
 import zlib
 
 import numpy as np
 
+import cli_util
+from cli_util import die as fail
+
 MODEL_MAGIC, VERSION, HEADER_INTS = 20250301, 1, 256
 RMSNORM_EPS, ROPE_THETA = 1e-5, 10000.0   # llmc/rmsnorm.h, llmc/rope.h
 EOT = 50256                               # GPT-2's <|endoftext|>
-
-
-def fail(msg):
-    print("error: " + msg, file=sys.stderr)
-    sys.exit(1)
+# what a loader of the folder would read besides this export's files: other exports' weights,
+# shard indexes, a fast tokenizer (preferred over vocab.json + merges.txt). Hugging Face names
+# only: a stray --replace must not remove a run's model_*.bin checkpoints.
+STALE_FILES = ("pytorch_model*.bin", "*.safetensors", "*.index.json", "tf_model.h5", "flax_model*.msgpack", "*.gguf",
+               "consolidated*.pth", "adapter_model.*", "adapter_config.json", "tokenizer.json", "added_tokens.json")
+DIR_MODE = 0o755
 
 
 def read_checkpoint(path):
@@ -51,7 +62,7 @@ def read_checkpoint(path):
             shapes = [("wte", (Vp, C)), ("ln1w", (L, C)), ("ln2w", (L, C)), ("qkvw", (L, (NH + 2 * NKV) * HS, C)),
                       ("projw", (L, C, NH * HS)), ("fc1w", (L, 2 * FF, C)), ("fc2w", (L, C, FF)), ("lnfw", (C,)),
                       ("lm_head", (Vp, C))]
-            n = sum(int(np.prod(s)) for _, s in shapes)
+            n = sum(math.prod(s) for _, s in shapes)  # Python ints: a forged header cannot wrap around
             if size != HEADER_INTS * 4 + 4 * n:
                 fail(f"'{path}' has {size} bytes, expected {HEADER_INTS * 4 + 4 * n} for its model (truncated or corrupted)")
             payload = f.read(4 * n)
@@ -63,7 +74,7 @@ def read_checkpoint(path):
     flat = np.frombuffer(payload, dtype="<f4")
     params, off = {}, 0
     for name, shape in shapes:
-        k = int(np.prod(shape))
+        k = math.prod(shape)
         params[name] = flat[off:off + k].reshape(shape)
         off += k
     config = dict(V=V, Vp=Vp, C=C, L=L, NH=NH, NKV=NKV, FF=FF, T=T, HS=HS, step=int(header[10]))
@@ -106,40 +117,110 @@ def write_safetensors(path, tensors, dtype):
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata={"format": "pt"})
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def check_out_dir(out_dir, replace, checkpoint):
+    """The folder may be new (its parent exists), empty, or non-empty with --replace; never a
+    file, never the checkpoint's own run directory."""
+    if not out_dir:
+        fail("out_dir: expected a folder name, found ''")
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        fail(f"out_dir: '{out_dir}' exists and is not a directory (expected a new or empty folder)")
+    if os.path.isdir(out_dir):
+        if os.path.isdir(os.path.dirname(checkpoint) or ".") and os.path.samefile(out_dir, os.path.dirname(checkpoint) or "."):
+            fail(f"out_dir: '{out_dir}' is the checkpoint's own directory; expected a folder of its own "
+                 f"(e.g. {os.path.join(out_dir, 'hf')})")
+        try:
+            entries = sorted(os.listdir(out_dir))
+        except OSError as e:
+            fail(f"out_dir: cannot list '{out_dir}' ({e.strerror})")
+        if entries and not replace:
+            fail(f"out_dir: '{out_dir}' is not empty ({len(entries)} entries: {', '.join(entries[:3])}"
+                 f"{', ...' if len(entries) > 3 else ''}); pass --replace to write the export over it")
+        where = out_dir
+    else:
+        where = os.path.dirname(os.path.abspath(out_dir))
+        if not os.path.isdir(where):
+            fail(f"out_dir: the parent directory of '{out_dir}' does not exist (expected an existing directory '{where}')")
+    if not os.access(where, os.W_OK | os.X_OK):
+        fail(f"out_dir: cannot write into '{where}' (permission denied)")
+
+
+def write_folder(out_dir, writers):
+    """writers: {file name: function(path) writing it}. Every file is written into a hidden
+    folder first (in out_dir when it exists, else beside it), given mode 0644, then moved in; a
+    new folder is renamed into place whole. Stale weight files (STALE_FILES) are removed last."""
+    exists = os.path.isdir(out_dir)
+    stage = tempfile.mkdtemp(prefix=".export_hf.", dir=out_dir if exists else os.path.dirname(os.path.abspath(out_dir)))
+    try:
+        for name, write in writers.items():
+            path = os.path.join(stage, name)
+            write(path)
+            os.chmod(path, cli_util.FILE_MODE)
+        if not exists:
+            os.chmod(stage, DIR_MODE)
+            os.rename(stage, out_dir)
+            return
+        for name in writers:
+            os.replace(os.path.join(stage, name), os.path.join(out_dir, name))
+        os.rmdir(stage)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if name not in writers and os.path.isfile(path) and any(fnmatch.fnmatch(name, p) for p in STALE_FILES):
+            os.remove(path)
+            print(f"export_hf: removed the stale {path}")
+
+
+def json_writer(obj):
+    def write(path):
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=2)
+    return write
+
+
+def main(argv=None):
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint")
-    ap.add_argument("out_dir")
+    ap.add_argument("out_dir", help="a new or empty folder (or any, with --replace)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--tokenizer-dir", default=os.path.join(here, "..", "..", "shared", "tokenizer", "gpt2"),
                     help="GPT-2's encoder.json and vocab.bpe (or vocab.json and merges.txt)")
-    a = ap.parse_args()
-    cfg, params = read_checkpoint(a.checkpoint)
+    ap.add_argument("--replace", action="store_true",
+                    help="write over a non-empty out_dir, removing the weight files of an earlier export")
+    a = ap.parse_args(argv)
+    check_out_dir(a.out_dir, a.replace, a.checkpoint)
     vocab = next((os.path.join(a.tokenizer_dir, n) for n in ("vocab.json", "encoder.json") if os.path.isfile(os.path.join(a.tokenizer_dir, n))), None)
     merges = next((os.path.join(a.tokenizer_dir, n) for n in ("merges.txt", "vocab.bpe") if os.path.isfile(os.path.join(a.tokenizer_dir, n))), None)
     if vocab is None or merges is None:
         fail(f"--tokenizer-dir: '{a.tokenizer_dir}' holds no GPT-2 encoder.json/vocab.json and vocab.bpe/merges.txt")
+    if a.dtype == "bfloat16":
+        try:
+            import ml_dtypes  # noqa: F401
+        except ImportError:
+            fail("--dtype bfloat16 needs the ml_dtypes package (pip install ml_dtypes)")
+    try:
+        import safetensors.numpy  # noqa: F401
+    except ImportError:
+        fail("writing model.safetensors needs the safetensors package (pip install safetensors)")
+    cfg, params = read_checkpoint(a.checkpoint)
     if cfg["V"] != EOT + 1:
         print(f"export_hf: note: the model's vocabulary has {cfg['V']} tokens, GPT-2's tokenizer {EOT + 1}")
-    os.makedirs(a.out_dir, exist_ok=True)
-    tmp = os.path.join(a.out_dir, "model.safetensors.tmp")
-    write_safetensors(tmp, hf_tensors(cfg, params), a.dtype)
-    os.replace(tmp, os.path.join(a.out_dir, "model.safetensors"))
-    with open(os.path.join(a.out_dir, "config.json"), "w") as f:
-        json.dump(hf_config(cfg, a.dtype), f, indent=2)
-    with open(os.path.join(a.out_dir, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": EOT, "eos_token_id": EOT, "do_sample": False}, f, indent=2)
-    shutil.copyfile(vocab, os.path.join(a.out_dir, "vocab.json"))
-    shutil.copyfile(merges, os.path.join(a.out_dir, "merges.txt"))
-    with open(os.path.join(a.out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "GPT2Tokenizer", "model_max_length": cfg["T"], "bos_token": "<|endoftext|>",
-                   "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "add_prefix_space": False}, f, indent=2)
-    with open(os.path.join(a.out_dir, "special_tokens_map.json"), "w") as f:
-        json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, f, indent=2)
+    special = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+    write_folder(a.out_dir, {
+        "model.safetensors": lambda path: write_safetensors(path, hf_tensors(cfg, params), a.dtype),
+        "config.json": json_writer(hf_config(cfg, a.dtype)),
+        "generation_config.json": json_writer({"bos_token_id": EOT, "eos_token_id": EOT, "do_sample": False}),
+        "vocab.json": lambda path: shutil.copyfile(vocab, path),
+        "merges.txt": lambda path: shutil.copyfile(merges, path),
+        "tokenizer_config.json": json_writer(dict({"tokenizer_class": "GPT2Tokenizer", "model_max_length": cfg["T"]}, **special,
+                                                  add_prefix_space=False)),
+        "special_tokens_map.json": json_writer(special),
+    })
     print(f"export_hf: {a.checkpoint} (step {cfg['step']}, V={cfg['V']} C={cfg['C']} L={cfg['L']} NH={cfg['NH']} "
           f"NKV={cfg['NKV']} FF={cfg['FF']} T={cfg['T']}) -> {a.out_dir} ({a.dtype})")
 
 
 if __name__ == "__main__":
-    main()
+    cli_util.run(main)

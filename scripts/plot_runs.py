@@ -24,59 +24,66 @@ train loss, the last val loss and its step, the gap to the baseline at the last 
 the mean RelL2, the mean bytes per step and the mean windowed ratio geo / fp8+EF. Needs
 matplotlib for the figure (not for the table).
 """
-import argparse
-import json
 import math
 import os
 import sys
 
+import cli_util
+from cli_util import die
 
-def fail(msg):
-    print("error: " + msg, file=sys.stderr)
-    sys.exit(1)
+# the numbers read from a metrics line: each absent, null (the engine's NaN or Inf) or finite
+NUMBER_FIELDS = ("tokens", "train_loss", "val_loss", "comm_bytes", "fidelity_rel_l2", "tokens_per_s", "ms",
+                 "window_rel_l2_geo", "window_rel_l2_geo_fp8ef", "fidelity_rel_l2_geo", "fidelity_rel_l2_geo_fp8ef")
 
 
 def read_run(run_dir):
     """{"train": {step: (tokens, loss)}, "val": {step: (tokens, loss)}, "rel_l2": {step: x},
-    "bytes": {step: x}} of one run directory."""
+    "bytes": {step: x}, "win_ratio": {step: x}, "step_ratio": {step: x}} of one run directory.
+    A last line still being written (a live run) is skipped with a warning."""
     path = os.path.join(run_dir, "metrics.jsonl")
-    try:
-        lines = open(path).read().splitlines()
-    except OSError as e:
-        fail(f"cannot read '{path}' ({e.strerror}); expected a run directory written with -o")
+    if not os.path.exists(path):
+        die(f"'{path}' not found; expected a run directory written with -o")
     run = {"train": {}, "val": {}, "rel_l2": {}, "bytes": {}, "win_ratio": {}, "step_ratio": {}}
     per_step = None
-    for k, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-            step = int(r["step"])
-        except (ValueError, KeyError, TypeError):
-            fail(f"'{path}' line {k} is not a metrics line (expected a JSON object with a step): {line[:80]!r}")
-        if per_step is None and r.get("tokens_per_s") and r.get("ms"):
-            per_step = round(r["tokens_per_s"] * r["ms"] / 1e3)
-        tokens = r.get("tokens")
-        if r.get("train_loss") is not None and not r.get("skipped"):
-            run["train"][step] = (tokens, float(r["train_loss"]))
-            if r.get("comm_bytes") is not None:
-                run["bytes"][step] = float(r["comm_bytes"])
-            if r.get("fidelity_rel_l2") is not None:
-                run["rel_l2"][step] = float(r["fidelity_rel_l2"])
+    for k, r in cli_util.read_jsonl(path):
+        step = r.get("step")
+        if not (cli_util.is_number(step) and (isinstance(step, int) or (math.isfinite(step) and step.is_integer()))
+                and 0 <= step < 2 ** 53):
+            die(f"'{path}' line {k} is not a metrics line (expected a JSON object with an integer step >= 0, "
+                f"found step {cli_util.describe(step) if 'step' in r else 'none'})")
+        step = int(step)
+        v = {}
+        for key in NUMBER_FIELDS:
+            x = r.get(key)
+            if x is not None and not cli_util.finite_number(x):
+                die(f"'{path}' line {k}: \"{key}\" is {cli_util.describe(x)}, expected a finite number or null")
+            v[key] = None if x is None else float(x)
+        if v["tokens"] is not None and v["tokens"] < 0:
+            die(f"'{path}' line {k}: \"tokens\" is {r['tokens']!r}, expected a count >= 0")
+        if per_step is None and v["tokens_per_s"] and v["ms"]:
+            x = v["tokens_per_s"] * v["ms"] / 1e3
+            per_step = float(round(x)) if math.isfinite(x) and x > 0 else None
+        tokens = v["tokens"]
+        if v["train_loss"] is not None and not r.get("skipped"):
+            run["train"][step] = (tokens, v["train_loss"])
+            if v["comm_bytes"] is not None:
+                run["bytes"][step] = v["comm_bytes"]
+            if v["fidelity_rel_l2"] is not None:
+                run["rel_l2"][step] = v["fidelity_rel_l2"]
             for key, geo, ref in (("win_ratio", "window_rel_l2_geo", "window_rel_l2_geo_fp8ef"),
                                   ("step_ratio", "fidelity_rel_l2_geo", "fidelity_rel_l2_geo_fp8ef")):
-                if isinstance(r.get(geo), (int, float)) and isinstance(r.get(ref), (int, float)) and r[ref] > 0:
-                    run[key][step] = float(r[geo]) / float(r[ref])
-        if r.get("val_loss") is not None:
-            run["val"][step] = (tokens, float(r["val_loss"]))
+                if v[geo] is not None and v[ref] is not None and v[ref] > 0:
+                    run[key][step] = v[geo] / v[ref]
+        if v["val_loss"] is not None:
+            run["val"][step] = (tokens, v["val_loss"])
     for key in ("train", "val"):
         for step, (tokens, loss) in list(run[key].items()):
             if tokens is None:
                 if per_step is None:
-                    fail(f"'{path}' has no tokens field and no step timing to derive tokens per step from")
+                    die(f"'{path}' has no tokens field and no step timing to derive tokens per step from")
                 run[key][step] = (step * per_step, loss)
     if not run["train"] and not run["val"]:
-        fail(f"'{path}' holds no train or val loss")
+        die(f"'{path}' holds no train or val loss")
     return run
 
 
@@ -92,28 +99,28 @@ def smooth(values, weight):
 def gap_percent(run, base):
     """{step: 100 (val - val_base) / val_base} at the val steps both runs have."""
     return {s: 100.0 * (run["val"][s][1] - base["val"][s][1]) / base["val"][s][1]
-            for s in sorted(set(run["val"]) & set(base["val"]))}
+            for s in sorted(set(run["val"]) & set(base["val"])) if base["val"][s][1] != 0}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None):
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
     ap.add_argument("--baseline", help="the run the gaps are relative to (one of the runs; default: the first)")
     ap.add_argument("--labels", help="comma list of names for the runs (default: the directory names)")
-    ap.add_argument("--smooth", type=float, default=0.9, help="EMA weight of the past for train loss, in [0, 1) (0.9)")
-    ap.add_argument("--out", default="runs.png", help="the figure (PNG)")
-    a = ap.parse_args()
+    ap.add_argument("--smooth", type=cli_util.finite_float, default=0.9, help="EMA weight of the past for train loss, in [0, 1) (0.9)")
+    ap.add_argument("--out", type=cli_util.figure_file, default="runs.png", help="the figure (.png, .pdf or .svg)")
+    a = ap.parse_args(argv)
     if not 0.0 <= a.smooth < 1.0:
-        fail(f"--smooth: expected a number in [0, 1), found {a.smooth}")
+        die(f"--smooth: expected a number in [0, 1), found {a.smooth}")
     labels = a.labels.split(",") if a.labels else [os.path.basename(os.path.normpath(r)) for r in a.runs]
     if len(labels) != len(a.runs):
-        fail(f"--labels: expected {len(a.runs)} names, found {len(labels)}")
+        die(f"--labels: expected {len(a.runs)} names, found {len(labels)}")
     runs = [read_run(r) for r in a.runs]
     norm = [os.path.normpath(r) for r in a.runs]
     base_i = 0
     if a.baseline:
         if os.path.normpath(a.baseline) not in norm:
-            fail(f"--baseline: '{a.baseline}' is not one of the runs given")
+            die(f"--baseline: '{a.baseline}' is not one of the runs given")
         base_i = norm.index(os.path.normpath(a.baseline))
     base = runs[base_i]
 
@@ -142,7 +149,7 @@ def main():
     try:
         import matplotlib
     except ImportError:
-        fail(f"writing {a.out} needs matplotlib (pip install matplotlib); the table above does not")
+        die(f"writing {a.out} needs matplotlib (pip install matplotlib); the table above does not")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -201,9 +208,10 @@ def main():
         ax_fair.set(xlabel="step", ylabel="RelL2 geo / RelL2 fp8+EF", title="geometry units: geo against plain fp8 with EF")
         ax_fair.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(a.out, dpi=120)
+    with cli_util.atomic_path(a.out) as tmp:
+        fig.savefig(tmp, dpi=120, format=cli_util.figure_format(a.out))
     print(f"wrote {a.out}")
 
 
 if __name__ == "__main__":
-    main()
+    cli_util.run(main)

@@ -60,11 +60,13 @@ https://github.com/stas00/ml-engineering/blob/master/network/README.md): busbw 4
 per hop is an assumption (switch, NIC and NCCL's per-step overhead), not a cited figure.
 """
 import argparse
-import json
 import math
 import os
 import re
 import sys
+
+import cli_util
+from cli_util import die, fraction, int_in, nonnegative_float, positive_float
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ["fp32", "bf16", "fp8", "fp8block", "geofp8", "kfac"]
@@ -101,34 +103,41 @@ def read_run(d, skip):
     """Mean phase times (ms) of a 1-GPU run, and its geometry units (names) if listed."""
     path = os.path.join(d, "metrics.jsonl")
     if not os.path.isfile(path):
-        sys.exit(f"error: --run: {path} not found (expected a train_llama run directory with metrics.jsonl)")
+        die(f"--run: {path} not found (expected a train_llama run directory with metrics.jsonl)")
     keys = ["t_forward_ms", "t_backward_ms", "t_optimizer_ms", "t_comm_ms", "t_nccl_ms"]
     acc = {k: [] for k in keys}
     tokens = 0.0
-    with open(path) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "train_loss" not in r or r.get("skipped") or r.get("step", 0) <= skip:
-                continue
-            if not all(isinstance(r.get(k), (int, float)) for k in keys):
-                sys.exit(f"error: --run: {path} step {r.get('step')} lacks the phase times {keys} (a train_llama run, not train_llama_cpu)")
-            if r.get("comm_buckets_overlapped", 0):
-                sys.exit(f"error: --run: {path} step {r.get('step')} was communicated in buckets during the backward "
-                         f"(comm_buckets_overlapped {r['comm_buckets_overlapped']}): its phase times overlap; calibrate with --bucket-mb 0")
-            for k in keys:
-                acc[k].append(float(r[k]))
-            if isinstance(r.get("tokens"), (int, float)) and r["step"] > 0:
-                tokens = r["tokens"] / r["step"]
+    for k, r in cli_util.read_jsonl(path, "--run"):
+        step = r.get("step", 0)
+        if not (cli_util.finite_number(step) and step >= 0):
+            die(f"--run: {path} line {k}: \"step\" is {cli_util.describe(step)}, expected a step number >= 0")
+        if "train_loss" not in r or r.get("skipped") or step <= skip:
+            continue
+        if not all(cli_util.is_number(r.get(x)) for x in keys):
+            die(f"--run: {path} step {step} lacks the phase times {keys} (a train_llama run, not train_llama_cpu)")
+        bad = [x for x in keys if not (cli_util.finite_number(r[x]) and 0 <= r[x] < 1e12)]
+        if bad:
+            die(f"--run: {path} step {step}: \"{bad[0]}\" is {r[bad[0]]!r}, expected milliseconds in [0, 1e12)")
+        if r.get("comm_buckets_overlapped", 0):
+            die(f"--run: {path} step {step} was communicated in buckets during the backward "
+                f"(comm_buckets_overlapped {cli_util.describe(r['comm_buckets_overlapped'])}): its phase times overlap; "
+                f"calibrate with --bucket-mb 0")
+        for x in keys:
+            acc[x].append(float(r[x]))
+        t = r.get("tokens")
+        if t is not None and not (cli_util.finite_number(t) and t >= 0):
+            die(f"--run: {path} step {step}: \"tokens\" is {cli_util.describe(t)}, expected a count >= 0")
+        if t is not None and step > 0:
+            tokens = t / step
     if not acc["t_forward_ms"]:
-        sys.exit(f"error: --run: {path} has no step after --skip-steps {skip}")
-    m = {k: sum(v) / len(v) for k, v in acc.items()}
+        die(f"--run: {path} has no step after --skip-steps {skip}")
+    m = {x: sum(v) / len(v) for x, v in acc.items()}
+    if m["t_forward_ms"] + m["t_backward_ms"] <= 0:
+        die(f"--run: {path}: the forward and backward take 0 ms on every step, expected measured times")
     layers = []
     lp = os.path.join(d, "geofp8_layers.txt")
     if os.path.isfile(lp):
-        layers = [l.split()[0] for l in open(lp) if l.strip() and not l.startswith("#")]
+        layers = [l.split()[0] for l in cli_util.read_text(lp, "--run").splitlines() if l.strip() and not l.startswith("#")]
     return {"fwd": m["t_forward_ms"], "bwd": m["t_backward_ms"], "opt": m["t_optimizer_ms"],
             "codec": max(0.0, m["t_comm_ms"] - m["t_nccl_ms"]), "layers": layers, "tokens": tokens}
 
@@ -177,8 +186,10 @@ def per_gpu_work(ph, N, a):
     if not a.global_tokens:
         return 1.0, a.accum
     if not ph.get("tokens"):
-        sys.exit("error: --global-tokens: a --run's metrics.jsonl has no \"tokens\" field to scale from")
+        die("--global-tokens: a --run's metrics.jsonl has no \"tokens\" field to scale from")
     f = a.global_tokens / N / ph["tokens"]
+    if not math.isfinite(a.accum * f):
+        die(f"--global-tokens {a.global_tokens:g}: {f:g} times the runs' {ph['tokens']:g} tokens per step on {N} GPUs is out of range")
     return f, max(1, round(a.accum * f))
 
 
@@ -215,49 +226,54 @@ def geo_input_widths(layers, widths, default_units):
     for n in names:
         kind = n.split(".")[-1]
         if kind not in widths:
-            sys.exit(f"error: geometry unit '{n}': expected layers.<l>.qkv|proj|fc1|fc2 or lm_head")
+            die(f"geometry unit '{n}': expected layers.<l>.qkv|proj|fc1|fc2 or lm_head")
         out.append(widths[kind])
     return out
 
 
+def gpu_list(s):
+    """--gpus: a comma list of GPU counts."""
+    try:
+        gpus = [cli_util.parse_int(x, 1, MAX_GPUS) for x in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of GPU counts in [1, {MAX_GPUS}], found '{s}'")
+    return gpus
+
+
+MAX_GPUS = 1 << 20
+MAX_BUCKETS = 10000   # the overlap model steps through the buckets one by one
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="llama600m")
     ap.add_argument("--run", action="append", default=[], metavar="MODE=DIR")
     ap.add_argument("--estimate", action="store_true")
-    ap.add_argument("--skip-steps", type=int, default=2)
-    ap.add_argument("--gpus", default="8,16,32,64")
-    ap.add_argument("--alpha-us", type=float, default=4.0)
-    ap.add_argument("--busbw-gbs", type=float, default=45.0)
+    ap.add_argument("--skip-steps", type=cli_util.nonnegative_int, default=2)
+    ap.add_argument("--gpus", type=gpu_list, default="8,16,32,64")
+    ap.add_argument("--alpha-us", type=nonnegative_float, default=4.0)
+    ap.add_argument("--busbw-gbs", type=positive_float, default=45.0)
     ap.add_argument("--algo", choices=["ring", "tree", "auto"], default="auto")
-    ap.add_argument("--accum", type=int, default=1, help="micro-steps per step of the runs (only the last one's backward overlaps)")
-    ap.add_argument("--global-tokens", type=float, default=0.0,
+    ap.add_argument("--accum", type=cli_util.positive_int, default=1, help="micro-steps per step of the runs (only the last one's backward overlaps)")
+    ap.add_argument("--global-tokens", type=nonnegative_float, default=0.0,
                     help="fixed global batch in tokens: each GPU count gets its share of the runs' work (0: the runs' batch per GPU)")
-    ap.add_argument("--buckets", type=int, default=0, help="buckets of the overlapped path (0: 25 MB of fp32 each)")
-    ap.add_argument("--rank", type=int, default=32, help="geofp8 low rank r")
-    ap.add_argument("--refresh", type=int, default=50, help="geofp8 refresh interval")
+    ap.add_argument("--buckets", type=int_in(0, MAX_BUCKETS), default=0, help="buckets of the overlapped path (0: 25 MB of fp32 each)")
+    ap.add_argument("--rank", type=int_in(1, 4096), default=32, help="geofp8 low rank r (GEOFP8_RANK_MAX 4096)")
+    ap.add_argument("--refresh", type=cli_util.positive_int, default=50, help="geofp8 refresh interval")
     ap.add_argument("--geo-units", default="", help="comma list of geometry units (default: the run's geofp8_layers.txt, else every fc2)")
-    ap.add_argument("--tokens", type=int, default=16384, help="tokens per GPU per step (--estimate; the paper: 512·2048 / 64)")
-    ap.add_argument("--seq", type=int, default=0, help="sequence length (--estimate; default the preset's)")
-    ap.add_argument("--mfu", type=float, default=0.4)
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak (H100/GH200: 989)")
-    ap.add_argument("--hbm-gbs", type=float, default=4000.0, help="GH200 HBM3: about 4000 GB/s")
-    ap.add_argument("--opt-ms", type=float, default=20.0)
-    ap.add_argument("--out", default="", help="PNG of the predicted gains (needs matplotlib)")
+    ap.add_argument("--tokens", type=int_in(1, 2 ** 53), default=16384, help="tokens per GPU per step (--estimate; the paper: 512·2048 / 64)")
+    ap.add_argument("--seq", type=cli_util.nonnegative_int, default=0, help="sequence length (--estimate; default the preset's)")
+    ap.add_argument("--mfu", type=fraction, default=0.4, help="model FLOPs utilization in (0, 1]")
+    ap.add_argument("--peak-tflops", type=positive_float, default=989.0, help="bf16 dense peak (H100/GH200: 989)")
+    ap.add_argument("--hbm-gbs", type=positive_float, default=4000.0, help="GH200 HBM3: about 4000 GB/s")
+    ap.add_argument("--opt-ms", type=nonnegative_float, default=20.0)
+    ap.add_argument("--out", type=cli_util.figure_file, help="figure of the predicted gains (.png, .pdf or .svg; needs matplotlib)")
     a = ap.parse_args(argv)
 
     presets = read_presets()
     if a.model not in presets:
-        sys.exit(f"error: --model: expected one of {', '.join(presets)}, found '{a.model}'")
-    try:
-        gpus = [int(x) for x in a.gpus.split(",")]
-        assert gpus and all(g >= 1 for g in gpus)
-    except (ValueError, AssertionError):
-        sys.exit(f"error: --gpus: expected a comma list of GPU counts >= 1, found '{a.gpus}'")
-    for name, v, lo in [("--alpha-us", a.alpha_us, 0.0), ("--busbw-gbs", a.busbw_gbs, 1e-9), ("--accum", a.accum, 1),
-                        ("--mfu", a.mfu, 1e-9), ("--refresh", a.refresh, 1), ("--buckets", a.buckets, 0), ("--global-tokens", a.global_tokens, 0.0)]:
-        if not v >= lo:
-            sys.exit(f"error: {name}: expected a number >= {lo}, found {v}")
+        die(f"--model: expected one of {', '.join(presets)}, found '{a.model}'")
+    gpus = a.gpus
     preset = presets[a.model]
     P, U, widths = model_shapes(preset)
     if a.buckets == 0:
@@ -266,15 +282,15 @@ def main(argv=None):
     for spec in a.run:
         mode, _, d = spec.partition("=")
         if mode not in MODES or not d:
-            sys.exit(f"error: --run: expected MODE=DIR with MODE one of {', '.join(MODES)}, found '{spec}'")
+            die(f"--run: expected MODE=DIR with MODE one of {', '.join(MODES)}, found '{spec}'")
         phases[mode] = read_run(d, a.skip_steps)
     if not phases and not a.estimate:
-        sys.exit("error: give --run MODE=DIR (1-GPU runs; fp32 at least) or --estimate")
+        die("give --run MODE=DIR (1-GPU runs; fp32 at least) or --estimate")
     if a.estimate:
         for m in MODES:
             phases.setdefault(m, estimate_phases(m, P, preset, a))
     if "fp32" not in phases:
-        sys.exit("error: --run fp32=DIR is needed: the gains are against fp32")
+        die("--run fp32=DIR is needed: the gains are against fp32")
     layers = [x for x in a.geo_units.split(",") if x] or phases.get("geofp8", {}).get("layers", [])
     geo_din = geo_input_widths(layers, widths, [f"layers.{l}.fc2" for l in range(preset["L"])])
     modes = [m for m in MODES if m in phases]
@@ -300,7 +316,7 @@ def main(argv=None):
                 if ov and m == "kfac":  # a refresh step goes out after the backward, not in buckets
                     t_after = step_ms(phases[m], collectives(m, P, U, geo_din, a.rank, a.refresh), N, a, False)
                     t = ((a.refresh - 1) * t + t_after) / a.refresh
-                gain = 100.0 * (base - t) / base
+                gain = 100.0 * (base - t) / base if base > 0 else math.nan
                 table[(N, m, ov)] = (t, gain)
                 row.append(f"{t:.1f} ({gain:+.1f}%)" if m != "fp32" else f"{t:.1f}")
         print(f"| {N} | " + " | ".join(row) + " |", flush=True)
@@ -314,7 +330,7 @@ def main(argv=None):
         try:
             import matplotlib
         except ImportError:
-            sys.exit(f"error: --out {a.out} needs matplotlib (pip install matplotlib); the table above does not")
+            die(f"--out {a.out} needs matplotlib (pip install matplotlib); the table above does not")
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -334,10 +350,11 @@ def main(argv=None):
         ax.set_title(f"{a.model}: predicted ({src})")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(a.out, dpi=120)
+        with cli_util.atomic_path(a.out) as tmp:
+            fig.savefig(tmp, dpi=120, format=cli_util.figure_format(a.out))
         print(f"wrote {a.out}")
     return table
 
 
 if __name__ == "__main__":
-    main()
+    cli_util.run(main)

@@ -242,10 +242,23 @@ if [ -x "$FID" ]; then
        grep -q "^| symmetric, p auto (q/2) |" "$TMP/fid.out" && grep -q "^| low-rank-A-32, 4 refreshes (deployed) |" "$TMP/fid.out"; then
         pass fidelity_tool_tables
     else fail fidelity_tool_tables "rc=$rc, $rows rows: $(why "$TMP/fid.err")"; fi
-    "$FID" -e tiny -k 0 >/dev/null 2>"$TMP/fid0.err"
-    rc=$?
-    if [ $rc -eq 1 ] && grep -q "^error: -k: expected a number of batches in \[1, 100000\], found 0" "$TMP/fid0.err"; then pass fidelity_tool_bad_k
-    else fail fidelity_tool_bad_k "rc=$rc $(cat "$TMP/fid0.err")"; fi
+    # its flags parsed as the trainers' are (llmc/train_config.h): one line, exit 1, before any work
+    fid_error() {  # NAME LINE ARGS...: exit 1 and exactly LINE on stderr
+        local name=$1 want=$2; shift 2
+        "$FID" -e tiny "$@" >/dev/null 2>"$TMP/fidx.err"
+        local rc=$?
+        if [ $rc -eq 1 ] && [ "$(cat "$TMP/fidx.err")" = "$want" ]; then pass "$name"
+        else fail "$name" "rc=$rc $(head -c 300 "$TMP/fidx.err")"; fi
+    }
+    fid_error fidelity_tool_bad_k "error: -k: expected an integer in [1, 100000], found 0" -k 0
+    fid_error fidelity_tool_k_not_an_integer "error: -k: expected an integer, found '5x'" -k 5x
+    fid_error fidelity_tool_b_1e9 "error: -b: expected an integer, found '1e9'" -b 1e9
+    fid_error fidelity_tool_t_negative "error: -t: expected an integer in [1, 1048576], found -5" -t -5
+    fid_error fidelity_tool_t_above_model "error: -t: expected a sequence length <= 256 (the model's T), found 512" -t 512
+    fid_error fidelity_tool_seed_negative "error: --seed: expected a non-negative integer, found '-1'" --seed -1
+    fid_error fidelity_tool_long_form "error: --batch-size: expected an integer in [1, 1048576], found 0" --batch-size=0
+    fid_error fidelity_tool_missing_value "error: -b: expected a value after the flag, found the end of the command line" -b
+    fid_error fidelity_tool_unknown_flag "error: unknown flag '-c' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...)" -c fp8
     # --fp8-format e5m2: the Euclidean round trip's RelL2 doubles (one mantissa bit less; measured
     # 2.001 on these two batches' fc2 units, bound [1.8, 2.2]); at 5.3e-2 it is the paper's figure
     timeout 300 "$FID" -e tiny -b 1 -t 32 -k 2 --fp8-format e5m2 >"$TMP/fid5.out" 2>"$TMP/fid5.err"
@@ -270,10 +283,7 @@ if [ -x "$FID" ]; then
     if [ $rc -eq 1 ] && grep -q "^error: --ranks: expected a comma list of rank counts in \[1, 1024\], found '2,,8'" "$TMP/fid7.err"; then
         pass fidelity_tool_bad_ranks
     else fail fidelity_tool_bad_ranks "rc=$rc $(cat "$TMP/fid7.err")"; fi
-    "$FID" -e tiny --fp8-format e4m2 >/dev/null 2>"$TMP/fid6.err"
-    rc=$?
-    if [ $rc -eq 1 ] && grep -q "^error: --fp8-format: expected e4m3 or e5m2, found 'e4m2'" "$TMP/fid6.err"; then pass fidelity_tool_bad_format
-    else fail fidelity_tool_bad_format "rc=$rc $(cat "$TMP/fid6.err")"; fi
+    fid_error fidelity_tool_bad_format "error: --fp8-format: expected one of {e4m3,e5m2}, found 'e4m2'" --fp8-format e4m2
 else fail fidelity_tool_tables "build/fidelity is missing (make build/fidelity)"; fi
 
 # -n -1: logs but never a checkpoint

@@ -8,9 +8,12 @@ else from tiktoken's registry; tests that need it skip when neither is available
 """
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -18,6 +21,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "data")
 sys.path.insert(0, DATA)
 import tokenizer_util as tu  # noqa: E402
+sys.path.insert(0, os.path.join(REPO, "test"))
+import testlib  # noqa: E402
 
 VOCAB_DIR = tu.DEFAULT_VOCAB_DIR if os.path.isdir(tu.DEFAULT_VOCAB_DIR) else None
 KJV_TXT = os.path.normpath(os.path.join(REPO, "..", "shared", "corpus", "kjv.txt"))
@@ -315,6 +320,123 @@ def test_openwebtext(enc, tmp):
           not (os.path.isdir(out) and os.listdir(out)), f"rc {rc} stderr {se!r}")
 
 
+STUB_DATASETS = """import os
+def load_dataset(name, **kw):  # stands in for the datasets package: the Hub cannot be reached
+    open(os.environ["STUB_MARK"], "w").write(name)
+    raise ConnectionError("Couldn't reach '%s' on the Hub (LocalEntryNotFoundError)\\nmore" % name)
+"""
+
+
+def test_openwebtext_offline(tmp):
+    """Without network the hub path fails in seconds with one line and the hint (the cache with
+    HF_DATASETS_OFFLINE=1, or --local); it writes nothing. A stand-in `datasets` module gets the
+    script past its import, so that the probe of the hub is what is tested; it records whether
+    load_dataset was reached."""
+    stub = os.path.join(tmp, "stub")
+    os.makedirs(stub)
+    with open(os.path.join(stub, "datasets.py"), "w") as f:
+        f.write(STUB_DATASETS)
+    mark, out = os.path.join(tmp, "stub_called"), os.path.join(tmp, "owt_hub")
+    listener = socket.socket()  # accepts connections (the kernel's backlog) and never answers
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    silent = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    refused = socket.socket()
+    refused.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+    closed = f"http://127.0.0.1:{refused.getsockname()[1]}"
+    hub_hint = "set HF_DATASETS_OFFLINE=1; else pass --local PATH"
+    cases = [("hub_as_configured", {}, None, hub_hint),  # this machine's own network, whatever it is
+             ("hub_refused", {"HF_ENDPOINT": closed}, f"cannot reach the Hugging Face hub to fetch Skylion007/openwebtext ({closed}: "
+              "URLError: [Errno 111] Connection refused)", hub_hint),
+             ("hub_silent", {"HF_ENDPOINT": silent}, f"({silent}: TimeoutError: timed out)", hub_hint),
+             ("cache_miss", {"HF_DATASETS_OFFLINE": "1"}, "cannot load Skylion007/openwebtext from the Hugging Face cache "
+              "(HF_DATASETS_OFFLINE is set) (ConnectionError: Couldn't reach", "or pass --local PATH")]
+    must_reach = {"hub_refused": False, "hub_silent": False, "cache_miss": True}  # load_dataset called (the stub's mark)?
+    for name, env_extra, want, hint in cases:
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_ENDPOINT", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
+        env.update(env_extra, PYTHONPATH=stub, STUB_MARK=mark)
+        if os.path.exists(mark):
+            os.remove(mark)
+        t = time.time()
+        p = subprocess.run([sys.executable, os.path.join(DATA, "openwebtext.py"), "--out-dir", out], capture_output=True, text=True,
+                           timeout=60, env=env)
+        took = time.time() - t
+        reached = os.path.exists(mark)
+        check(f"openwebtext_offline_{name}_fails_fast ({took:.1f} s)", took < 20 and is_one_error_line(p.stderr) and p.returncode == 1 and
+              (want is None or want in p.stderr) and hint in p.stderr and reached == must_reach.get(name, reached)
+              and not os.path.exists(out), f"rc {p.returncode} stub reached {reached}: {p.stderr.strip()}")
+    listener.close()
+    refused.close()
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        p = subprocess.run([sys.executable, os.path.join(DATA, "openwebtext.py"), "--out-dir", out], capture_output=True, text=True, timeout=60)
+        check("openwebtext_offline_no_datasets_package", p.returncode == 1 and is_one_error_line(p.stderr) and
+              "needs the `datasets` package" in p.stderr and "--local PATH" in p.stderr and not os.path.exists(out), p.stderr.strip())
+
+
+def test_openwebtext_errors(tmp):
+    """Bad arguments: one error line naming the flag, exit 1, nothing written."""
+    a_file = os.path.join(tmp, "a_file")
+    with open(a_file, "w") as f:
+        f.write("x")
+    src = os.path.join(tmp, "one.jsonl")
+    with open(src, "w") as f:
+        f.write('{"text": "a b c"}\n')
+    out = os.path.join(tmp, "owt_err")
+    for name, args, want in [("shard_size_zero", ["--shard-size", "0"], "error: argument --shard-size: expected an integer in [1, 2147483647], found 0"),
+                             ("shard_size_float", ["--shard-size", "1e3"], "error: argument --shard-size: expected an integer, found '1e3'"),
+                             ("shard_size_over_int32", ["--shard-size", "3000000000"], "error: argument --shard-size: expected an integer in [1, "),
+                             ("workers_zero", ["--workers", "0"], "error: argument --workers: expected an integer in [1, 1024], found 0"),
+                             ("val_docs_negative", ["--val-docs=-1"], "error: argument --val-docs: expected an integer in [0, "),
+                             ("unknown_flag", ["--bogus"], "error: unrecognized arguments: --bogus"),
+                             ("out_dir_under_a_file", ["--out-dir", os.path.join(a_file, "x")], f"error: --out-dir: '{a_file}' is not a directory"),
+                             ("out_dir_empty", ["--out-dir", ""], "error: --out-dir: expected a directory name, found ''")]:
+        argv = ["--local", src, "--out-dir", out] + args
+        before = testlib.tree_snapshot(tmp)
+        p = subprocess.run([sys.executable, os.path.join(DATA, "openwebtext.py"), *argv], capture_output=True, text=True, timeout=60)
+        check(f"openwebtext_refuses_{name}", p.returncode == 1 and is_one_error_line(p.stderr) and p.stderr.startswith(want) and
+              testlib.tree_snapshot(tmp) == before, f"rc {p.returncode}: {p.stderr.strip()}")
+
+
+def test_openwebtext_property(tmp):
+    """30 seeded mutations of the arguments and the input lines: each run writes its shards or
+    ends in one error line, exit 1, never a traceback, and a refused run leaves no shard (in
+    process, as the command runs it; one tokenizer worker)."""
+    import openwebtext
+    rng = random.Random(29)
+    docs = make_owt_docs(30)
+    flags = ["--shard-size", "--val-docs", "--workers", "--chunksize", "--name", "--out-dir", "--local", "--vocab-dir"]
+    bad = []
+    for i in range(30):
+        src = os.path.join(tmp, "prop", f"in_{i}.jsonl")
+        os.makedirs(os.path.dirname(src), exist_ok=True)
+        rows = [{"text": d} for d in docs]
+        kind = rng.randrange(3)
+        if kind == 0:
+            rows[rng.randrange(len(rows))]["text"] = rng.choice(testlib.BAD_JSON_VALUES)
+        elif kind == 1:
+            rows[rng.randrange(len(rows))] = rng.choice(testlib.BAD_JSON_VALUES)
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        if rng.random() < 0.2:
+            data = data[:rng.randrange(len(data))] if rng.random() < 0.5 else data[:50] + b"\xff\xfe" + data[50:]
+        with open(src, "wb") as f:
+            f.write(data)
+        out = os.path.join(tmp, "prop", f"out_{i}")
+        argv = ["--local", src, "--out-dir", out, "--workers", "1", "--shard-size", "300"] + (["--vocab-dir", VOCAB_DIR] if VOCAB_DIR else [])
+        if kind == 2:
+            flag = rng.choice(flags)
+            # relative paths only: --out-dir / would write shards there, --local / read the whole disk
+            argv += [flag, rng.choice([v for v in testlib.BAD_ARGS + ["1", "3", "100"] if not v.startswith("/")])]
+        before = testlib.tree_snapshot(tmp, skip=(os.path.relpath(out, tmp),))
+        status, _, err = testlib.tool_in_process(openwebtext.main, argv, os.path.join(tmp, "prop"))
+        after = testlib.tree_snapshot(tmp, skip=(os.path.relpath(out, tmp),))
+        left = os.listdir(out) if os.path.isdir(out) else []
+        if not testlib.property_verdict(status, err) or (status != 0 and left) or (after != before and argv[-2] != "--out-dir"):
+            bad.append(f"{argv[6:]} kind {kind}: status {status}, left {left[:2]}: {err.strip()[-300:]}")
+    check("openwebtext_property_no_traceback (30 mutations)", not bad, "; ".join(bad[:2]))
+
+
 def test_kjv(enc):
     val_path = os.path.join(KJV_DIR, "kjv_val_000000.bin")
     train_path = os.path.join(KJV_DIR, "kjv_train_000001.bin")
@@ -375,6 +497,10 @@ def main():
             test_prepare_text(enc, tmp)
             test_prepare_text_errors(tmp)
             test_openwebtext(enc, tmp)
+            test_openwebtext_property(tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        test_openwebtext_offline(tmp)
+        test_openwebtext_errors(tmp)
     test_kjv(enc)
     return 1 if failed else 0
 

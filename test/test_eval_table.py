@@ -1,7 +1,9 @@
 """Tests for scripts/eval_table.py on synthetic lm-eval results: the paper's column order (Table
 III) whatever the order of the results, ReCoRD's F1 where the others take acc, other tasks after
 the paper's columns, scores in percent, "wins vs" the baseline over the columns both have, the
-newest results file of a directory, and the errors. No lm-eval needed.
+newest results file of a directory, and the errors: one line naming the file, task and metric for
+a results file that is a list or null, a metric that is NaN, true or a string; and a property
+test: 50 seeded mutations of the arguments and files never end in a traceback. No lm-eval needed.
 
 Prints "PASS name" / "FAIL name: detail" lines; exits 1 on any failure.
 
@@ -9,6 +11,7 @@ Prints "PASS name" / "FAIL name: detail" lines; exits 1 on any failure.
 """
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -20,6 +23,9 @@ sys.path.insert(0, os.path.join(REPO, "test"))
 import testlib  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "scripts", "eval_table.py")
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import eval_table  # noqa: E402
+
 check = testlib.Checks()
 
 
@@ -52,8 +58,95 @@ def main():
     open(os.path.join(tmp, "bad.json"), "w").write("{}")
     rc, rows, err = table(os.path.join(tmp, "bad.json"))
     check("eval_table_not_results", rc == 1 and "is not an lm-eval results file" in err, err)
+    refusals(tmp)
+    property_test(tmp)
     shutil.rmtree(tmp)
     return 1 if check.failed else 0
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def refusals(tmp):
+    """Bad results files: one error line naming the file (and the task and metric), exit 1, no
+    traceback, no file written."""
+    d = os.path.join(tmp, "bad")
+    os.makedirs(d)
+    good = write(os.path.join(d, "good.json"), json.dumps({"results": {"boolq": {"alias": "boolq", "acc,none": 0.6,
+                                                                                 "acc_stderr,none": "N/A"}}}))
+    cases = [("list", "[1, 2]", "holds a list, expected an object"),
+             ("null", "null", "holds null, expected an object"),
+             ("results_list", '{"results": [0.5]}', "is not an lm-eval results file (expected an object with a \"results\" object, found a list)"),
+             ("task_not_object", '{"results": {"boolq": 0.5}}', "task 'boolq': expected an object of metrics, found 0.5"),
+             ("metric_nan", '{"results": {"boolq": {"acc,none": NaN}}}', "task 'boolq' metric 'acc,none': expected a finite number, found nan"),
+             ("metric_inf", '{"results": {"boolq": {"acc,none": 1e400}}}', "task 'boolq' metric 'acc,none': expected a finite number, found inf"),
+             ("metric_true", '{"results": {"piqa": {"acc,none": true}}}', "task 'piqa' metric 'acc,none': expected a finite number, found true"),
+             ("metric_string", '{"results": {"piqa": {"acc,none": "0.5"}}}', "task 'piqa' metric 'acc,none': expected a finite number, found \"0.5\""),
+             ("metric_bool_plain_key", '{"results": {"piqa": {"acc": false}}}', "metric 'acc': expected a finite number, found false"),
+             ("not_json", "{\"results\": {", "is not JSON")]
+    for name, text, want in cases:
+        path = write(os.path.join(d, name + ".json"), text)
+        before = testlib.tree_snapshot(tmp)
+        for flag, argv in (("results", [path]), ("--baseline", [good, "--baseline", path])):
+            rc, rows, err = table(*argv)
+            check(f"eval_table_refuses_{name}{'_baseline' if flag != 'results' else ''}",
+                  testlib.one_error_line(rc, err) and err.startswith(f"error: {flag}: '{path}' ") and want in err and not rows
+                  and testlib.tree_snapshot(tmp) == before, f"rc {rc}: {err.strip()}")
+    rc, rows, err = table(good)
+    check("eval_table_alias_and_na_stderr_read", rc == 0 and rows[1] == ["run", "60.00"], f"rc {rc} {rows} {err}")
+    for name, argv, want in [("unknown_flag", [good, "--bogus"], "error: unrecognized arguments: --bogus"),
+                             ("no_results_argument", [], "error: the following arguments are required: results"),
+                             ("baseline_missing", [good, "--baseline", os.path.join(d, "nope.json")], "error: --baseline: '")]:
+        rc, rows, err = table(*argv)
+        check(f"eval_table_refuses_{name}", testlib.one_error_line(rc, err) and err.startswith(want), f"rc {rc}: {err.strip()}")
+
+
+def property_test(tmp):
+    """50 seeded mutations of a results file, a baseline and the arguments: each run succeeds
+    or ends in one error line, exit 1; never a traceback (in process: the same entry point as the
+    command, at a fraction of a subprocess's cost)."""
+    rng = random.Random(29)
+    d = os.path.join(tmp, "prop")
+    os.makedirs(d)
+    run = {"boolq": {"alias": "boolq", "acc,none": 0.6, "acc_stderr,none": 0.01}, "record": {"f1,none": 0.25, "em,none": 0.2},
+           "my_task": {"acc,none": 0.3}, "piqa": {"acc,none": 0.7, "acc_norm,none": 0.71}}
+    base = {"boolq": {"acc,none": 0.55}, "piqa": {"acc,none": 0.65}}
+    bad = []
+    for i in range(50):
+        r, b = json.loads(json.dumps(run)), json.loads(json.dumps(base))
+        doc = {"results": r}
+        kind = rng.randrange(6)
+        if kind == 0:    # a metric's value
+            task = rng.choice(sorted(r))
+            r[task][rng.choice(sorted(r[task]))] = rng.choice(testlib.BAD_JSON_VALUES)
+        elif kind == 1:  # a task's metrics object
+            r[rng.choice(sorted(r))] = rng.choice(testlib.BAD_JSON_VALUES)
+        elif kind == 2:  # the document or its results
+            doc = rng.choice([rng.choice(testlib.BAD_JSON_VALUES), {"results": rng.choice(testlib.BAD_JSON_VALUES)}])
+        elif kind == 3:  # the baseline's
+            task = rng.choice(sorted(b))
+            b[task]["acc,none"] = rng.choice(testlib.BAD_JSON_VALUES)
+        text = json.dumps(doc)
+        if kind == 4:    # cut short, or bytes that are not UTF-8
+            text = text[:rng.randrange(len(text))] if rng.random() < 0.5 else text[:10] + "\udcff\x00" + text[10:]
+        rp = os.path.join(d, f"results_{i}.json")
+        with open(rp, "w", errors="surrogateescape") as f:
+            f.write(text)
+        bp = write(os.path.join(d, f"base_{i}.json"), json.dumps({"results": b}))
+        argv = [rp, "--baseline", bp, "--name", "run", "--baseline-name", "base"]
+        if kind == 5:    # an argument
+            k = rng.randrange(len(argv) + 1)
+            if k == len(argv):
+                argv.append(rng.choice(["--bogus", "--baseline", "-h"]))
+            else:
+                argv[k] = rng.choice(testlib.BAD_ARGS + [d])
+        status, out, err = testlib.tool_in_process(eval_table.main, argv, d)
+        if not testlib.property_verdict(status, err):
+            bad.append(f"{argv} {text[:80]!r}: status {status} {err.strip()[-300:]}")
+    check("eval_table_property_no_traceback (50 mutations)", not bad, "; ".join(bad[:2]))
 
 
 if __name__ == "__main__":

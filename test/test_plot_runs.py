@@ -1,7 +1,10 @@
 """Tests for scripts/plot_runs.py on synthetic runs: the numbers of its side table (the smoothed
 train loss against an independent closed form, the val gap to the baseline, tokens from the
 "tokens" field and, in older logs, from tokens_per_s x ms, a resumed run's repeated steps,
-skipped steps left out, the mean RelL2 and bytes), the PNG it writes, and its one-line errors.
+skipped steps left out, the mean RelL2 and bytes), the PNG it writes, a live run's unfinished last
+line skipped with one warning, its one-line errors (a step of 1e400, a loss that is a string,
+--out into a missing directory, ...) with nothing written, and a property test: 40 seeded
+mutations of the arguments and metrics files never end in a traceback.
 
 Prints "PASS name" / "FAIL name: detail" / "SKIP name: reason" lines; exits 1 on any failure.
 
@@ -9,6 +12,7 @@ Prints "PASS name" / "FAIL name: detail" / "SKIP name: reason" lines; exits 1 on
 """
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -19,6 +23,9 @@ sys.path.insert(0, os.path.join(REPO, "test"))
 import testlib  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "scripts", "plot_runs.py")
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import plot_runs  # noqa: E402
+
 check = testlib.Checks()
 
 
@@ -108,12 +115,126 @@ def main():
     with open(os.path.join(tmp, "geo", "metrics.jsonl"), "a") as f:
         f.write("garbage\n")
     r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "geo")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    check("plot_runs_garbage_line", r.returncode == 1 and f"line {len(geo) + 1} is not a metrics line" in r.stderr, r.stderr)
+    check("plot_runs_garbage_line", r.returncode == 1 and f"line {len(geo) + 1} is not a JSON object: 'garbage'" in r.stderr, r.stderr)
     r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "base"), "--baseline", os.path.join(tmp, "old")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     check("plot_runs_baseline_not_a_run", r.returncode == 1 and "--baseline" in r.stderr, r.stderr)
+    live_run(tmp, base)
+    refusals(tmp, base)
+    property_test(tmp, geo)
     shutil.rmtree(tmp)
     return 1 if check.failed else 0
+
+
+def plot(*args):
+    r = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def live_run(tmp, base):
+    """A run still writing its last line: that line is skipped with one warning, the rest plotted."""
+    d = os.path.join(tmp, "live")
+    write_run(d, base)
+    png = os.path.join(tmp, "live.png")
+
+    def plot(*argv):  # in process: matplotlib is imported once for the three figures
+        return testlib.tool_in_process(plot_runs.main, list(argv), tmp)
+    rc0, out0, _ = plot(d, "--out", png)
+    path = os.path.join(d, "metrics.jsonl")
+    with open(path, "a") as f:
+        f.write('{"step": 21, "tokens": 86016, "train_lo')
+    rc, out, err = plot(d, "--out", png)
+    lines = err.strip().splitlines()
+    check("plot_runs_live_run_unfinished_line_skipped", rc == 0 and rc0 == 0 and table_rows(out) == table_rows(out0) and
+          len(lines) == 1 and lines[0] == f"warning: '{path}' line {len(base) + 1} is unfinished (no newline at the end; "
+          "a run still writing it?): skipped", f"rc {rc}: {err.strip()}")
+    # a complete last line without its newline yet is a line like the others
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in base) + json.dumps({"step": 21, "tokens": 86016, "train_loss": 3.0}))
+    rc, out, err = plot(d, "--out", png)
+    check("plot_runs_live_run_complete_last_line_read", rc == 0 and table_rows(out)["live"][0] == "21" and not err.strip(),
+          f"rc {rc} {table_rows(out)}: {err.strip()}")
+
+
+def refusals(tmp, base):
+    """One error line naming the file and line (or the flag), exit 1, no figure, nothing else
+    written."""
+    d = os.path.join(tmp, "bad")
+    out = os.path.join(tmp, "bad.png")
+    cases = [("step_1e400", '{"step": 1e400, "train_loss": 3.0, "tokens": 1}', "line 3 is not a metrics line (expected a JSON "
+              "object with an integer step >= 0, found step inf)"),
+             ("step_string", '{"step": "3", "train_loss": 3.0}', 'found step "3"'),
+             ("step_fraction", '{"step": 2.5, "train_loss": 3.0}', "found step 2.5"),
+             ("loss_string", '{"step": 3, "train_loss": "low", "tokens": 1}', 'line 3: "train_loss" is "low", expected a finite number or null'),
+             ("loss_true", '{"step": 3, "val_loss": true, "tokens": 1}', 'line 3: "val_loss" is true, expected a finite number or null'),
+             ("tokens_inf", '{"step": 3, "train_loss": 3.0, "tokens": Infinity}', 'line 3: "tokens" is inf'),
+             ("tokens_negative", '{"step": 3, "train_loss": 3.0, "tokens": -5}', 'line 3: "tokens" is -5, expected a count >= 0'),
+             ("line_is_a_list", '[3, 2.5]', "line 3 is not a JSON object: a list"),
+             ("timing_overflow", '{"step": 3, "train_loss": 3.0, "tokens_per_s": 1e308, "ms": 1e308}', "has no tokens field")]
+    for name, line, want in cases:
+        rows = base[:2] if name != "timing_overflow" else [{k: v for k, v in r.items() if k != "tokens"} for r in base[:2]]
+        write_run(d, rows)
+        path = os.path.join(d, "metrics.jsonl")
+        with open(path, "a") as f:
+            f.write(line + "\n")
+        before = testlib.tree_snapshot(tmp)
+        rc, _, err = plot(d, "--out", out)
+        check(f"plot_runs_refuses_{name}", testlib.one_error_line(rc, err) and f"'{path}'" in err and want in err and
+              testlib.tree_snapshot(tmp) == before, f"rc {rc}: {err.strip()}")
+    write_run(d, base)
+    for name, argv, want in [("out_missing_dir", ["--out", os.path.join(tmp, "nope", "x.png")],
+                              f"error: argument --out: the directory of '{os.path.join(tmp, 'nope', 'x.png')}' does not exist"),
+                             ("out_is_a_directory", ["--out", tmp], f"error: argument --out: '{tmp}' is a directory"),
+                             ("out_is_a_device", ["--out", "/dev/null"], "error: argument --out: '/dev/null' exists and is not a regular file"),
+                             ("out_not_a_figure", ["--out", os.path.join(tmp, "x.txt")], "error: argument --out: expected a figure file name"),
+                             ("smooth_nan", ["--smooth", "nan"], "error: argument --smooth: expected a finite number, found 'nan'"),
+                             ("smooth_one", ["--smooth", "1"], "error: --smooth: expected a number in [0, 1), found 1.0"),
+                             ("labels_count", ["--labels", "a,b"], "error: --labels: expected 1 names, found 2"),
+                             ("unknown_flag", ["--bogus"], "error: unrecognized arguments: --bogus")]:
+        before = testlib.tree_snapshot(tmp)
+        rc, _, err = plot(d, *argv)
+        check(f"plot_runs_refuses_{name}", testlib.one_error_line(rc, err) and err.startswith(want) and
+              testlib.tree_snapshot(tmp) == before, f"rc {rc}: {err.strip()}")
+    # the figure goes out under a temporary name and is renamed: mode 0644, no temporary left
+    rc, _, err = plot(d, "--out", out)
+    left = [n for n in os.listdir(tmp) if n.startswith(".bad.png")]
+    check("plot_runs_figure_atomic_0644", rc == 0 and os.stat(out).st_mode & 0o777 == 0o644 and not left, f"rc {rc} {left} {err.strip()}")
+
+
+def property_test(tmp, geo):
+    """40 seeded mutations of two runs' metrics files and of the arguments: each run plots or
+    ends in one error line, exit 1; never a traceback (in process, as the command runs it)."""
+    rng = random.Random(29)
+    fields = ["step", "tokens", "train_loss", "val_loss", "comm_bytes", "fidelity_rel_l2", "skipped", "window_rel_l2_geo",
+              "window_rel_l2_geo_fp8ef", "tokens_per_s", "ms"]
+    bad = []
+    for i in range(40):
+        runs = []
+        for j in range(2):
+            d = os.path.join(tmp, "prop", f"{i}_{j}")
+            rows = [dict(r) for r in geo[:12]] + [{"step": 10, "tokens": 40960, "val_loss": 3.3}]
+            lines = None
+            for _ in range(rng.randrange(3)):
+                r = rng.choice(rows)
+                key = rng.choice(fields)
+                if rng.random() < 0.2:
+                    r.pop(key, None)
+                else:
+                    r[key] = rng.choice(testlib.BAD_JSON_VALUES)
+            write_run(d, rows)
+            if rng.random() < 0.15:  # cut at a random byte, or bytes that are not UTF-8
+                p = os.path.join(d, "metrics.jsonl")
+                data = open(p, "rb").read()
+                open(p, "wb").write(data[:rng.randrange(len(data))] if rng.random() < 0.5 else data[:30] + b"\xff\x00" + data[30:])
+            runs.append(d)
+        argv = runs + ["--baseline", runs[0], "--smooth", "0.8", "--labels", "a,b", "--out", os.path.join(tmp, "prop", "p.png")]
+        if rng.random() < 0.3:
+            k = rng.randrange(len(argv))
+            argv[k] = rng.choice(testlib.BAD_ARGS)
+        status, _, err = testlib.tool_in_process(plot_runs.main, argv, os.path.join(tmp, "prop"))
+        if not testlib.property_verdict(status, err):
+            bad.append(f"{argv}: status {status} {err.strip()[-400:]}")
+    check("plot_runs_property_no_traceback (40 mutations)", not bad, "; ".join(bad[:2]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Tests for scripts/scaling_model.py on synthetic 1-GPU runs whose predicted step times are known
 in closed form (alpha = 0 or a chosen latency, a chosen bus bandwidth), and the parameter count
-against the CPU engine's own config table.
+against the CPU engine's own config table. Every numeric flag is range-checked (one error line
+naming it, exit 1), bad run files are refused by file and line, and a property test of 40 seeded
+mutations of the arguments and run files never ends in a traceback.
 
 Prints "PASS name" / "FAIL name: detail" lines and exits 1 on any failure.
 
@@ -10,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -19,9 +22,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, os.path.join(REPO, "test"))
 import scaling_model as sm  # noqa: E402
+import testlib  # noqa: E402
 from testlib import Checks  # noqa: E402
 
 check = Checks()
+
+
+def testlib_one(out):
+    return testlib.one_error_line(out.returncode, out.stderr)
 
 
 def close(a, b, rel=1e-12):
@@ -148,11 +156,78 @@ with tempfile.TemporaryDirectory() as root:
         out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "scaling_model.py")] + argv, capture_output=True, text=True)
         check(f"scaling_model_error_{name}", out.returncode == 1 and out.stderr.strip().count("\n") == 0 and out.stderr.startswith("error:"),
               out.stderr[-300:])
+    # every numeric flag range-checked: finite, positive, fractions in (0, 1], integers written as such
+    script = os.path.join(REPO, "scripts", "scaling_model.py")
+    est = ["--model", "tiny", "--estimate", "--gpus", "8"]
+    for flag, value, want in [("--mfu", "5", "expected a fraction in (0, 1], found '5'"), ("--mfu", "0", "expected a fraction in (0, 1]"),
+                              ("--busbw-gbs", "inf", "expected a finite number, found 'inf'"), ("--busbw-gbs", "0", "expected a number > 0"),
+                              ("--tokens", "0", "expected an integer in [1, "), ("--tokens", "1e3", "expected an integer, found '1e3'"),
+                              ("--peak-tflops", "0", "expected a number > 0, found '0'"), ("--hbm-gbs", "-1", "expected a number > 0"),
+                              ("--alpha-us", "nan", "expected a finite number"), ("--alpha-us", "-1", "expected a number >= 0"),
+                              ("--opt-ms", "-inf", "expected a finite number"), ("--global-tokens", "1e400", "expected a finite number"),
+                              ("--accum", "0", "expected an integer in [1, "), ("--refresh", "2.5", "expected an integer, found '2.5'"),
+                              ("--rank", "5000", "expected an integer in [1, 4096], found 5000"), ("--buckets", "-1", "expected an integer in [0, "),
+                              ("--buckets", "1000000", "expected an integer in [0, 10000]"), ("--skip-steps", "-1", "expected an integer in [0, "),
+                              ("--seq", "x", "expected an integer, found 'x'"), ("--gpus", "0,8", "expected a comma list of GPU counts in [1, "),
+                              ("--gpus", "8,,16", "expected a comma list"), ("--out", os.path.join(root, "nope", "m.png"), "does not exist"),
+                              ("--out", root, "is a directory"), ("--out", os.path.join(root, "m.txt"), "expected a figure file name")]:
+        out = subprocess.run([sys.executable, script] + est + [f"{flag}={value}"], capture_output=True, text=True)
+        check(f"scaling_model_refuses_{flag[2:].replace('-', '_')}_{value[-12:]}", testlib_one(out) and
+              out.stderr.startswith(f"error: argument {flag}: ") and want in out.stderr and out.stdout == "", out.stderr[-300:])
+    # bad run files: the file and line named; a run still writing its last line is read without it
+    bad_runs = [("step_string", '{"step": "7", "train_loss": 5.0}', 'line 8: "step" is "7", expected a step number'),
+                ("phase_inf", '{"step": 7, "train_loss": 5, "t_forward_ms": 1e400, "t_backward_ms": 1, "t_optimizer_ms": 1, "t_comm_ms": 1, '
+                              '"t_nccl_ms": 1}', '"t_forward_ms" is inf, expected milliseconds'),
+                ("phase_bool", '{"step": 7, "train_loss": 5, "t_forward_ms": true, "t_backward_ms": 1, "t_optimizer_ms": 1, "t_comm_ms": 1, '
+                               '"t_nccl_ms": 1}', "lacks the phase times"),
+                ("list_line", "[1, 2]", "line 8 is not a JSON object: a list"), ("garbage_line", "garbage", "line 8 is not a JSON object: 'garbage'")]
+    for name, line, want in bad_runs:
+        d = write_run(root, "bad_" + name, 10.0, 20.0, 1.0, 2.0, 1.0)
+        with open(os.path.join(d, "metrics.jsonl"), "a") as f:
+            f.write(line + "\n" + json.dumps({"step": 9, "train_loss": 5.0}) + "\n")
+        out = subprocess.run([sys.executable, script, "--model", "tiny", "--run", f"fp32={d}"], capture_output=True, text=True)
+        check(f"scaling_model_refuses_run_{name}", testlib_one(out) and f"{d}/metrics.jsonl" in out.stderr and want in out.stderr,
+              out.stderr[-300:])
+    live = write_run(root, "live", fwd, bwd, opt, comm=7.0, nccl=4.0)
+    with open(os.path.join(live, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 7, "train_loss": 5.0, "t_forw')
+    out = subprocess.run([sys.executable, script, "--model", "tiny", "--run", f"fp32={live}", "--gpus", "2"], capture_output=True, text=True)
+    ref = subprocess.run([sys.executable, script, "--model", "tiny", "--run", f"fp32={r32}", "--gpus", "2"], capture_output=True, text=True)
+    check("scaling_model_live_run_unfinished_line_skipped", out.returncode == 0 and out.stdout == ref.stdout and
+          out.stderr.startswith("warning: ") and "line 8 is unfinished" in out.stderr and out.stderr.count("\n") == 1, out.stderr[-300:])
+
+    # property: arguments and run files mutated at random never end in a traceback
+    rng = random.Random(29)
+    flags = ["--skip-steps", "--gpus", "--alpha-us", "--busbw-gbs", "--accum", "--global-tokens", "--buckets", "--rank", "--refresh",
+             "--tokens", "--seq", "--mfu", "--peak-tflops", "--hbm-gbs", "--opt-ms", "--model", "--algo", "--geo-units", "--run"]
+    fields = ["step", "train_loss", "tokens", "t_forward_ms", "t_backward_ms", "t_optimizer_ms", "t_comm_ms", "t_nccl_ms",
+              "comm_buckets_overlapped", "skipped"]
+    bad = []
+    for i in range(40):
+        d = write_run(root, f"prop_{i}", fwd, bwd, opt, comm=9.0, nccl=4.0, layers=["layers.0.fc2"] if i % 2 else None)
+        p = os.path.join(d, "metrics.jsonl")
+        rows = [json.loads(l) for l in open(p)]
+        for _ in range(rng.randrange(3)):
+            rows[rng.randrange(len(rows))][rng.choice(fields)] = rng.choice(testlib.BAD_JSON_VALUES)
+        with open(p, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        if rng.random() < 0.1:
+            data = open(p, "rb").read()
+            open(p, "wb").write(data[:rng.randrange(len(data))])
+        argv = ["--model", "tiny", "--run", f"fp32={d}", "--run", f"geofp8={d}", "--gpus", "2,8"] + (["--estimate"] if i % 3 == 0 else [])
+        for _ in range(rng.randrange(1, 3)):
+            argv += [rng.choice(flags), rng.choice(testlib.BAD_ARGS + ["1", "8", "0.3", "1e-300", "1e300", f"fp8={d}"])]
+        status, _, err = testlib.tool_in_process(sm.main, argv, root)
+        if not testlib.property_verdict(status, err):
+            bad.append(f"{argv}: status {status} {err.strip()[-400:]}")
+    check("scaling_model_property_no_traceback (40 mutations)", not bad, "; ".join(bad[:2]))
+
     try:
         import matplotlib  # noqa: F401
         png = os.path.join(root, "m.png")
         _, text = run(base + ["--out", png])
-        check("scaling_model_writes_the_figure", os.path.getsize(png) > 1000, text[-200:])
+        check("scaling_model_writes_the_figure", os.path.getsize(png) > 1000 and os.stat(png).st_mode & 0o777 == 0o644 and
+              not [n for n in os.listdir(root) if n.startswith(".m.png")], text[-200:])
     except ImportError:
         print("SKIP scaling_model_writes_the_figure: matplotlib is not installed")
 

@@ -5,6 +5,9 @@ bound(): the tolerance check, in the format of test_bound (test/test_util.h):
 reads to find each bound's worst case.
 checkpoint_tensors(): a model checkpoint's nine tensors by name (llmc/checkpoint.h layout).
 Checks: check(name, ok, detail) prints "PASS name" or "FAIL name: detail" and counts failures.
+The Python tools' error convention (scripts/cli_util.py): tool_in_process() runs a tool's main as
+its __main__ does; one_error_line() is the verdict on what a refusal printed; BAD_ARGS and
+BAD_JSON_VALUES are what the property tests mutate arguments and input files into.
 
 From Python:  sys.path.insert(0, "test"); from testlib import bound; ok = bound(name, value, 1e-3)
 From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1 when it fails;
@@ -49,6 +52,79 @@ class Checks:
         print(f"PASS {name}" if ok else f"FAIL {name}: {detail}", flush=True)
         self.failed += 0 if ok else 1
         return ok
+
+
+# adversarial argument values: numbers out of range, not finite, not integers, overflowing,
+# words, empty, paths that are not what is expected
+BAD_ARGS = ["", "0", "-1", "-0.5", "1", "0.5", "5", "2.0", "1e3", "1e400", "-1e400", "nan", "inf", "-inf", "abc", " 5", "1_0",
+            "99999999999999999999999", "/nonexistent/dir/x", "/", "/dev/null", "--", "-x", "0x10", "1,2", ",", "."]
+# adversarial JSON values (for an input file's fields): wrong types, non-finite, huge, empty
+BAD_JSON_VALUES = [None, True, False, "x", "0.5", "", -1, 0, 1, 1e308, -1e308, 10 ** 400, float("nan"), float("inf"),
+                   float("-inf"), [], {}, [1], {"a": 1}, 0.5, -0.0]
+
+
+def one_error_line(status, stderr):
+    """A refusal by the tools' convention: exit status 1, stderr's last line "error: ...", one
+    such line, and no traceback."""
+    lines = stderr.strip().splitlines()
+    return (status == 1 and bool(lines) and lines[-1].startswith("error: ") and
+            sum(1 for l in lines if l.startswith("error:")) == 1 and "Traceback" not in stderr)
+
+
+def tool_in_process(main, argv, cwd):
+    """Runs main(argv) under cli_util.run in directory cwd (a mutated relative path then lands
+    there, not in the repository), as the tool's __main__ does; returns (status, stdout, stderr).
+    An exception that escapes cli_util.run (a traceback the user would see) gives status None,
+    with the traceback in stderr."""
+    import contextlib
+    import io
+    import os
+    import traceback
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    import cli_util
+    out, err = io.StringIO(), io.StringIO()
+    status = None
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli_util.run(main, argv)
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                traceback.print_exc(file=err)
+    finally:
+        os.chdir(here)
+    return status, out.getvalue(), err.getvalue()
+
+
+def property_verdict(status, stderr):
+    """What a property test accepts from a tool on mutated input: success, or a refusal by the
+    convention (one_error_line)."""
+    return (status == 0 and "Traceback" not in stderr) or one_error_line(status, stderr)
+
+
+def tree_snapshot(root, skip=()):
+    """{relative path: (mode, bytes)} of every file under root (directories as None), but the
+    entries named in skip: for checking that a tool wrote nothing outside its own output."""
+    import os
+    snap = {}
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        if rel in skip:
+            dirs[:] = []
+            continue
+        dirs[:] = [x for x in dirs if os.path.normpath(os.path.join(rel, x)) not in skip]
+        for x in dirs:
+            snap[os.path.normpath(os.path.join(rel, x))] = None
+        for x in files:
+            p = os.path.normpath(os.path.join(rel, x))
+            if p in skip:
+                continue
+            with open(os.path.join(d, x), "rb") as f:
+                snap[p] = (os.stat(os.path.join(d, x)).st_mode, f.read())
+    return snap
 
 
 def checkpoint_tensors(path):
