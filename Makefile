@@ -83,8 +83,9 @@ testdata:
 # the demo: two data-parallel ranks with GeoFP8 communication on the tiny preset and the bundled
 # data: 20 steps of fp8 profiling pick the layers, then the geometry path with a fresh factor every
 # step and the whitening power chosen per unit (--geofp8-refresh 1 --geofp8-power auto: the
-# settings README's "GeoFP8 at 64 ranks" supports); fidelity every 10 steps and the fair figures
-# over windows of 10 (geofp8 against plain fp8 with its own error feedback on the same units);
+# settings docs/gradient_communication.md's "GeoFP8 at 64 ranks" supports); fidelity every 10
+# steps and the fair figures over windows of 10 (geofp8 against plain fp8 with its own error
+# feedback on the same units);
 # then its loss curves and fair figures in out/demo/loss.png
 MPIRUN_ROOT := $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
 demo: deps

@@ -29,7 +29,7 @@ Dimension legend:
   FF  MLP hidden size                V   vocabulary (50257), Vp padded vocabulary (50304)
   N   = B * T tokens of a micro-batch
 
-Usage: ./train_llama [flags]   (--help lists them; README.md explains them)
+Usage: ./train_llama [flags]   (--help lists them; docs/running.md explains them)
 */
 #include <algorithm>
 #include <chrono>

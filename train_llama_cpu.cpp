@@ -13,7 +13,7 @@ Dimension legend:
   FF  MLP hidden size                V   vocabulary (50257), Vp padded vocabulary (50304)
   N   = B * T tokens of a micro-batch
 
-Usage: ./train_llama_cpu [flags]           (--help lists them; README.md explains them)
+Usage: ./train_llama_cpu [flags]           (--help lists them; docs/running.md explains them)
        mpirun -np 2 ./train_llama_cpu ...  (data parallel)
 */
 #include <algorithm>

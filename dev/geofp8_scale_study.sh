@@ -14,8 +14,9 @@
 #   recover  1 - dval / dval(fp8) of the same seed and N: the share of fp8's gap the mode removes
 #            ("—" where fp8's val loss is not above fp32's on that seed: there is no gap)
 #   win geo/fp8+EF  the windowed fair ratio: RelL2 of a window's summed geo gradient against the
-#            exact sum, over the same for plain fp8 with its own error feedback (README, "Fair
-#            fidelity figures"); mean over the run's windows, and the largest
+#            exact sum, over the same for plain fp8 with its own error feedback
+#            (docs/gradient_communication.md, "Fair fidelity figures"); mean over the run's
+#            windows, and the largest
 #   step geo/fp8    the one-step ratio of (a) to (c) on the fidelity steps
 #
 # Usage: bash dev/geofp8_scale_study.sh [STEPS] [SEEDS] [RANKS] [OUT]

@@ -210,8 +210,8 @@ static const TrainOpt TRAIN_OPTS[] = {
 static inline void train_config_defaults(TrainConfig* cfg);
 static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o);
 
-// --help: every flag with its default, then the flags a resumed run may change (OPT_RANKS; README
-// lists the same, which test_cli checks).
+// --help: every flag with its default, then the flags a resumed run may change (OPT_RANKS;
+// docs/running.md lists the same, which test_cli checks).
 static inline void train_config_usage(const char* prog) {
     TrainConfig d;
     train_config_defaults(&d);

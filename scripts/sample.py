@@ -15,46 +15,33 @@ token ids (prompt, then sample) instead of text. --data: the engine validates it
 even for zero steps; the default suits GPT-2-vocabulary checkpoints.
 """
 import argparse
-import math
 import os
 import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, os.path.join(REPO, "data"))
+import cli_util  # noqa: E402
+from cli_util import die as fail  # noqa: E402
 
 
-def fail(msg):
-    print("error: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 1, like every other bad input
-        fail(message)
-
-
-def number(kind, lo, hi):
-    def parse(text):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number in [{lo}, {hi}], found '{text}'")
-        if not (math.isfinite(v) and lo <= v <= hi):
-            raise argparse.ArgumentTypeError(f"expected a number in [{lo}, {hi}], found '{text}'")
-        return v
-    return parse
+def temperature(s):
+    x = cli_util.nonnegative_float(s)
+    if x > 100:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 100], found '{s}'")
+    return x
 
 
 def main():
-    ap = Parser(description="Sample text from a train_llama checkpoint (no training).",
+    ap = cli_util.ArgumentParser(description="Sample text from a train_llama checkpoint (no training).",
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("checkpoint", help="model_*.bin of either engine")
     ap.add_argument("--prompt", default="", help="text the sample continues (empty: from <|endoftext|>)")
-    ap.add_argument("-g", "--gen-tokens", type=number(int, 1, 1 << 20), default=64, help="tokens to generate")
-    ap.add_argument("--temperature", type=number(float, 0, 100), default=1.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=number(int, 0, 1 << 20), default=0, help="sample among the k most likely tokens (0 = all)")
-    ap.add_argument("--seed", type=number(int, 0, 2 ** 64 - 1), default=1337, help="random seed of the sampler")
+    ap.add_argument("-g", "--gen-tokens", type=cli_util.int_in(1, 1 << 20), default=64, help="tokens to generate")
+    ap.add_argument("--temperature", type=temperature, default=1.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=cli_util.int_in(0, 1 << 20), default=0, help="sample among the k most likely tokens (0 = all)")
+    ap.add_argument("--seed", type=cli_util.int_in(0, 2 ** 64 - 1), default=1337, help="random seed of the sampler")
     ap.add_argument("--ids", action="store_true", help="print token ids instead of text")
     ap.add_argument("--engine", default=os.path.join(REPO, "train_llama_cpu"), help="the trainer binary that samples")
     ap.add_argument("--data", default=os.path.join(REPO, "data", "kjv", "kjv_train_*.bin"), help="train shards the engine validates (-i)")
@@ -93,4 +80,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli_util.run(main)

@@ -32,16 +32,16 @@ expect_error() {
 FAST=(-e tiny -b 2 -t 32 -v 0)
 
 # --- --help: every flag with its default; its list of the flags a resumed run may change (rendered
-#     from the flag table's scopes) is README's
+#     from the flag table's scopes) is docs/running.md's
 "$BIN" --help >"$TMP/help.txt" 2>&1
 help_rc=$?
 help_list=$(sed -n 's/^may change when a run resumes (-y 1): //p' "$TMP/help.txt" | tr ' ' '\n' | sort | tr '\n' ' ')
-readme_list=$(tr '\n' ' ' <README.md | sed -n 's/.*run resumes, while `\([^`]*\)` *may change on resume.*/\1/p' | tr -s ' ' '\n' | sort | tr '\n' ' ')
+readme_list=$(tr '\n' ' ' <docs/running.md | sed -n 's/.*run resumes, while `\([^`]*\)` *may change on resume.*/\1/p' | tr -s ' ' '\n' | sort | tr '\n' ' ')
 flags_without_default=$(grep -c '^  -.*[^)]$' "$TMP/help.txt")
 if [ $help_rc -eq 0 ] && [ -n "$help_list" ] && [ "$help_list" = "$readme_list" ] && [ "$flags_without_default" -eq 0 ] &&
    grep -q '^  -b, --batch-size .*(default: 4)$' "$TMP/help.txt" && grep -q '^  -o, --output-dir .*(default: none)$' "$TMP/help.txt"; then
     pass cli_help_defaults_and_resume_flags_match_readme
-else fail cli_help_defaults_and_resume_flags_match_readme "rc=$help_rc help: [$help_list] README: [$readme_list] without default: $flags_without_default"; fi
+else fail cli_help_defaults_and_resume_flags_match_readme "rc=$help_rc help: [$help_list] docs/running.md: [$readme_list] without default: $flags_without_default"; fi
 
 # --- --version: the commit the Makefile recorded and the compile line
 version=$("$BIN" --version 2>&1)

@@ -6,8 +6,8 @@
 # logged fidelity shows the mechanism of geofp8: with a fresh factor and an empty error-feedback
 # buffer (its first step), the whitened units' RelL2 is below what fp8 logs for the same units.
 # The RelL2 of the later steps (stale factors, error feedback) and of twophase are printed, not
-# asserted: on this model they are not better than fp8 (see README, "What the paper's claims
-# look like here").
+# asserted: on this model they are not better than fp8 (see docs/gradient_communication.md,
+# "What the paper's claims look like here").
 # Prints "PASS name" / "FAIL name: detail" lines (counted by test/run_tests.sh).
 cd "$(dirname "$0")/.." || exit 1
 BIN=./train_llama_cpu

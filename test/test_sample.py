@@ -77,6 +77,21 @@ def main():
             check(f"sample_error_{name}", rc == 1 and len(err.splitlines()) == 1 and err.startswith("error:") and want in err and "Traceback" not in err,
                   f"rc={rc} {err[-300:]}")
 
+        # property: random flags and values (seeded, 16 draws) end in a sample or one error line, never a traceback
+        import random
+        rng = random.Random(20261203)
+        values = ["0", "-1", "1e400", "nan", "x", "", " 5", "3", "1.5", "100000000000000000000", "/dev/null", tmp]
+        flags = ["-g", "--temperature", "--top-k", "--seed", "--prompt", "--engine", "--data", "--vocab-dir", "--bogus"]
+        bad = []
+        for _ in range(16):
+            args = [ckpt if rng.random() < 0.8 else rng.choice(values), "-g", "2"]
+            for _ in range(rng.randint(1, 3)):
+                args += [rng.choice(flags), rng.choice(values)]
+            rc, out, err = sample(*args)
+            if "Traceback" in err or not (rc == 0 or (rc == 1 and len(err.splitlines()) == 1 and err.startswith("error:"))):
+                bad.append(f"{args}: rc={rc} {err[-200:]}")
+        check("sample_property_no_traceback", not bad, "; ".join(bad[:2]))
+
         # the oracle: transformers' greedy generate on the exported model
         try:
             import torch

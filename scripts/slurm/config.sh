@@ -83,7 +83,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$CPUS_PER_TASK}"
 : "${SEED:=1337}"
 : "${GEOFP8_RANK:=32}"       # --geofp8-rank (the paper's operating point)
 # GeoFP8's transform: the paper's Algorithm 1 is GEOFP8_POWER=1 GEOFP8_REFRESH=50; these defaults
-# are what README's "GeoFP8 at 64 ranks" supports (half whitening chosen per unit, a fresher factor)
+# are what docs/gradient_communication.md's "GeoFP8 at 64 ranks" supports (half whitening chosen
+# per unit, a fresher factor)
 : "${GEOFP8_POWER:=auto}"    # --geofp8-power
 : "${GEOFP8_REFRESH:=10}"    # --geofp8-refresh (1 is better still, if t_refresh_ms, every step then, is small on your GPUs)
 : "${FIDELITY_EVERY:=0}"     # --fidelity-every: > 0 logs the fair fidelity figures (and their windows)
