@@ -47,8 +47,9 @@ def main():
     rc, rows, err = table(os.path.join(tmp, "run"), "--baseline", os.path.join(tmp, "base.json"), "--name", "geofp8", "--baseline-name", "fp32")
     check("eval_table_paper_column_order", rc == 0 and rows[0] == ["model", "BoolQ", "ReCoRD-F1", "LAMBADA (OpenAI)", "WinoGrande", "my_task", "wins vs fp32"],
           f"rc {rc} {rows[:1]} {err}")
-    # BoolQ 60 > 55 wins, ReCoRD 25 < 30 loses, LAMBADA 20 = 20 is no win, WinoGrande 52 > 51 wins
-    check("eval_table_scores_and_wins", rows[1] == ["geofp8", "60.00", "25.00", "20.00", "52.00", "30.00", "2/4"] and
+    # BoolQ 60 > 55 wins, ReCoRD 25 < 30 loses, LAMBADA 20 = 20 counts (a tie, as the paper's
+    # column counts them: see paper_table), WinoGrande 52 > 51 wins
+    check("eval_table_scores_and_wins", rows[1] == ["geofp8", "60.00", "25.00", "20.00", "52.00", "30.00", "3/4"] and
           rows[2] == ["fp32", "55.00", "30.00", "20.00", "51.00", "-", "-"], f"{rows[1:]}")
     rc, rows, err = table(os.path.join(tmp, "nothing"))
     check("eval_table_missing_path", rc == 1 and err.count("\n") == 1 and "'" + os.path.join(tmp, "nothing") + "' does not exist" in err, err)
@@ -59,6 +60,7 @@ def main():
     rc, rows, err = table(os.path.join(tmp, "bad.json"))
     check("eval_table_not_results", rc == 1 and "is not an lm-eval results file" in err, err)
     refusals(tmp)
+    paper_table(tmp)
     property_test(tmp)
     shutil.rmtree(tmp)
     return 1 if check.failed else 0
@@ -102,6 +104,80 @@ def refusals(tmp):
                              ("baseline_missing", [good, "--baseline", os.path.join(d, "nope.json")], "error: --baseline: '")]:
         rc, rows, err = table(*argv)
         check(f"eval_table_refuses_{name}", testlib.one_error_line(rc, err) and err.startswith(want), f"rc {rc}: {err.strip()}")
+
+
+# The paper's Table III (its text, section VI-D): Model, Method, the 14 scores, its "Wins vs. FP32"
+PAPER_TABLE = """600M FP32 0.5908 0.2679 0.7500 0.5532 0.8352 0.5090 0.5000 0.4423 0.4941 0.3120 0.2251 0.6719 0.5612 0.3716 -
+600M BF16 0.6058 0.2321 0.7100 0.5608 0.8346 0.5307 0.4875 0.4231 0.4865 0.3158 0.2295 0.6806 0.5391 0.3873 7/14
+600M Per-block_Euclidean 0.5679 0.1250 0.7100 0.5549 0.8205 0.5487 0.5188 0.6058 0.4795 0.3024 0.2161 0.6665 0.5478 0.3685 4/14
+600M Euclidean 0.6119 0.4107 0.7100 0.5025 0.8271 0.5199 0.4969 0.5865 0.4824 0.3100 0.2201 0.6659 0.5320 0.3850 5/14
+600M GIFT 0.6104 0.3036 0.7200 0.5054 0.8197 0.5307 0.5031 0.4712 0.4875 0.3033 0.2157 0.6763 0.5257 0.3722 7/14
+300M FP32 0.5226 0.4107 0.6900 0.5528 0.8020 0.5271 0.5031 0.3846 0.4514 0.2986 0.2261 0.6507 0.5375 0.3223 -
+300M Euclidean 0.5734 0.2857 0.6500 0.4878 0.7954 0.5271 0.5016 0.3654 0.4347 0.3043 0.2224 0.6480 0.5162 0.3334 4/14
+300M Full_K-FAC 0.6064 0.4107 0.7000 0.5140 0.7799 0.5343 0.5063 0.3654 0.4225 0.3081 0.2188 0.6458 0.5335 0.3076 6/14
+300M GIFT 0.5740 0.2321 0.7200 0.4420 0.7881 0.5848 0.4969 0.4038 0.4256 0.3014 0.2302 0.6621 0.5335 0.3089 7/14"""
+
+
+def paper_table(tmp):
+    """--row: the paper's Table III rebuilt from lm-eval-shaped results files holding its scores
+    (given out of order, with other tasks' keys as lm-eval writes them): the paper's layout and
+    order, its cells, and its own "Wins vs. FP32" column; CSV, --stderr, --percent; the errors."""
+    import csv
+    d = os.path.join(tmp, "paper")
+    os.makedirs(d)
+    rows = [line.split() for line in PAPER_TABLE.splitlines()]
+    args = {}
+    for model, method, *rest in rows:
+        scores = [float(x) for x in rest[:14]]
+        res = {task: {f"{metric},none": v, f"{metric}_stderr,none": 0.01, "alias": task}
+               for (_, task, metric), v in zip(eval_table.PAPER_COLUMNS, scores)}
+        path = write(os.path.join(d, f"results_{model}_{method}.json"), json.dumps({"results": res}))
+        args[(model, method)] = ["--row", model, method.replace("_", " "), path]
+    order = [("300M", "GIFT"), ("600M", "FP32"), ("600M", "BF16"), ("300M", "FP32"), ("600M", "Per-block_Euclidean"),
+             ("600M", "Euclidean"), ("600M", "GIFT"), ("300M", "Euclidean"), ("300M", "Full_K-FAC")]
+    argv = [x for k in order for x in args[k]] + ["--baseline-method", "FP32"]
+    rc, table_rows, err = table(*argv)
+    heads = ["Model", "Method"] + eval_table.PAPER_HEADS + ["Wins vs. FP32"]
+    check("eval_table_paper_layout", rc == 0 and table_rows[0] == heads, f"rc {rc} {table_rows[:1]} {err}")
+    # models in the order of their first row (300M's GIFT came first), each group's FP32 first,
+    # the others as given; the model named once per group
+    want_order = [("300M", "FP32"), ("", "GIFT"), ("", "Euclidean"), ("", "Full K-FAC"),
+                  ("600M", "FP32"), ("", "BF16"), ("", "Per-block Euclidean"), ("", "Euclidean"), ("", "GIFT")]
+    got_order = [(r[0], r[1]) for r in table_rows[1:]]
+    check("eval_table_paper_row_order", got_order == want_order, f"{got_order}")
+    paper = {(m, meth.replace("_", " ")): rest for m, meth, *rest in rows}
+    bad = []
+    model = None
+    for r in table_rows[1:]:
+        model = r[0] or model
+        want = paper[(model, r[1])]
+        if r[2:16] != want[:14] or (r[16] != "–" if want[14] == "-" else r[16] != want[14]):
+            bad.append(f"{model} {r[1]}: {r[2:]} vs the paper's {want}")
+    check("eval_table_paper_cells_and_wins_equal_the_paper", rc == 0 and not bad and len(table_rows) == 10, "; ".join(bad[:2]))
+    rc, out, err = raw(*argv, "--format", "csv")
+    parsed = list(csv.reader(out.splitlines())) if rc == 0 else []
+    check("eval_table_paper_csv", rc == 0 and parsed[0] == heads and len(parsed) == 10 and all(r[0] in ("300M", "600M") for r in parsed[1:])
+          and parsed[1][:3] == ["300M", "FP32", "0.5226"], f"rc {rc} {parsed[:2]} {err}")
+    rc, table_rows, err = table(*argv, "--stderr", "--percent")
+    check("eval_table_paper_stderr_percent", rc == 0 and table_rows[1][2] == "52.26 ± 1.00", f"rc {rc} {table_rows[1:2]} {err}")
+    rc, table_rows, err = table(*args[("600M", "GIFT")], *args[("600M", "FP32")])
+    check("eval_table_paper_default_baseline_first_row", rc == 0 and [r[1] for r in table_rows[1:]] == ["GIFT", "FP32"] and
+          table_rows[0][-1] == "Wins vs. baseline" and table_rows[1][-1] == "–" and table_rows[2][-1] == "7/14", f"rc {rc} {table_rows} {err}")
+    for name, extra, want in [
+            ("duplicate_method", args[("600M", "FP32")] * 2, "error: --row: model '600M' has method 'FP32' twice"),
+            ("baseline_method_missing", args[("600M", "GIFT")] + ["--baseline-method", "FP32"],
+             "error: --baseline-method: model '600M' has no row of method 'FP32' (its methods: GIFT)"),
+            ("row_missing_path", ["--row", "600M", "FP32", os.path.join(d, "nope")], "error: --row 600M FP32: '"),
+            ("row_and_results", [args[("600M", "FP32")][3]] + args[("600M", "GIFT")], "error: --row: the Table III rows replace RESULTS"),
+            ("stderr_without_rows", [args[("600M", "FP32")][3], "--stderr"], "error: --baseline-method, --stderr, --percent and --format shape the --row table"),
+            ("row_short", ["--row", "600M", "FP32"], "error: argument --row: expected 3 arguments")]:
+        rc, out, err = raw(*extra)
+        check(f"eval_table_paper_refuses_{name}", testlib.one_error_line(rc, err) and err.startswith(want), f"rc {rc}: {err.strip()}")
+
+
+def raw(*args):
+    r = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return r.returncode, r.stdout, r.stderr
 
 
 def property_test(tmp):
