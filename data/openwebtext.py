@@ -29,7 +29,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import cli_util  # noqa: E402
 from cli_util import die, int_in  # noqa: E402
-from tokenizer_util import ShardWriter, encode_document, get_encoding  # noqa: E402
+from tokenizer_util import Progress, ShardWriter, encode_document, get_encoding  # noqa: E402
 
 HF_DATASET = "Skylion007/openwebtext"
 LOCAL_SUFFIXES = (".txt", ".jsonl")
@@ -201,20 +201,29 @@ def main(argv=None):
     ap.add_argument("--chunksize", type=int_in(1, 1 << 20), default=16, help="documents per task handed to a worker (default 16)")
     ap.add_argument("--streaming", action="store_true", help="hub only: stream instead of downloading first")
     ap.add_argument("--load-proc", type=int_in(1, 1024), default=8, help="hub only: processes for the download/prepare step")
+    ap.add_argument("--progress-every", type=cli_util.nonnegative_float, default=30.0,
+                    help="seconds between progress lines when not on a terminal (0 = none; default 30)")
     args = ap.parse_args(argv)
 
     if not args.name or os.sep in args.name:
         die(f"--name: expected a file name prefix without '{os.sep}', found '{args.name}'")
     made = check_out_dir(args.out_dir)
 
+    total = None  # documents, when the source knows them (a downloaded dataset): the ETA
     if args.local is not None:
         docs = iter_local_documents(local_files(args.local))
     else:
-        docs = iter_hub_documents(open_hub_dataset(args.streaming, args.load_proc))
+        ds = open_hub_dataset(args.streaming, args.load_proc)
+        try:
+            total = len(ds)
+        except TypeError:  # a stream
+            total = None
+        docs = iter_hub_documents(ds)
     get_encoding(args.vocab_dir)  # fail here, once, rather than in every worker
 
     writer = ShardWriter(args.out_dir, args.name, args.shard_size, val_exact=(args.val_docs == 0))
     n_docs = 0
+    progress = Progress("tokenizing", total, args.progress_every)
     # Documents are read in the main process, a batch at a time, so a bad input line stops the
     # run with its one-line error here rather than inside the pool's feeder thread.
     # On such an error the shards already written are removed: nothing is left half done.
@@ -230,9 +239,12 @@ def main(argv=None):
                         writer.end_val()
                     writer.add(tokens)
                     n_docs += 1
+                    progress.update(tokens.size)
     except BaseException:  # a bad line, a full disk, ^C: no shard of a half-done run stays
+        progress.close()
         remove_output(writer.paths, made)
         raise
+    progress.close()
     if n_docs == 0:
         remove_output(writer.paths, made)
         die(f"input: expected documents, found none in {args.local or HF_DATASET}")

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from tokenizer_util import ShardWriter, die, encode_document, get_encoding, tokens_with_eot
+from tokenizer_util import Progress, ShardWriter, die, encode_document, get_encoding, tokens_with_eot
 
 ENCODE_BATCH_DOCS = 512     # documents handed to tiktoken's threaded batch encoder at once
 GLOB_CHARS = "*?["
@@ -113,7 +113,11 @@ def main(argv=None):
                     help="how a file splits into documents: file, blank, regex:PATTERN (default file)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="tokenizer threads (default: all cores)")
+    ap.add_argument("--progress-every", type=float, default=30.0,
+                    help="seconds between progress lines when not on a terminal (0 = none; default 30)")
     args = ap.parse_args(argv)
+    if not (args.progress_every >= 0 and args.progress_every < float("inf")):
+        die(f"--progress-every: expected a number of seconds >= 0, found {args.progress_every}")
 
     if args.val_tokens < 0:
         die(f"--val-tokens: expected a count >= 0, found {args.val_tokens}")
@@ -141,7 +145,9 @@ def main(argv=None):
     # --val-tokens (so the total lands as close to the target as whole documents allow),
     # always at least one document and never the last one.
     val_docs = 0
+    progress = Progress("tokenizing", len(docs), args.progress_every)
     for i, tokens in enumerate(encode_documents(enc, docs, args.threads)):
+        progress.update(tokens.size)
         if writer.index == 0:
             take = val_docs == 0 or writer.count + tokens.size / 2 <= args.val_tokens
             if take and i < len(docs) - 1:
@@ -150,6 +156,7 @@ def main(argv=None):
                 continue
             writer.end_val()
         writer.add(tokens)
+    progress.close()
     writer.close()
 
     n_train_shards = len(writer.paths) - 1

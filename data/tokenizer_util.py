@@ -185,3 +185,55 @@ class ShardWriter:
         if self.count > 0 or self.index == 0:
             self._flush()
         return self.paths
+
+
+class Progress:
+    """Data preparation's progress: documents and tokens per second, and the ETA when the number
+    of documents is known. On a terminal a tqdm bar on stderr (where tqdm is installed); else (a
+    log file, a Slurm job's output) one plain line on stdout every `every` seconds. every <= 0: off.
+
+      progress = Progress("tokenizing", total_docs)   # total_docs: None when unknown
+      progress.update(tokens.size)                    # once per document
+      progress.close()
+    """
+
+    def __init__(self, what, total=None, every=30.0):
+        import time
+        self.what, self.total, self.every, self.clock = what, total, every, time.monotonic
+        self.docs = self.tokens = 0
+        self.start = self.last = self.clock()
+        self.bar = None
+        if every > 0 and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, desc=what, unit=" docs", unit_scale=True, mininterval=0.5, file=sys.stderr)
+            except ImportError:
+                pass
+
+    def line(self):
+        elapsed = max(self.clock() - self.start, 1e-9)
+        docs_s, tok_s = self.docs / elapsed, self.tokens / elapsed
+        text = f"{self.what}: {self.docs:,} document{'' if self.docs == 1 else 's'}"
+        if self.total:
+            text += f" of {self.total:,} ({100.0 * self.docs / self.total:.1f}%)"
+        text += f", {self.tokens:,} tokens, {docs_s:,.0f} documents/s, {tok_s:,.0f} tokens/s, {elapsed:.0f} s"
+        if self.total and docs_s > 0:
+            text += f", ETA {max(self.total - self.docs, 0) / docs_s:.0f} s"
+        return text
+
+    def update(self, tokens):
+        self.docs += 1
+        self.tokens += int(tokens)
+        if self.bar is not None:
+            self.bar.update(1)
+            if self.docs % 1024 == 0:
+                self.bar.set_postfix_str(f"{self.tokens / max(self.clock() - self.start, 1e-9):,.0f} tokens/s", refresh=False)
+        elif self.every > 0 and self.clock() - self.last >= self.every:
+            self.last = self.clock()
+            print(self.line(), flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, if it is missing: a C++ compiler,
 # OpenBLAS (OpenMP build), LAPACKE, Open MPI, python3 and strace (test_faults checks the fsyncs)
-# from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes, matplotlib and (where torch
+# from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes, matplotlib, tqdm and (where torch
 # is installed) lm-eval from PyPI (tiktoken has no Debian package; pip keeps numpy matched to
 # python3 on PATH).
 # --slurm: also Slurm (slurmctld, slurmd, the client commands, the PMIx plugin) and munge, for
@@ -38,6 +38,7 @@ python3 -c "import tiktoken" 2>/dev/null || py_missing+=(tiktoken)
 python3 -c "import safetensors" 2>/dev/null || py_missing+=(safetensors)
 python3 -c "import ml_dtypes" 2>/dev/null || py_missing+=(ml_dtypes)
 python3 -c "import matplotlib" 2>/dev/null || py_missing+=(matplotlib)
+python3 -c "import tqdm" 2>/dev/null || py_missing+=(tqdm)
 # lm-eval-harness for scripts/eval_downstream.sh (and its test), where torch is already there: it
 # would otherwise pull a torch build of its own
 if python3 -c "import torch" 2>/dev/null; then

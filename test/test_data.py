@@ -165,6 +165,19 @@ def test_prepare_text(enc, tmp):
     check("prepare_text_prints_counts", f"val {val.size:,} tokens" in so and f"train {train.size:,} tokens" in so,
           so.strip())
 
+    # progress: a line per --progress-every seconds off a terminal (here every document), with
+    # the rates and the ETA (the number of documents is known); none with 0
+    out = os.path.join(tmp, "progress")
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "t", "--doc-split", "blank",
+                            "--progress-every", "1e-9")
+    lines = [l for l in so.splitlines() if l.startswith("tokenizing: ")]
+    check("prepare_text_progress_lines", rc == 0 and len(lines) == 4 and lines[0].startswith("tokenizing: 1 document of 4 (25.0%), ")
+          and lines[-1].startswith("tokenizing: 4 documents of 4 (100.0%), ") and all("tokens/s" in l and "ETA" in l for l in lines),
+          f"rc {rc} {lines} {se.strip()}")
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", os.path.join(tmp, "progress0"), "--name", "t", "--doc-split", "blank",
+                            "--progress-every", "0")
+    check("prepare_text_progress_off", rc == 0 and "tokenizing:" not in so, so)
+
     # val takes whole documents: a target in the middle of doc 1 rounds to the nearer boundary
     out = os.path.join(tmp, "valsel")
     target = sizes[0] + sizes[1] * 3 // 4
@@ -273,7 +286,12 @@ def test_openwebtext(enc, tmp):
     # llm.c layout: val = the first shard_size tokens, then train shards of shard_size
     out = os.path.join(tmp, "owt")
     rc, so, se = run_script("openwebtext.py", "--local", src, "--out-dir", out,
-                            "--workers", "2", "--chunksize", "4", "--shard-size", str(shard))
+                            "--workers", "2", "--chunksize", "4", "--shard-size", str(shard), "--progress-every", "1e-9")
+    # progress off a terminal: a line per document here, rates but no ETA (a local file's
+    # number of documents is not known ahead)
+    lines = [l for l in so.splitlines() if l.startswith("tokenizing: ")]
+    check("openwebtext_progress_lines", rc == 0 and len(lines) == 300 and lines[-1].startswith("tokenizing: 300 documents, ") and
+          "documents/s" in lines[-1] and "tokens/s" in lines[-1] and "ETA" not in lines[-1], f"rc {rc} {len(lines)} lines {lines[-1:]}")
     files = sorted(os.listdir(out)) if os.path.isdir(out) else []
     ok = rc == 0 and files and files[-1] == "openwebtext_val_000000.bin" and files[0] == "openwebtext_train_000001.bin"
     check("openwebtext_local_runs", ok, f"rc {rc} files {files[:3]} stderr {se.strip()}")
