@@ -9,15 +9,20 @@ step still appear twice (logs from before that), the last line of a step wins.
 
   python3 scripts/plot_runs.py out/fp32 out/fp8 out/geofp8 --baseline out/fp32 --out runs.png
 
-Panels: (1) train loss, smoothed by an exponential moving average (--smooth, the weight of the
-past; de-biased as in Adam so the first points are not pulled to 0), and val loss against tokens;
-(2) each run's val loss relative to the baseline's at the same step, in percent (the paper's gap
-to FP32); (3) where runs logged them, the communication figures: the fidelity RelL2 of the
-compressed gradient (--fidelity-every steps) and the bytes sent per step; (4) where geofp8 or
-kfac runs logged them, the fair figures of the geometry units: the windowed ratio geo / fp8+EF
-(window_rel_l2_geo / window_rel_l2_geo_fp8ef, at each window's last step, solid) and the one-step
-ratio geo / fp8+EF on the fidelity steps (dotted); below 1, the geometry path errs less than plain
-fp8 with error feedback of its own would have.
+Panels, every one against tokens: (1) train loss, smoothed by an exponential moving average
+(--smooth, the weight of the past; de-biased as in Adam so the first points are not pulled to 0),
+and val loss, with the last quarter zoomed in an inset when there are several runs; (2) with
+several runs, the difference to the baseline: val loss in percent of the baseline's at the same
+step (the paper's gap to FP32) and the smoothed train loss likewise; (3) where runs logged them,
+the communication figures: the fidelity RelL2 of the compressed gradient (--fidelity-every
+steps; a log axis only where it spans over 20x) and the bytes sent per step; (4) where geofp8 or
+kfac runs logged them, the fair figures of the geometry units: RelL2 of geo on its units over
+RelL2 of plain fp8 with error feedback of its own on the same units, over windows
+(window_rel_l2_geo / window_rel_l2_geo_fp8ef at each window's last step) and on the one-step
+fidelity steps (dotted); below 1, the geometry path errs less. Each run has its own colour, line
+style and marker, the baseline a wider line beneath the others, so coinciding runs stay apart;
+the title gives each run's key settings from its newest checkpoint (-c, the model, ranks,
+tokens per step, lr).
 
 Prints first a table of the numbers it plots, one row per run: steps, tokens, the last smoothed
 train loss, the last val loss and its step, the gap to the baseline at the last common val step,
@@ -31,6 +36,7 @@ import sys
 import cli_util
 from cli_util import die
 
+STATE_MAGIC = 20250302  # llmc/checkpoint.h, a state file's first int64
 # the numbers read from a metrics line: each absent, null (the engine's NaN or Inf) or finite
 NUMBER_FIELDS = ("tokens", "train_loss", "val_loss", "comm_bytes", "fidelity_rel_l2", "tokens_per_s", "ms",
                  "window_rel_l2_geo", "window_rel_l2_geo_fp8ef", "fidelity_rel_l2_geo", "fidelity_rel_l2_geo_fp8ef")
@@ -102,6 +108,158 @@ def gap_percent(run, base):
             for s in sorted(set(run["val"]) & set(base["val"])) if base["val"][s][1] != 0}
 
 
+def read_settings(run_dir):
+    """{key: value} of the run's settings as its newest checkpoint holds them (the state file of
+    rank 0: the key=value text after its 512-byte header, llmc/checkpoint.h); {} without one."""
+    try:
+        names = sorted(n for n in os.listdir(run_dir) if n.startswith("state_") and n.endswith("_00000.bin"))
+        if not names:
+            return {}
+        with open(os.path.join(run_dir, names[-1]), "rb") as f:
+            header = f.read(512)
+            if len(header) < 512 or int.from_bytes(header[:8], "little") != STATE_MAGIC:
+                return {}
+            size = int.from_bytes(header[72:80], "little")  # int64 h[9]: the settings' length
+            text = f.read(min(size, 1 << 20)).decode("utf-8", "replace")
+    except OSError:
+        return {}
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def settings_line(label, st):
+    """A run's key settings for the figure's title: "fp8: -c fp8 (e4m3), C=768 L=12, 8 ranks,
+    524288 tokens/step, lr 0.0006"; the label alone without a checkpoint."""
+    if not st:
+        return label
+    comm = st.get("comm", "?")
+    if comm not in ("fp32", "bf16") and "fp8-format" in st:
+        comm += f" ({st['fp8-format']})"
+    model = " ".join(w for w in st.get("model_config", "").split() if w.split("=")[0] in ("C", "L"))
+    parts = [f"-c {comm}", model, f"{st.get('world_size', '?')} ranks" if st.get("virtual-ranks", "0") == "0"
+             else f"{st['virtual-ranks']} ranks", f"{st.get('total-batch', '?')} tokens/step", f"lr {float(st['lr']):g}" if cli_util.FLOAT_RE.match(st.get("lr", "")) else "lr ?"]
+    return f"{label}: " + ", ".join(p for p in parts if p)
+
+
+def tokens_at(run, steps):
+    """[(tokens, step)] of the steps the run's train log places in tokens."""
+    return [(run["train"][s][0], s) for s in steps if s in run["train"]]
+
+
+def make_figure(runs, labels, base_i, weight, settings):
+    """The figure: (1) train (smoothed) and val loss, with the tail zoomed in an inset when there
+    are several runs; (2) with several runs, the difference to the baseline: val loss and smoothed
+    train loss in percent of the baseline's; (3) where logged, the communication: fidelity RelL2
+    (and MB per step); (4) where logged, the geometry units' fair figures: RelL2 of geo on its
+    units against plain fp8 with EF on the same units, over windows. Every x axis is tokens;
+    log y only where the values span more than 20x; each run its own colour, line style and
+    marker, the baseline a wider line beneath. The title carries each run's key settings."""
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+    several = len(runs) > 1
+    has_comm = any(any(v > 0 for v in r["rel_l2"].values()) or any(r["bytes"].values()) for r in runs)
+    has_fair = any(r["win_ratio"] or r["step_ratio"] for r in runs)
+    panels = 1 + several + has_comm + has_fair
+    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.8), squeeze=False)
+    axes = list(axes[0])
+    ax_loss = axes[0]
+    ax_diff = axes[1] if several else None
+    ax_comm = axes[1 + several] if has_comm else None
+    ax_fair = axes[-1] if has_fair else None
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "D", "v", "P"]
+
+    def style(i):
+        base = i == base_i
+        return dict(color=colors[i % len(colors)], ls=styles[i % len(styles)], lw=2.4 if base else 1.3, zorder=2 if base else 3)
+
+    base = runs[base_i]
+    inset = ax_loss.inset_axes([0.45, 0.45, 0.5, 0.45]) if several else None
+    base_smooth = {}
+    if base["train"]:
+        bs = sorted(base["train"])
+        base_smooth = dict(zip(bs, smooth([base["train"][s][1] for s in bs], weight)))
+    tails = []
+    for i, (label, run) in enumerate(zip(labels, runs)):
+        st, mk = style(i), markers[i % len(markers)]
+        steps = sorted(run["train"])
+        sm = smooth([run["train"][s][1] for s in steps], weight) if steps else []
+        x = [run["train"][s][0] for s in steps]
+        if steps:
+            ax_loss.plot(x, sm, label=f"{label} train (EMA {weight:g})", **st)
+            if inset is not None:
+                inset.plot(x, sm, **st)
+                tails.append((x, sm))
+        vs = sorted(run["val"])
+        if vs:
+            ax_loss.plot([run["val"][s][0] for s in vs], [run["val"][s][1] for s in vs], marker=mk, ms=4, ls="none",
+                         color=st["color"], zorder=4, label=f"{label} val")
+        if ax_diff is not None and i != base_i:
+            gaps = gap_percent(run, base)
+            if gaps:
+                ax_diff.plot([run["val"][s][0] for s in gaps], list(gaps.values()), marker=mk, ms=4, label=f"{label} val", **st)
+            common = [k for k, s in enumerate(steps) if s in base_smooth and base_smooth[s] != 0]
+            if common:
+                ax_diff.plot([x[k] for k in common], [100.0 * (sm[k] - base_smooth[steps[k]]) / base_smooth[steps[k]] for k in common],
+                             color=st["color"], ls=st["ls"], lw=0.9, alpha=0.7, label=f"{label} train (EMA)")
+        if ax_comm is not None:
+            rs = tokens_at(run, [s for s in sorted(run["rel_l2"]) if run["rel_l2"][s] > 0])  # fp32 logs 0: nothing compressed
+            if rs:
+                ax_comm.plot([t for t, _ in rs], [run["rel_l2"][s] for _, s in rs], marker=mk, ms=3, label=f"{label} RelL2", **st)
+        if ax_fair is not None:
+            ws = tokens_at(run, sorted(run["win_ratio"]))
+            if ws:
+                ax_fair.plot([t for t, _ in ws], [run["win_ratio"][s] for _, s in ws], marker=mk, ms=4,
+                             label=f"{label}: over windows", **st)
+            ss = tokens_at(run, sorted(run["step_ratio"]))
+            if ss:
+                ax_fair.plot([t for t, _ in ss], [run["step_ratio"][s] for _, s in ss], color=st["color"], ls=":", lw=0.9,
+                             label=f"{label}: one step")
+    ax_loss.set(xlabel="tokens", ylabel="loss", title="train (smoothed) and val loss")
+    ax_loss.legend(fontsize=7, loc="lower left")
+    if inset is not None and tails:
+        x_hi = max(max(x) for x, _ in tails)
+        x_lo = min(min(x) for x, _ in tails)
+        cut = x_lo + 0.75 * (x_hi - x_lo)
+        ys = [y for x, sm in tails for xx, y in zip(x, sm) if xx >= cut]
+        if ys and cut < x_hi:
+            pad = 0.1 * (max(ys) - min(ys)) or 0.01 * abs(max(ys)) or 0.01
+            inset.set_xlim(cut, x_hi)
+            inset.set_ylim(min(ys) - pad, max(ys) + pad)
+        inset.set_title("last quarter", fontsize=7)
+        inset.tick_params(labelsize=6)
+        inset.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
+    if ax_diff is not None:
+        ax_diff.axhline(0.0, color="gray", lw=0.8)
+        ax_diff.set(xlabel="tokens", ylabel=f"loss vs {labels[base_i]} (%)", title=f"difference to {labels[base_i]}")
+        if ax_diff.get_legend_handles_labels()[0]:
+            ax_diff.legend(fontsize=7)
+    if ax_comm is not None:
+        ax_comm.set(xlabel="tokens", ylabel="fidelity RelL2", title="communication")
+        vals = [v for r in runs for v in r["rel_l2"].values() if v > 0]
+        if vals and max(vals) > 20 * min(vals):
+            ax_comm.set_yscale("log")
+        if any(any(r["bytes"].values()) for r in runs):
+            ax_b = ax_comm.twinx()
+            for i, run in enumerate(runs):
+                bs = tokens_at(run, sorted(run["bytes"]))
+                if bs and any(run["bytes"].values()):
+                    ax_b.plot([t for t, _ in bs], [run["bytes"][s] / 1e6 for _, s in bs], color=style(i)["color"], ls=style(i)["ls"],
+                              lw=0.8, alpha=0.5, label=f"{labels[i]} MB/step")
+            ax_b.set_ylabel("MB sent per step per rank (thin)")
+            ax_b.legend(fontsize=7, loc="lower right")
+        if ax_comm.get_legend_handles_labels()[0]:
+            ax_comm.legend(fontsize=7, loc="upper left")
+    if ax_fair is not None:
+        ax_fair.axhline(1.0, color="gray", lw=0.8)
+        ax_fair.set(xlabel="tokens", ylabel="RelL2 of geo / RelL2 of fp8+EF", title="geometry units: geo vs fp8+EF on the same units")
+        ax_fair.legend(fontsize=7)
+    for ax in axes:  # token counts as 50 k, 2 M, 1 G
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
+    fig.suptitle("\n".join(settings_line(l, st) for l, st in zip(labels, settings)), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def main(argv=None):
     ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
@@ -151,63 +309,7 @@ def main(argv=None):
     except ImportError:
         die(f"writing {a.out} needs matplotlib (pip install matplotlib); the table above does not")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-    has_comm = any(r["rel_l2"] or any(r["bytes"].values()) for r in runs)
-    has_fair = any(r["win_ratio"] or r["step_ratio"] for r in runs)
-    panels = 2 + has_comm + has_fair
-    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.5))
-    ax_fair = axes[-1] if has_fair else None
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, run) in enumerate(zip(labels, runs)):
-        c = colors[i % len(colors)]
-        steps = sorted(run["train"])
-        if steps:
-            axes[0].plot([run["train"][s][0] for s in steps], smooth([run["train"][s][1] for s in steps], a.smooth),
-                         color=c, lw=1.2, label=f"{label} train (EMA {a.smooth:g})")
-        vs = sorted(run["val"])
-        if vs:
-            axes[0].plot([run["val"][s][0] for s in vs], [run["val"][s][1] for s in vs], "o--", color=c, ms=3, label=f"{label} val")
-        gaps = gap_percent(run, base)
-        if gaps and i != base_i:
-            axes[1].plot([run["val"][s][0] for s in gaps], list(gaps.values()), "o-", color=c, ms=3, label=label)
-        if has_comm and any(v > 0 for v in run["rel_l2"].values()):  # (fp32 logs 0: nothing compressed)
-            rs = [st for st in sorted(run["rel_l2"]) if run["rel_l2"][st] > 0]
-            axes[2].plot(rs, [run["rel_l2"][s] for s in rs], "o-", color=c, ms=3, label=f"{label} RelL2")
-        if has_comm and any(run["bytes"].values()):
-            ax_b = axes[2].twinx() if not hasattr(axes[2], "_bytes_axis") else axes[2]._bytes_axis
-            axes[2]._bytes_axis = ax_b
-            bs = sorted(run["bytes"])
-            ax_b.plot(bs, [run["bytes"][s] / 1e6 for s in bs], ":", color=c, lw=1, label=f"{label} MB/step")
-            ax_b.set_ylabel("MB sent per step per rank (dotted)")
-        if has_fair and run["win_ratio"]:
-            ws = sorted(run["win_ratio"])
-            ax_fair.plot(ws, [run["win_ratio"][s] for s in ws], "o-", color=c, ms=3, label=f"{label} window")
-        if has_fair and run["step_ratio"]:
-            ss = sorted(run["step_ratio"])
-            ax_fair.plot(ss, [run["step_ratio"][s] for s in ss], ":", color=c, lw=1, label=f"{label} one step")
-    axes[0].set(xlabel="tokens", ylabel="loss", title="train (smoothed) and val loss")
-    axes[0].legend(fontsize=7)
-    axes[1].axhline(0.0, color="gray", lw=0.8)
-    axes[1].set(xlabel="tokens", ylabel=f"val loss vs {labels[base_i]} (%)", title=f"gap to {labels[base_i]}")
-    if len(runs) > 1:
-        if axes[1].get_legend_handles_labels()[0]:
-            axes[1].legend(fontsize=7)
-    else:
-        axes[1].text(0.5, 0.5, "one run: nothing to compare with", ha="center", va="center", transform=axes[1].transAxes)
-        axes[1].set(xticks=[], yticks=[])
-    for ax in axes[:2]:  # token counts as 50 k, 2 M, 1 G
-        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
-    if has_comm:
-        axes[2].set(xlabel="step", ylabel="fidelity RelL2 (solid)", title="communication")
-        if any(r["rel_l2"] for r in runs):
-            axes[2].set_yscale("log")
-            axes[2].legend(fontsize=7, loc="upper left")
-    if has_fair:
-        ax_fair.axhline(1.0, color="gray", lw=0.8)
-        ax_fair.set(xlabel="step", ylabel="RelL2 geo / RelL2 fp8+EF", title="geometry units: geo against plain fp8 with EF")
-        ax_fair.legend(fontsize=7)
-    fig.tight_layout()
+    fig = make_figure(runs, labels, base_i, a.smooth, [read_settings(r) for r in a.runs])
     with cli_util.atomic_path(a.out) as tmp:
         fig.savefig(tmp, dpi=120, format=cli_util.figure_format(a.out))
     print(f"wrote {a.out}")

@@ -109,6 +109,8 @@ def main():
     except ImportError:
         print("SKIP plot_runs_png_written: matplotlib not importable (the table was checked)")
 
+    figure_checks(tmp, base, geo)
+
     # errors: one line naming the file, exit 1
     r = subprocess.run([sys.executable, SCRIPT, os.path.join(tmp, "nothing")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     check("plot_runs_missing_run", r.returncode == 1 and r.stderr.count("\n") == 1 and "nothing/metrics.jsonl" in r.stderr, r.stderr)
@@ -124,6 +126,69 @@ def main():
     property_test(tmp, geo)
     shutil.rmtree(tmp)
     return 1 if check.failed else 0
+
+
+def figure_checks(tmp, base_lines, geo_lines):
+    """The figure itself (make_figure, in process): panels for 1 and 2 runs and with the
+    communication and fair figures; two coinciding runs told apart by colour and line style, the
+    baseline wider; every x axis tokens; log y only for RelL2 spanning over 20x; the title from the
+    runs' settings (a state file's key=value text)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("SKIP plot_runs_figure: matplotlib not importable")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plain = [{"step": s, "tokens": 100 * s, "train_loss": 3.0 - 0.01 * s} for s in range(1, 31)] + [{"step": 30, "tokens": 3000, "val_loss": 2.8}]
+    write_run(os.path.join(tmp, "fig_a"), plain)
+    write_run(os.path.join(tmp, "fig_b"), plain)  # the same curve: coinciding runs
+    a, b = (plot_runs.read_run(os.path.join(tmp, n)) for n in ("fig_a", "fig_b"))
+
+    def panels(fig):
+        return [ax for ax in fig.axes if ax.get_xlabel() or ax.get_title()]
+    fig = plot_runs.make_figure([a], ["a"], 0, 0.8, [{}])
+    check("plot_runs_figure_one_run_one_panel", len(panels(fig)) == 1 and len(fig.axes) == 1, f"{len(fig.axes)} axes")
+    plt.close(fig)
+    fig = plot_runs.make_figure([a, b], ["a", "b"], 0, 0.8, [{}, {}])
+    lines = [l for l in fig.axes[0].get_lines() if l.get_label().endswith("train (EMA 0.8)")]
+    styles = {(l.get_color(), l.get_linestyle()) for l in lines}
+    widths = [l.get_linewidth() for l in lines]
+    check("plot_runs_figure_two_runs_two_panels", len(fig.axes) == 2 and fig.axes[1].get_title() == "difference to a" and
+          len(fig.axes[0].child_axes) == 1, f"{[ax.get_title() for ax in fig.axes]}, {len(fig.axes[0].child_axes)} insets")
+    check("plot_runs_figure_coinciding_runs_distinct", len(lines) == 2 and len(styles) == 2 and widths[0] > widths[1],
+          f"styles {styles} widths {widths}")
+    diff = [l for l in fig.axes[1].get_lines() if l.get_label() == "b train (EMA)"]
+    check("plot_runs_figure_difference_zero", len(diff) == 1 and max(abs(y) for y in diff[0].get_ydata()) == 0.0, f"{diff}")
+    plt.close(fig)
+    runs = [plot_runs.read_run(os.path.join(tmp, n)) for n in ("base", "geo")]
+    st = {"comm": "geofp8", "fp8-format": "e4m3", "model_config": "C=128 L=4 NH=4", "world_size": "2", "virtual-ranks": "0",
+          "total-batch": "4096", "lr": "0.00300000003"}
+    state = os.path.join(tmp, "fig_state")
+    os.makedirs(state)
+    text = "".join(f"{k}={v}\n" for k, v in st.items()).encode()
+    header = [0] * 64
+    header[0], header[9] = plot_runs.STATE_MAGIC, len(text)
+    with open(os.path.join(state, "state_00000020_00000.bin"), "wb") as f:
+        f.write(b"".join(h.to_bytes(8, "little", signed=True) for h in header) + text + b"\0" * 64)
+    fig = plot_runs.make_figure(runs, ["base", "geo"], 0, 0.8, [{}, plot_runs.read_settings(state)])
+    titles = [ax.get_title() for ax in panels(fig) if ax.get_title()]
+    xlabels = {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()}
+    comm = [ax for ax in fig.axes if ax.get_title() == "communication"]
+    check("plot_runs_figure_all_panels", titles == ["train (smoothed) and val loss", "difference to base", "communication",
+                                                    "geometry units: geo vs fp8+EF on the same units"], f"{titles}")
+    check("plot_runs_figure_x_axis_tokens", xlabels == {"tokens"}, f"{xlabels}")
+    # RelL2 0.05..0.20 (4x): a linear axis
+    check("plot_runs_figure_narrow_range_linear", comm and comm[0].get_yscale() == "linear", comm and comm[0].get_yscale())
+    title = fig._suptitle.get_text() if fig._suptitle else ""
+    check("plot_runs_figure_title_settings", title == "base\ngeo: -c geofp8 (e4m3), C=128 L=4, 2 ranks, 4096 tokens/step, lr 0.003", repr(title))
+    plt.close(fig)
+    wide = [dict(r, fidelity_rel_l2=0.001 * 10 ** (r["step"] // 5)) if "fidelity_rel_l2" in r else r for r in geo_lines]
+    write_run(os.path.join(tmp, "fig_wide"), wide)
+    fig = plot_runs.make_figure([plot_runs.read_run(os.path.join(tmp, "fig_wide"))], ["w"], 0, 0.8, [{}])
+    comm = [ax for ax in fig.axes if ax.get_title() == "communication"]
+    check("plot_runs_figure_wide_range_log", comm and comm[0].get_yscale() == "log", comm and comm[0].get_yscale())
+    plt.close(fig)
 
 
 def plot(*args):
