@@ -8,12 +8,13 @@ multi-byte UTF-8 character). Default: offline from ../shared/tokenizer/gpt2 next
 
     python data/make_tokenizer_table.py            # -> data/gpt2_tokenizer.bin
 """
-import argparse
 import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import cli_util  # noqa: E402
 from tokenizer_util import DEFAULT_VOCAB_DIR, EOT, REPO_ROOT, die, get_encoding
 
 TABLE_MAGIC = 20240328
@@ -23,7 +24,7 @@ MAX_TOKEN_BYTES = 255       # the length is stored in one byte
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="write the GPT-2 decode table for the C++ engines")
+    ap = cli_util.ArgumentParser(description="write the GPT-2 decode table for the C++ engines")
     ap.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
                     help="directory with encoder.json + vocab.bpe (default ../shared/tokenizer/gpt2 "
                          "from the repo root); pass '' to use tiktoken's registry")

@@ -15,12 +15,13 @@ Output: {name}_val_000000.bin with the first documents (whole documents, about -
 tokens, at least one document), then {name}_train_000001.bin, ... with the rest, --shard-size
 tokens per train shard. Inputs are read in the order given (globs sorted).
 """
-import argparse
 import glob
 import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import cli_util  # noqa: E402
 from tokenizer_util import Progress, ShardWriter, die, encode_document, get_encoding, tokens_with_eot
 
 ENCODE_BATCH_DOCS = 512     # documents handed to tiktoken's threaded batch encoder at once
@@ -99,7 +100,7 @@ def encode_documents(enc, docs, threads):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="+", help="text files or globs (quote globs)")
     ap.add_argument("--out-dir", required=True, help="output directory (created if missing)")
     ap.add_argument("--name", required=True, help="shard file name prefix")

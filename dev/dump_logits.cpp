@@ -26,14 +26,23 @@ int main(int argc, char** argv) {
     const int P = 8;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
+        if (a == "-h" || a == "--help") {
+            printf("usage: %s -e MODEL -o OUT [-j SHARDS] [-t T] [-g G]\n"
+                   "  -e   model checkpoint (model_*.bin) (default: none, required)\n"
+                   "  -o   output file (default: none, required)\n"
+                   "  -j   val shards whose first sequence is read (default: %s)\n"
+                   "  -t   tokens of the sequence whose logits are written (default: 64)\n"
+                   "  -g   greedy tokens generated after the first %d (default: 16)\n", argv[0], TRAIN_DEFAULT_VAL_DATA, P);
+            return 0;
+        }
         if (i + 1 >= argc) user_error("%s: expected a value after the flag", a.c_str());
         const char* v = argv[++i];
         if (a == "-e") model = v;
         else if (a == "-j") data = v;
         else if (a == "-o") out = v;
-        else if (a == "-t") T = atoi(v);
-        else if (a == "-g") G = atoi(v);
-        else user_error("unknown flag '%s' (expected -e MODEL -j SHARDS -t T -g G -o OUT)", a.c_str());
+        else if (a == "-t") T = (int)train_config_parse_int("-t", v, 1, 1 << 20);
+        else if (a == "-g") G = (int)train_config_parse_int("-g", v, 1, 1 << 20);
+        else user_error("unknown flag '%s' (expected -e MODEL -j SHARDS -t T -g G -o OUT; --help lists them)", a.c_str());
     }
     if (model.empty() || out.empty()) user_error("-e and -o: expected a model checkpoint and an output file");
     LlamaConfig lc;

@@ -181,12 +181,29 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
 // either spelling, as -b 8, --batch-size 8 or --batch-size=8); -k and --ranks are its own.
 static const char* FIDELITY_TRAIN_FLAGS[] = {"--model", "--val-data", "--batch-size", "--seq-len", "--seed", "--fp8-format"};
 
+// --help: the flags with their defaults (the trainers' flags from their table, -b's own default).
+static void fidelity_usage(const char* prog, const TrainConfig* d) {
+    printf("usage: %s [flags]   (the paper's Tables I and II from a checkpoint's gradients)\n", prog);
+    for (const char* f : FIDELITY_TRAIN_FLAGS) {
+        const TrainOpt* o = train_config_find(f);
+        char names[64];
+        snprintf(names, sizeof(names), "%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "", o->long_name);
+        std::string v = train_config_value(d, o);
+        if (strstr(o->help, "(default")) printf("  %-28s %s\n", names, o->help);
+        else printf("  %-28s %s (default: %s)\n", names, o->help, v.empty() ? "none" : v.c_str());
+    }
+    printf("  %-28s %s (default: 8)\n", "-k", "val batches (groups of batches with --ranks) the figures average over");
+    printf("  %-28s %s (default: none)\n", "--ranks", "comma list of rank counts N: the N-rank communication table");
+}
+
 int main(int argc, char** argv) {
     TrainConfig tc;
     train_config_defaults(&tc);
     tc.B = 8;
     int K = 8;
     std::string ranks_arg;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { fidelity_usage(argv[0], &tc); return 0; }
     for (int i = 1; i < argc; i++) {
         std::string name = argv[i], value;
         bool inline_value = false;
@@ -201,7 +218,7 @@ int main(int argc, char** argv) {
         bool known = ours;
         for (const char* f : FIDELITY_TRAIN_FLAGS) known |= !ours && o != NULL && strcmp(o->long_name, f) == 0;
         if (!known)
-            user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...)",
+            user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...; --help lists them)",
                        argv[i]);
         if (!inline_value) {
             if (i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());

@@ -222,8 +222,8 @@ static inline void train_config_usage(const char* prog) {
         char names[64];
         snprintf(names, sizeof(names), "%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "", o->long_name);
         std::string v = train_config_value(&d, o);
-        printf("  %-28s %s%s%s%s (default: %s)\n", names, o->help, o->choices ? " {" : "", o->choices ? o->choices : "", o->choices ? "}" : "",
-               v.empty() ? "none" : v.c_str());
+        std::string dflt = strstr(o->help, "(default") ? std::string() : " (default: " + (v.empty() ? std::string("none") : v) + ")";
+        printf("  %-28s %s%s%s%s%s\n", names, o->help, o->choices ? " {" : "", o->choices ? o->choices : "", o->choices ? "}" : "", dflt.c_str());
         if (o->scope == OPT_RANKS) resumable += std::string(resumable.empty() ? "" : " ") + (o->short_name ? o->short_name : o->long_name);
     }
     printf("may change when a run resumes (-y 1): %s\n", resumable.c_str());

@@ -50,9 +50,29 @@ def warn(msg):
     print("warning: " + msg, file=sys.stderr, flush=True)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help gives every option's default, unless its help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not action.option_strings or "default" in text or "required" in text:
+            return text
+        if action.required:
+            return text + " (required)"
+        if action.default is None:
+            return text + " (default: none)"
+        if action.default is False or action.default is argparse.SUPPRESS:  # a switch, or -h
+            return text
+        return super()._get_help_string(action)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the tools' error convention: its message as the one line, exit status 1
-    (argparse's own is the usage, then the message, exit 2)."""
+    (argparse's own is the usage, then the message, exit 2); --help lists the defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         die(message)

@@ -162,7 +162,7 @@ def main(argv=None):
     ap.add_argument("--name", default="run", help="one run: its label (default: run)")
     ap.add_argument("--baseline-name", default="baseline", help="one run: the baseline's label (default: baseline)")
     ap.add_argument("--row", nargs=3, action="append", metavar=("MODEL", "METHOD", "PATH"),
-                    help="Table III: one row (repeat); PATH as RESULTS")
+                    help="Table III: one row (repeat; default: none, one run's table); PATH as RESULTS")
     ap.add_argument("--baseline-method", help="Table III: the method each model's rows are compared with (default: each model's first row)")
     ap.add_argument("--stderr", action="store_true", help="Table III: each score with its standard error")
     ap.add_argument("--percent", action="store_true", help="Table III: scores in percent (default: fractions, as the paper)")

@@ -183,7 +183,7 @@ def main(argv=None):
     ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint")
     ap.add_argument("out_dir", help="a new or empty folder (or any, with --replace)")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="dtype of the exported weights")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--tokenizer-dir", default=os.path.join(here, "..", "..", "shared", "tokenizer", "gpt2"),
                     help="GPT-2's encoder.json and vocab.bpe (or vocab.json and merges.txt)")

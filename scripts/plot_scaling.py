@@ -18,12 +18,13 @@ ran at the same GPU count, the fraction of the FP8 saving GeoFP8 keeps,
 (t_fp32 - t_geofp8) / (t_fp32 - t_fp8). Then writes the figure (one panel per model; needs
 matplotlib, the tables do not).
 """
-import argparse
 import json
 import math
 import os
 import re
 import sys
+
+import cli_util
 
 RUN_DIR = re.compile(r"^(?P<model>.+)_(?P<mode>fp32|bf16|fp8block|fp8|geofp8|kfac)_(?P<gpus>\d+)gpu$")
 LABELS = {"bf16": "BF16", "fp8": "Euclidean FP8", "fp8block": "Euclidean FP8 (per block)", "geofp8": "GeoFP8", "kfac": "K-FAC FP8"}
@@ -168,8 +169,8 @@ def plot(imp, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", required=True, help="directory holding the <model>_<mode>_<N>gpu runs")
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", required=True, help="directory holding the <model>_<mode>_<N>gpu runs (required)")
     ap.add_argument("--out", default="scaling.png", help="figure file (.png, .pdf, .svg; default scaling.png)")
     ap.add_argument("--skip-steps", type=int, default=10, help="warm-up steps left out of the mean (default 10)")
     args = ap.parse_args()

@@ -246,14 +246,14 @@ MAX_BUCKETS = 10000   # the overlap model steps through the buckets one by one
 
 def main(argv=None):
     ap = cli_util.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="llama600m")
-    ap.add_argument("--run", action="append", default=[], metavar="MODE=DIR")
-    ap.add_argument("--estimate", action="store_true")
-    ap.add_argument("--skip-steps", type=cli_util.nonnegative_int, default=2)
-    ap.add_argument("--gpus", type=gpu_list, default="8,16,32,64")
-    ap.add_argument("--alpha-us", type=nonnegative_float, default=4.0)
-    ap.add_argument("--busbw-gbs", type=positive_float, default=45.0)
-    ap.add_argument("--algo", choices=["ring", "tree", "auto"], default="auto")
+    ap.add_argument("--model", default="llama600m", help="a preset of llmc/llama.h")
+    ap.add_argument("--run", action="append", default=[], metavar="MODE=DIR", help="a 1-GPU run in that -c mode (repeat; default: none)")
+    ap.add_argument("--estimate", action="store_true", help="no GPU run: compute the phase times from FLOPs and bytes")
+    ap.add_argument("--skip-steps", type=cli_util.nonnegative_int, default=2, help="warm-up steps of each run left out of the means")
+    ap.add_argument("--gpus", type=gpu_list, default="8,16,32,64", help="comma list of GPU counts to predict")
+    ap.add_argument("--alpha-us", type=nonnegative_float, default=4.0, help="per-hop latency in microseconds")
+    ap.add_argument("--busbw-gbs", type=positive_float, default=45.0, help="NCCL bus bandwidth in GB/s (as nccl-tests reports it)")
+    ap.add_argument("--algo", choices=["ring", "tree", "auto"], default="auto", help="all-reduce latency model (auto: the faster)")
     ap.add_argument("--accum", type=cli_util.positive_int, default=1, help="micro-steps per step of the runs (only the last one's backward overlaps)")
     ap.add_argument("--global-tokens", type=nonnegative_float, default=0.0,
                     help="fixed global batch in tokens: each GPU count gets its share of the runs' work (0: the runs' batch per GPU)")
@@ -266,7 +266,7 @@ def main(argv=None):
     ap.add_argument("--mfu", type=fraction, default=0.4, help="model FLOPs utilization in (0, 1]")
     ap.add_argument("--peak-tflops", type=positive_float, default=989.0, help="bf16 dense peak (H100/GH200: 989)")
     ap.add_argument("--hbm-gbs", type=positive_float, default=4000.0, help="GH200 HBM3: about 4000 GB/s")
-    ap.add_argument("--opt-ms", type=nonnegative_float, default=20.0)
+    ap.add_argument("--opt-ms", type=nonnegative_float, default=20.0, help="optimizer time per step in ms (--estimate)")
     ap.add_argument("--out", type=cli_util.figure_file, help="figure of the predicted gains (.png, .pdf or .svg; needs matplotlib)")
     a = ap.parse_args(argv)
 

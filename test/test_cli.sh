@@ -258,7 +258,7 @@ if [ -x "$FID" ]; then
     fid_error fidelity_tool_seed_negative "error: --seed: expected a non-negative integer, found '-1'" --seed -1
     fid_error fidelity_tool_long_form "error: --batch-size: expected an integer in [1, 1048576], found 0" --batch-size=0
     fid_error fidelity_tool_missing_value "error: -b: expected a value after the flag, found the end of the command line" -b
-    fid_error fidelity_tool_unknown_flag "error: unknown flag '-c' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...)" -c fp8
+    fid_error fidelity_tool_unknown_flag "error: unknown flag '-c' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...; --help lists them)" -c fp8
     # --fp8-format e5m2: the Euclidean round trip's RelL2 doubles (one mantissa bit less; measured
     # 2.001 on these two batches' fc2 units, bound [1.8, 2.2]); at 5.3e-2 it is the paper's figure
     timeout 300 "$FID" -e tiny -b 1 -t 32 -k 2 --fp8-format e5m2 >"$TMP/fid5.out" 2>"$TMP/fid5.err"
