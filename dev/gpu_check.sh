@@ -16,7 +16,6 @@
 #   skip_nan_loss a non-finite loss (TRAIN_LLAMA_TEST_NAN_LOSS) at the refresh step 3 of 4 on a
 #                 one-rank NCCL communicator, with the gradient in buckets on their own stream and
 #                 with --bucket-mb 0: both skip step 3 and end with the same checkpoint bit for bit
-#   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so)
 #   bench_<p>     tokens/s, MFU (ours and llm.c's convention), peak memory and per-phase times of
 #                 d12, llama300m (B=4, T=4096) and llama600m (B=4, T=2048): 5 timed steps after 2 warm-up steps
 #   bench_attention  dev_attention --bench-only (causal TFLOP/s of the flash and cublas kernels at
@@ -30,6 +29,11 @@
 #   scaling_model scripts/scaling_model.py on the two --bucket-mb 0 runs: the predicted step time
 #                 and gain of fp8 over fp32 at 64 GPUs, without and with overlap
 #   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio
+#   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so), last,
+#                 so that the speed rows come first
+#   memcheck_attention, racecheck_attention   the same on dev_attention --small: the flash kernels
+#                 at head sizes 16-128 and T 37-130 (several tiles per block, T off the tile), forward
+#                 and backward
 # The reference curves are made beforehand by the CPU engine (make gpu-refs, i.e. this script's
 # --refs): the GPU machine runs no CPU reference and needs no BLAS.
 #
@@ -40,6 +44,10 @@
 #   EMULATE=1 bash dev/gpu_check.sh          the same logic through dev/emu's CPU builds, small shapes
 #   bash dev/gpu_check.sh --refs DIR         make the reference curves with ./train_llama_cpu
 #   bash dev/gpu_check.sh --list-files       every file a run needs: "BUNDLE_PATH SOURCE_PATH" lines
+#   eval "$(bash build/gpu-bundle/gpu_check.sh --env)"   the library search of the libraries row, as
+#                                             an export of LD_LIBRARY_PATH: then bin/train_llama and
+#                                             the other binaries start by hand (they carry no RPATH:
+#                                             NCCL's folder, often a Python wheel's, is the machine's)
 # Environment (each optional):
 #   OUT                 a folder: the results file is copied there after every row, the logs tarred
 #                       there at the end (gpu_check_results.txt, gpu_check_logs.tar.gz)
@@ -68,8 +76,9 @@ while [ $# -gt 0 ]; do
         --refs) [ $# -ge 2 ] || die "--refs: expected a folder after the flag (hint: --refs build/gpu/refs)"
                 ACTION=refs; REFS_TARGET=$2; shift 2 ;;
         --list-files) ACTION=list; shift ;;
+        --env) ACTION=env; shift ;;
         -h|--help) sed -n '2,/^set -u/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument '$1' (expected --refs DIR, --list-files or --help)" ;;
+        *) die "unknown argument '$1' (expected --refs DIR, --list-files, --env or --help)" ;;
     esac
 done
 EMULATE=${EMULATE:-0}
@@ -252,6 +261,7 @@ fi
 # the results file and its rows
 
 LOGS=${GPU_CHECK_LOGS:-}
+if [ "$ACTION" = env ]; then LOGS=$(mktemp -d); trap 'rm -rf "$LOGS"' EXIT; fi  # --env writes no results
 if [ -z "$LOGS" ]; then
     if [ "$EMULATE" = 1 ]; then LOGS=$REPO/out/gpu_check_emulated
     elif [ "$LAYOUT" = bundle ]; then LOGS=$ROOT/out
@@ -271,6 +281,7 @@ oneline() { tr '\n\t' '  ' | sed 's/  */ /g; s/ $//' | cut -c1-"${1:-160}"; }
 
 # row KEY RESULT SECONDS DETAIL — printed and appended to the results file at once
 row() {
+    [ "$ACTION" = env ] && return 0
     local line
     line=$(printf '| %-30s | %-4s | %6s s | %s' "$1" "$2" "$3" "$(printf '%s' "$4" | oneline 400)")
     ROWS+=("$line")
@@ -314,7 +325,7 @@ why() {
     echo "# logs $LOGS"
     printf '| %-30s | %-4s | %8s | %s\n' check res time detail
 } >"$RESULTS"
-echo "gpu_check: $KIND run, $LAYOUT layout; rows go to $RESULTS${OUT_DIR:+ and $OUT_DIR/gpu_check_results.txt}"
+[ "$ACTION" = env ] || echo "gpu_check: $KIND run, $LAYOUT layout; rows go to $RESULTS${OUT_DIR:+ and $OUT_DIR/gpu_check_results.txt}"
 
 # ---------------------------------------------------------------------------------------------
 # preflight: the GPU, the driver, nvcc, the libraries
@@ -423,6 +434,11 @@ if command -v ldd >/dev/null 2>&1; then
         export LD_LIBRARY_PATH="$USED_DIRS${ORIG_LDP:+:$ORIG_LDP}"
         [ "$before" = "$USED_DIRS" ] && break
     done
+fi
+if [ "$ACTION" = env ]; then
+    [ -z "$LIB_MISSING" ] || echo "gpu_check --env: not found:$LIB_MISSING" >&2
+    printf 'export LD_LIBRARY_PATH=%q\n' "$LD_LIBRARY_PATH"
+    exit 0
 fi
 dirs_desc=$(for i in "${!LIB_DIRS[@]}"; do printf '%s (%s), ' "${LIB_DIRS[$i]}" "${LIB_ORIGIN[$i]}"; done)
 echo "library folders tried: ${dirs_desc%, }; then ldconfig" >"$LOGS/libraries.log"
@@ -735,35 +751,6 @@ if wanted skip_nan_loss; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-# compute-sanitizer on a short tiny run
-
-SANITIZER=""
-for c in "$(command -v compute-sanitizer 2>/dev/null)" "$CUDA_HOME/bin/compute-sanitizer" "$CUDA_HOME/compute-sanitizer/compute-sanitizer" \
-         /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
-    [ -z "$SANITIZER" ] && [ -n "$c" ] && [ -x "$c" ] && SANITIZER=$c
-done
-for tool in memcheck racecheck; do
-    wanted $tool || continue
-    if [ "$EMULATE" = 1 ]; then row $tool SKIP 0 "emulated: races and device memory errors need a GPU"; continue; fi
-    blocked $tool train_llama && continue
-    if [ -z "$SANITIZER" ]; then row $tool SKIP 0 "absent: no compute-sanitizer on the PATH or under $CUDA_HOME"; continue; fi
-    in_budget 40 || { out_of_budget $tool; continue; }
-    steps=2; [ $tool = racecheck ] && steps=1  # racecheck instruments every shared-memory access
-    run 150 "$LOGS/$tool.log" "$SANITIZER" --tool $tool --error-exitcode 99 "$BIN/train_llama" -e tiny -b 1 -t 64 -x $steps -v 0 -n -1
-    summary=$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$tool.log" | sed 's/^=* *//')
-    nerr=$(echo "$summary" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p; s/.*(\([0-9]*\) errors.*/\1/p' | head -1)
-    refused=0
-    if [ -z "$summary" ]; then refused=1
-    elif [ "${nerr:-x}" != 0 ] && grep -qiE 'not supported|unable to|permission|failed to (initialize|start)' "$LOGS/$tool.log"; then refused=1; fi
-    if [ $RC -eq 124 ]; then row $tool FAIL "$DT" "timed out after $LIMIT s"
-    elif [ $refused = 1 ]; then
-        row $tool SKIP "$DT" "refused: $(grep -m1 -vE '^=+ *$|COMPUTE-SANITIZER' "$LOGS/$tool.log" | sed 's/^=* *//' | oneline 140)"
-    elif [ "$nerr" = 0 ] && [ $RC -eq 0 ]; then row $tool PASS "$DT" "$summary (tiny, B=1 T=64, steps: $steps)"
-    elif [ "$nerr" = 0 ]; then row $tool FAIL "$DT" "$summary, but the run failed: $(why "$LOGS/$tool.log")"
-    else row $tool FAIL "$DT" "$summary: $(grep -m1 -E '^=+ +(Invalid|Error|Race|Program hit|.*hazard)' "$LOGS/$tool.log" | sed 's/^=* *//' | oneline 140)"; fi
-done
-
-# ---------------------------------------------------------------------------------------------
 # throughput: tokens/s, MFU (two conventions), peak memory, per-phase times
 
 # flops per token from the shapes the engine prints ("| model | d12 C=768 L=12 ..." and "| batch |
@@ -949,6 +936,47 @@ for spec in "${BENCH[@]}"; do
     ours=${OURS_TOKS[$preset]:-}
     ratio=$(awk -v a="$ours" -v b="$tt" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
     row "$key" PASS "$DT" "B=$B T=$T eager bf16 autocast, fp32 weights, SDPA, Muon+AdamW: $tt tok/s, $tms ms/step, peak ${tmem:-?} GiB (torch allocator); train_llama/torch = $ratio"
+done
+
+# ---------------------------------------------------------------------------------------------
+# compute-sanitizer, last: the speed rows above come first, so that slow sanitizers cannot spend
+# their share of the budget. Two targets each: a short tiny run of the trainer (every kernel of a
+# step; head size 32, one tile per block), and dev_attention --small (the flash kernels alone at
+# head sizes 16 to 128, T = 37, 70, 77, 100, 130: several K/V tiles per block, so the prefetch and
+# double-buffer paths run, and T not a multiple of the tile; forward and backward)
+
+SANITIZER=""
+for c in "$(command -v compute-sanitizer 2>/dev/null)" "$CUDA_HOME/bin/compute-sanitizer" "$CUDA_HOME/compute-sanitizer/compute-sanitizer" \
+         /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -z "$SANITIZER" ] && [ -n "$c" ] && [ -x "$c" ] && SANITIZER=$c
+done
+for key in memcheck racecheck memcheck_attention racecheck_attention; do
+    wanted $key || continue
+    tool=${key%_attention}
+    if [ "$EMULATE" = 1 ]; then row $key SKIP 0 "emulated: races and device memory errors need a GPU"; continue; fi
+    if [ "$key" = "$tool" ]; then target=train_llama; else target=dev_attention; fi
+    blocked $key $target && continue
+    if [ -z "$SANITIZER" ]; then row $key SKIP 0 "absent: no compute-sanitizer on the PATH or under $CUDA_HOME"; continue; fi
+    in_budget 40 || { out_of_budget $key; continue; }
+    if [ $target = train_llama ]; then
+        steps=2; [ $tool = racecheck ] && steps=1  # racecheck instruments every shared-memory access
+        what="tiny, B=1 T=64, steps: $steps"
+        run 150 "$LOGS/$key.log" "$SANITIZER" --tool $tool --error-exitcode 99 "$BIN/train_llama" -e tiny -b 1 -t 64 -x $steps -v 0 -n -1
+    else
+        what="dev_attention --small: flash forward and backward, HS 16-128, T 37-130"
+        run 200 "$LOGS/$key.log" "$SANITIZER" --tool $tool --error-exitcode 99 "$BIN/dev_attention" --small
+    fi
+    summary=$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$key.log" | sed 's/^=* *//')
+    nerr=$(echo "$summary" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p; s/.*(\([0-9]*\) errors.*/\1/p' | head -1)
+    refused=0
+    if [ -z "$summary" ]; then refused=1
+    elif [ "${nerr:-x}" != 0 ] && grep -qiE 'not supported|unable to|permission|failed to (initialize|start)' "$LOGS/$key.log"; then refused=1; fi
+    if [ $RC -eq 124 ]; then row $key FAIL "$DT" "timed out after $LIMIT s ($what)"
+    elif [ $refused = 1 ]; then
+        row $key SKIP "$DT" "refused: $(grep -m1 -vE '^=+ *$|COMPUTE-SANITIZER' "$LOGS/$key.log" | sed 's/^=* *//' | oneline 140)"
+    elif [ "$nerr" = 0 ] && [ $RC -eq 0 ]; then row $key PASS "$DT" "$summary ($what)"
+    elif [ "$nerr" = 0 ]; then row $key FAIL "$DT" "$summary, but the run failed: $(why "$LOGS/$key.log")"
+    else row $key FAIL "$DT" "$summary: $(grep -m1 -E '^=+ +(Invalid|Error|Race|Program hit|.*hazard)' "$LOGS/$key.log" | sed 's/^=* *//' | oneline 140)"; fi
 done
 
 # ---------------------------------------------------------------------------------------------
