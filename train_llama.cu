@@ -660,8 +660,10 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
         mine++;
         CUDA_CHECK(cudaMemcpyAsync(m->muon_x + xoff[i], x, (xoff[i + 1] - xoff[i]) * sizeof(bf16), cudaMemcpyDeviceToDevice, m->stream));
     }
+    comm_gpu_group_begin(&grid->nccl);  // the step's broadcasts, one per matrix, as one NCCL launch
     for (size_t i = 0; i < items.size(); i++)
         comm_gpu_broadcast_bytes(&grid->nccl, m->muon_x + xoff[i], (xoff[i + 1] - xoff[i]) * sizeof(bf16), owner[i]);
+    comm_gpu_group_end(&grid->nccl);
     for (size_t i = 0; i < items.size(); i++)
         muon_apply(m->params + items[i].offset, m->params_bf16 + items[i].offset, m->muon_x + xoff[i], items[i].rows, items[i].cols, 1, 0,
                    mc, lr, tc->weight_decay, m->stream);

@@ -401,7 +401,8 @@ static inline void comm_gpu_allreduce(CommGridGPU* g, const void* send, void* re
 }
 
 // Collectives between comm_gpu_group_begin and _end go out as one NCCL launch (the per-unit
-// all-reduces of a gradient bucket, whose units are not adjacent in the flat buffer).
+// all-reduces of a gradient bucket, whose units are not adjacent in the flat buffer; the
+// --muon-shard broadcasts of a step).
 static inline void comm_gpu_group_begin(CommGridGPU* g) { if (g->comm) NCCL_CHECK(ncclGroupStart()); }
 static inline void comm_gpu_group_end(CommGridGPU* g) { if (g->comm) NCCL_CHECK(ncclGroupEnd()); }
 
