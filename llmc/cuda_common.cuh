@@ -367,7 +367,9 @@ static inline void cuda_print_bench(const char* what, float ms, double bytes, do
 // max|got - ref| / max|ref| (NaN anywhere fails), printed as one PASS or FAIL line.
 // Each thread keeps its own maxima, merged at the end (a max does not depend on the order); a NaN
 // difference (a NaN in ref) makes the measurement NaN, which fails.
-static inline bool cuda_check_close(const char* name, const float* got, const float* ref, size_t n, double tol) {
+// max |got - ref| / max(max |ref|, min_scale) <= tol, printed as a test line; min_scale keeps a
+// reference that is zero in exact arithmetic (its values only roundoff) from dividing by ~0.
+static inline bool cuda_check_close(const char* name, const float* got, const float* ref, size_t n, double tol, double min_scale = 1e-30) {
     double maxdiff = 0.0, maxref = 0.0;
     bool finite = true, nan_diff = false;
 #pragma omp parallel if (n >= CUDA_HOST_PARALLEL_MIN)
@@ -391,7 +393,7 @@ static inline bool cuda_check_close(const char* name, const float* got, const fl
         }
     }
     if (nan_diff) maxdiff = NAN;
-    double err = finite ? maxdiff / std::max(maxref, 1e-30) : INFINITY;
+    double err = finite ? maxdiff / std::max(maxref, min_scale) : INFINITY;
     bool ok = err <= tol;
     // the line format of test_bound (test/test_util.h), which dev/tolerance_sweep.py reads
     printf("%s %s: measured %.3e, bound %.3g (max rel err%s)\n", ok ? "PASS" : "FAIL", name, err, tol, finite ? "" : ", non-finite output");

@@ -12,9 +12,9 @@
 //   dqkv (bf16)  1.5e-2  (bf16 P and dS, dP - D cancels; each of dq, dk, dv against its own
 //                         scale; measured <= 5.1e-3)
 // The flash path, emulated (dev/emu, mma per the PTX fragment tables) at the --small shapes,
-// measured within the same figures: out <= 2.8e-3, lse <= 1.6e-7, dqkv <= 3.9e-3; flash against
-// the cuBLAS path (both on the GPU side): out <= 4.2e-3, lse <= 1.6e-7, dqkv <= 5.6e-3, under the
-// same bounds (each side carries its own bf16 roundings). On a GPU the mma's own summation order
+// measured within the same figures: out <= 2.8e-3, lse <= 1.6e-7, dqkv <= 5.2e-3 (T = 4096); flash
+// against the cuBLAS path (both on the GPU side): out <= 4.2e-3, lse <= 1.6e-7, dqkv <= 7.1e-3
+// (T = 4096, dk), under the same bounds (each side carries its own bf16 roundings). On a GPU the mma's own summation order
 // adds to them; not yet measured there.
 // The backward is checked on its own: both sides get the GPU forward's out (bf16, as stored) and
 // lse, and the same bf16 qkv and dout.
@@ -24,7 +24,8 @@
 // (which sum over the group's q heads), so its reference results compare directly with those
 // columns of the GPU's full-batch outputs. Slices run in parallel, one core each.
 // Shapes:
-//   every slice (the whole tensor): a small odd case (B=2, T=37, GQA group 3, HS=24); tiny (GQA
+//   every slice (the whole tensor): a small odd case (B=2, T=37, GQA group 3, HS=24); flash at
+//     odd T, at a tile's edges (T = 1, 63, 64, 65) and at T = 4096 (HS 64, one head); tiny (GQA
 //     NH=4, NKV=2), d12 and llama600m heads at their real T with B=1;
 //   4 slices: (0, 0), (B/2, NKV/2), (B-1, 0) and (B-1, NKV-1) of d12 at B=4, T=1024, llama600m
 //     at B=4, T=2048 and llama300m at B=4, T=4096, the shapes the trainer runs. llama300m's
@@ -238,16 +239,20 @@ static bool flash_vs_cublas(const char* tag, int B, int T, int NH, int NKV, int 
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     bool ok = cuda_check_close((t + ".out").c_str(), out[0].data(), out[1].data(), nout, TOL_OUT);
     ok &= cuda_check_close((t + ".lse").c_str(), lse[0].data(), lse[1].data(), nlse, TOL_LSE);
-    // dq, dk, dv columns, each against its own scale
+    // dq, dk, dv columns, each against its own scale, but at least 1e-3 of the whole gradient's: at
+    // T = 1 dq and dk are zero in exact arithmetic (one key: dS = dP - D = 0), and each path's values
+    // are only its roundoff of dP - D (about 1e-7 of dv's scale), which no own scale can measure
     int c0[3] = {0, NH * HS, (NH + NKV) * HS}, width[3] = {NH * HS, NKV * HS, NKV * HS};
     const char* parts[3] = {"dq", "dk", "dv"};
+    double whole = 0.0;
+    for (size_t i = 0; i < nqkv; i++) whole = std::max(whole, (double)fabsf(dqkv[1][i]));
     for (int p = 0; p < 3; p++) {
         std::vector<float> g, r;
         for (size_t row = 0; row < (size_t)B * T; row++) {
             g.insert(g.end(), &dqkv[0][row * QKV + c0[p]], &dqkv[0][row * QKV + c0[p]] + width[p]);
             r.insert(r.end(), &dqkv[1][row * QKV + c0[p]], &dqkv[1][row * QKV + c0[p]] + width[p]);
         }
-        ok &= cuda_check_close((t + "." + parts[p]).c_str(), g.data(), r.data(), g.size(), TOL_DQKV);
+        ok &= cuda_check_close((t + "." + parts[p]).c_str(), g.data(), r.data(), g.size(), TOL_DQKV, 1e-3 * whole);
     }
     bool same = memcmp(again.data(), dqkv[0].data(), nqkv * sizeof(float)) == 0;
     printf("%s %s.backward_bitwise_repeatable\n", same ? "PASS" : "FAIL", tag);
@@ -317,7 +322,10 @@ int main(int argc, char** argv) {
     if (!bench_only) {
         ok &= validate("dev_attention.cublas.odd_gqa3_HS24", ATTENTION_CUBLAS, 2, 37, 6, 2, 24, true, 3);
         // flash at odd T (tails of every tile kind), GQA groups of 1, 2 and 3, every head size
-        struct { int B, T, NH, NKV, HS; } odd[] = {{2, 37, 6, 2, 32}, {1, 100, 2, 2, 64}, {1, 70, 4, 2, 128}, {1, 130, 3, 1, 32}, {2, 77, 4, 2, 16}};
+        // and T at a tile's edges (1, 63, 64, 65) and a long one (4096: 64 tiles, every pipeline
+        // stage many times over) at head sizes 32, 64 and 128
+        struct { int B, T, NH, NKV, HS; } odd[] = {{2, 37, 6, 2, 32}, {1, 100, 2, 2, 64}, {1, 70, 4, 2, 128}, {1, 130, 3, 1, 32}, {2, 77, 4, 2, 16},
+                                                   {1, 1, 2, 1, 64}, {1, 63, 2, 1, 32}, {1, 64, 2, 2, 128}, {1, 65, 2, 1, 64}, {1, 4096, 1, 1, 64}};
         for (auto& o : odd) {
             std::string tag = "dev_attention.flash.odd_B" + std::to_string(o.B) + "_T" + std::to_string(o.T) + "_NH" + std::to_string(o.NH) +
                               "_NKV" + std::to_string(o.NKV) + "_HS" + std::to_string(o.HS);
