@@ -205,14 +205,8 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { fidelity_usage(argv[0], &tc); return 0; }
     for (int i = 1; i < argc; i++) {
-        std::string name = argv[i], value;
-        bool inline_value = false;
-        size_t eq = name.find('=');
-        if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
-            value = name.substr(eq + 1);
-            name = name.substr(0, eq);
-            inline_value = true;
-        }
+        std::string name, value;
+        bool inline_value = train_config_split_flag(argv[i], &name, &value);
         const TrainOpt* o = train_config_find(name);
         bool ours = name == "-k" || name == "--ranks";  // -k is the trainers' --schedule: ours wins
         bool known = ours;
@@ -220,10 +214,7 @@ int main(int argc, char** argv) {
         if (!known)
             user_error("unknown flag '%s' (expected -e MODEL, -j VAL_GLOB, -b B, -t T, -k BATCHES, --seed S, --fp8-format F, --ranks N,...; --help lists them)",
                        argv[i]);
-        if (!inline_value) {
-            if (i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());
-            value = argv[++i];
-        }
+        if (!inline_value) value = train_config_flag_value(argc, argv, &i, name);
         if (name == "-k") K = (int)train_config_parse_int("-k", value.c_str(), 1, 100000);
         else if (name == "--ranks") ranks_arg = value;
         else train_config_set(&tc, o, name.c_str(), value.c_str());

@@ -304,6 +304,22 @@ static inline void train_config_set(TrainConfig* cfg, const TrainOpt* o, const c
     }
 }
 
+// argv[i] as a flag name and, in the "--flag=value" form, its value (returns true then).
+static inline bool train_config_split_flag(const char* arg, std::string* name, std::string* value) {
+    *name = arg;
+    size_t eq = name->find('=');
+    if (name->rfind("--", 0) != 0 || eq == std::string::npos) return false;
+    *value = name->substr(eq + 1);
+    name->resize(eq);
+    return true;
+}
+
+// The value after flag `name` at argv[*i] (the "--flag value" form); *i moves onto it.
+static inline std::string train_config_flag_value(int argc, char** argv, int* i, const std::string& name) {
+    if (*i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());
+    return argv[++*i];
+}
+
 // --version: the commit and compile line the Makefile passes in ("unknown" when built otherwise).
 #ifndef TRAIN_LLAMA_COMMIT
 #define TRAIN_LLAMA_COMMIT "unknown"
@@ -320,21 +336,11 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) { train_config_usage(argv[0]); exit(0); }
         if (strcmp(arg, "--version") == 0) { printf("%s: commit %s, built with %s\n", argv[0], TRAIN_LLAMA_COMMIT, TRAIN_LLAMA_BUILD); exit(0); }
-        // --flag=value form
-        std::string name = arg, value;
-        bool inline_value = false;
-        size_t eq = name.find('=');
-        if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
-            value = name.substr(eq + 1);
-            name = name.substr(0, eq);
-            inline_value = true;
-        }
+        std::string name, value;
+        bool inline_value = train_config_split_flag(arg, &name, &value);
         const TrainOpt* o = train_config_find(name);
         if (o == NULL) user_error("unknown flag '%s' (hint: --help lists every flag)", arg);
-        if (!inline_value) {
-            if (i + 1 >= argc) user_error("%s: expected a value after the flag, found the end of the command line", name.c_str());
-            value = argv[++i];
-        }
+        if (!inline_value) value = train_config_flag_value(argc, argv, &i, name);
         train_config_set(cfg, o, name.c_str(), value.c_str());
     }
     if (cfg->resume && cfg->output_dir.empty())
