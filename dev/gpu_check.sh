@@ -135,8 +135,8 @@ REFS=${GPU_CHECK_REFS:-$REFS_DEFAULT}
 
 # the kernel tools (dev/cuda/<op>.cu -> dev_<op>), the GPU tests (test/test_*.cu; the model test
 # first) and the fixtures they open: from the sources in a repo tree, from bin/ and test/fixtures/
-# in the bundle (whose MANIFEST says nothing was dropped on the way)
-if [ -d "$ROOT/dev/cuda" ]; then
+# in the bundle (whose MANIFEST says nothing was dropped on the way; it carries some dev/ files too)
+if [ "$LAYOUT" = repo ]; then
     mapfile -t DEV_OPS < <(cd "$ROOT/dev/cuda" && ls -- *.cu 2>/dev/null | sed 's/\.cu$//')
     mapfile -t GPU_TESTS < <(cd "$ROOT/test" && ls -- test_*.cu 2>/dev/null | sed 's/\.cu$//' | sort -t_ -k2,2 | awk '$0 == "test_llama_gpu" { print; next } { rest[++n] = $0 } END { for (i = 1; i <= n; i++) print rest[i] }')
     mapfile -t FIXTURES < <(cd "$ROOT" && grep -oh 'test/fixtures/[A-Za-z0-9_.]*' test/*.cu dev/cuda/*.cu 2>/dev/null | sort -u)
