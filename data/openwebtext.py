@@ -29,7 +29,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import cli_util  # noqa: E402
 from cli_util import die, int_in  # noqa: E402
-from tokenizer_util import Progress, ShardWriter, encode_document, get_encoding  # noqa: E402
+from tokenizer_util import Progress, ShardWriter, encode_document, get_encoding, refuse_existing_shards, remove_stale_shards  # noqa: E402
 
 HF_DATASET = "Skylion007/openwebtext"
 LOCAL_SUFFIXES = (".txt", ".jsonl")
@@ -201,6 +201,7 @@ def main(argv=None):
     ap.add_argument("--chunksize", type=int_in(1, 1 << 20), default=16, help="documents per task handed to a worker (default 16)")
     ap.add_argument("--streaming", action="store_true", help="hub only: stream instead of downloading first")
     ap.add_argument("--load-proc", type=int_in(1, 1024), default=8, help="hub only: processes for the download/prepare step")
+    ap.add_argument("--overwrite", action="store_true", help="replace the shards of an earlier run of this --name in --out-dir")
     ap.add_argument("--progress-every", type=cli_util.nonnegative_float, default=30.0,
                     help="seconds between progress lines when not on a terminal (0 = none; default 30)")
     args = ap.parse_args(argv)
@@ -208,6 +209,7 @@ def main(argv=None):
     if not args.name or os.sep in args.name:
         die(f"--name: expected a file name prefix without '{os.sep}', found '{args.name}'")
     made = check_out_dir(args.out_dir)
+    old = refuse_existing_shards(args.out_dir, args.name, args.overwrite)
 
     total = None  # documents, when the source knows them (a downloaded dataset): the ETA
     if args.local is not None:
@@ -257,6 +259,7 @@ def main(argv=None):
         remove_output(paths, made)
         die(f"input: found only {writer.val_tokens:,} tokens, all of which fit in the val shard "
             f"(hint: lower --shard-size, or pass --val-docs)")
+    remove_stale_shards(old, paths)
     print(f"{n_docs:,} documents: val {writer.val_tokens:,} tokens, "
           f"train {writer.train_tokens:,} tokens in {len(paths) - 1} shard(s)")
     return 0

@@ -22,7 +22,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import cli_util  # noqa: E402
-from tokenizer_util import Progress, ShardWriter, die, encode_document, get_encoding, tokens_with_eot
+from tokenizer_util import (Progress, ShardWriter, die, encode_document, get_encoding, refuse_existing_shards, remove_stale_shards,
+                            tokens_with_eot)
 
 ENCODE_BATCH_DOCS = 512     # documents handed to tiktoken's threaded batch encoder at once
 GLOB_CHARS = "*?["
@@ -114,6 +115,7 @@ def main(argv=None):
                     help="how a file splits into documents: file, blank, regex:PATTERN (default file)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="tokenizer threads (default: all cores)")
+    ap.add_argument("--overwrite", action="store_true", help="replace the shards of an earlier run of this --name in --out-dir")
     ap.add_argument("--progress-every", type=float, default=30.0,
                     help="seconds between progress lines when not on a terminal (0 = none; default 30)")
     args = ap.parse_args(argv)
@@ -139,6 +141,7 @@ def main(argv=None):
         die(f"input: found 1 document, need at least 2 (val + train) "
             f"(hint: --doc-split blank or regex:PATTERN splits a file into documents)")
 
+    old = refuse_existing_shards(args.out_dir, args.name, args.overwrite)
     enc = get_encoding(args.vocab_dir)
     writer = ShardWriter(args.out_dir, args.name, args.shard_size)
 
@@ -159,6 +162,7 @@ def main(argv=None):
         writer.add(tokens)
     progress.close()
     writer.close()
+    remove_stale_shards(old, writer.paths)
 
     n_train_shards = len(writer.paths) - 1
     print(f"{len(paths)} file(s), {len(docs):,} documents: "

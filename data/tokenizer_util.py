@@ -125,6 +125,35 @@ def read_shard(path):
     return np.frombuffer(data[SHARD_HEADER_BYTES:], dtype=np.uint16)
 
 
+def existing_shards(out_dir, name):
+    """The shards {name}_val_*.bin and {name}_train_*.bin already in out_dir, sorted ([] when it
+    does not exist): an earlier run's, which a new run must not mix with its own."""
+    import glob
+    return sorted(glob.glob(os.path.join(glob.escape(out_dir), f"{glob.escape(name)}_val_*.bin")) +
+                  glob.glob(os.path.join(glob.escape(out_dir), f"{glob.escape(name)}_train_*.bin")))
+
+
+def refuse_existing_shards(out_dir, name, overwrite):
+    """One error line when out_dir holds shards of this name and --overwrite was not given; the
+    list of them otherwise (removed after the new run, where it did not write them again)."""
+    old = existing_shards(out_dir, name)
+    if old and not overwrite:
+        die(f"--out-dir: '{out_dir}' holds {len(old)} shard(s) named {name}_* of an earlier run "
+            f"({os.path.basename(old[0])}{', ...' if len(old) > 1 else ''}); pass --overwrite to replace them, "
+            f"or another --out-dir or --name")
+    return old
+
+
+def remove_stale_shards(old, written):
+    """The earlier run's shards the new run did not write again, removed (a glob of the directory
+    would read them as this data's); prints how many."""
+    stale = [p for p in old if p not in set(written)]
+    for p in stale:
+        os.remove(p)
+    if stale:
+        print(f"removed {len(stale)} shard(s) of an earlier run that this one did not write again")
+
+
 class ShardWriter:
     """Collects document token arrays and writes {out_dir}/{name}_{split}_{index:06d}.bin.
 

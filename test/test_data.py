@@ -178,6 +178,21 @@ def test_prepare_text(enc, tmp):
                             "--progress-every", "0")
     check("prepare_text_progress_off", rc == 0 and "tokenizing:" not in so, so)
 
+    # a second run into the same --out-dir and --name: refused, nothing changed (before: the
+    # earlier run's extra train shards stayed beside the new ones, and a glob read both);
+    # --overwrite replaces them and removes the ones it did not write again
+    out = os.path.join(tmp, "again")
+    run_script("prepare_text.py", src, "--out-dir", out, "--name", "t", "--doc-split", "blank", "--val-tokens", "1", "--shard-size", "7")
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "t", "--doc-split", "blank", "--val-tokens", "1")
+    after = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    check("prepare_text_refuses_earlier_shards", rc == 1 and is_one_error_line(se) and f"--out-dir: '{out}' holds {len(before)} shard(s) named t_*" in se
+          and "pass --overwrite" in se and before == after and len(before) > 2, f"rc {rc} {se!r} {len(before)} files")
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "t", "--doc-split", "blank", "--val-tokens", "1", "--overwrite")
+    names = sorted(os.listdir(out))
+    check("prepare_text_overwrite_removes_stale_shards", rc == 0 and names == ["t_train_000001.bin", "t_val_000000.bin"] and
+          f"removed {len(before) - 2} shard(s) of an earlier run" in so, f"rc {rc} {names} {se.strip()}")
+
     # val takes whole documents: a target in the middle of doc 1 rounds to the nearer boundary
     out = os.path.join(tmp, "valsel")
     target = sizes[0] + sizes[1] * 3 // 4
@@ -307,6 +322,17 @@ def test_openwebtext(enc, tmp):
     check("openwebtext_matches_single_process", np.array_equal(stream, ref), "tokens differ from a direct encode")
     check("openwebtext_names_in_order", order[1:] == [f"openwebtext_train_{i:06d}.bin" for i in range(1, len(parts))],
           f"{order}")
+
+    # the same --out-dir again: refused naming the earlier shards; --overwrite with larger shards
+    # leaves only the new ones
+    rc, _, se = run_script("openwebtext.py", "--local", src, "--out-dir", out, "--workers", "2", "--shard-size", str(shard))
+    check("openwebtext_refuses_earlier_shards", rc == 1 and is_one_error_line(se) and f"holds {len(files)} shard(s) named openwebtext_*" in se
+          and sorted(os.listdir(out)) == files, f"rc {rc} {se!r}")
+    rc, so, se = run_script("openwebtext.py", "--local", src, "--out-dir", out, "--workers", "2", "--shard-size", str(4 * shard), "--overwrite")
+    left = sorted(os.listdir(out))
+    check("openwebtext_overwrite_removes_stale_shards", rc == 0 and len(left) == -(-ref.size // (4 * shard)) and
+          np.array_equal(np.concatenate([tu.read_shard(os.path.join(out, f)) for f in ["openwebtext_val_000000.bin"] + left[:-1]]), ref),
+          f"rc {rc} {left} {se.strip()}")
 
     # --val-docs: the first N whole documents are val; a directory of .txt documents works too
     d = os.path.join(tmp, "owt_txt")
