@@ -12,4 +12,4 @@ OUT_DIR="${1:-data/kjv}"
     --out-dir "$OUT_DIR" --name kjv \
     --vocab-dir ../shared/tokenizer/gpt2 \
     --doc-split 'regex:^(?=(?:[123] )?[A-Z][A-Za-z ]* 1$)' \
-    --val-tokens 65536
+    --val-tokens 65536 --overwrite  # a regeneration: the shards already there are replaced

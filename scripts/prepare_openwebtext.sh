@@ -9,6 +9,7 @@
 #   source scripts/slurm/config.sh
 #   sbatch -A "$SLURM_ACCOUNT_NAME" -p "$SLURM_CPU_PARTITION" -N 1 -n 1 -c 64 -t "$TIME_DATA" scripts/prepare_openwebtext.sh
 # Offline (the dataset already unpacked as .txt / .jsonl files): LOCAL_DIR=/path/to/owt scripts/prepare_openwebtext.sh
+# Again over earlier shards: scripts/prepare_openwebtext.sh --overwrite (further flags go to data/openwebtext.py)
 #SBATCH --job-name=prepare_openwebtext
 #SBATCH --output=%x-%j.out
 set -euo pipefail
@@ -23,5 +24,5 @@ if [[ -n "${LOCAL_DIR:-}" ]]; then
     src=(--local "$LOCAL_DIR" --vocab-dir "${VOCAB_DIR:-../shared/tokenizer/gpt2}")
 fi
 echo "prepare_openwebtext: $WORKERS workers -> $DATA_DIR"
-python3 data/openwebtext.py --out-dir "$DATA_DIR" --workers "$WORKERS" ${src[@]+"${src[@]}"}
+python3 data/openwebtext.py --out-dir "$DATA_DIR" --workers "$WORKERS" ${src[@]+"${src[@]}"} "$@"
 ls -l "$DATA_DIR" | head
