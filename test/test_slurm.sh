@@ -151,7 +151,8 @@ echo "  jobs: profile_tiny $prof, tiny_fp32 $fp32, tiny_geofp8 $geo (afterok:$pr
 #     that step and exits 75, and pretrain.sbatch requeues the job itself ----------------------------
 requeued_at=
 for _ in $(seq 1 1200); do
-    done_file=$(ls "$OUT/tiny_fp32"/DONE_* 2>/dev/null | head -1)
+    # the markers themselves (8 digits), not one still being written under a temporary name
+    done_file=$(ls "$OUT/tiny_fp32"/DONE_[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9] 2>/dev/null | head -1)
     last=$(tail -1 "$OUT/tiny_fp32/metrics.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
     if [ -n "$done_file" ] && [ "${last:-0}" -ge $((10#${done_file##*DONE_} + 2)) ]; then
         scancel --signal=USR1 "$fp32" && requeued_at=$((10#${done_file##*DONE_}))
