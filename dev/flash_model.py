@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import cli_util  # noqa: E402
 from cli_util import die  # noqa: E402
 
-# H200 SXM (the H100's SM), as the vendor's datasheet and the records of the machines these runs
-# are lent on give it, none of it measured by this project yet: 132 SMs; a 1.98 GHz SM clock under
+# H200 SXM (the H100's SM), by the vendor's datasheet and published reports of the part, none of
+# it measured by this project yet: 132 SMs; a 1.98 GHz SM clock under
 # load; 32 banks x 4 bytes of shared memory per clock per SM; 64K 32-bit registers and 228 KB of
 # shared memory per SM (227 KB to one block). The mma.sync (HMMA) dense bf16 rate is an
 # assumption: about two thirds of the 989 TFLOP/s that wgmma reaches by the datasheet.
