@@ -1,5 +1,5 @@
 // flash_attention.cuh — fused causal attention with grouped-query heads on tensor cores
-// (FlashAttention-2's algorithm): the scores live in registers one 64-key tile at a time, so no
+// (FlashAttention-2's algorithm): the scores live in registers one key tile at a time, so no
 // (T, T) buffer exists anywhere, and tiles above the causal diagonal are never loaded.
 //
 // Shapes as attention.cuh: qkv (B, T, (NH + 2*NKV) * HS) bf16 read in place (columns [NH q heads |
@@ -8,30 +8,37 @@
 // dqkv written (=), every column. Head sizes 16, 32, 64 and 128 (the presets use 32, 64 and 128; the
 // test fixture's model 16); any T (tails zero-filled and masked).
 //
-// Work split: a block is 4 warps; each warp owns 16 rows of a 64-row tile (queries in the forward
-// and dQ kernels, keys in the dK/dV kernel), so every product is a row of mma.m16n8k16 calls.
-//   forward  block (64 queries, q head h): for each key tile j <= diagonal, S = scale·Q Kⱼᵀ in
-//            registers, online softmax (running max and sum per row, in log2 units), O += P Vⱼ.
-//            Q is kept in registers as A fragments; K and V tiles go through shared memory,
-//            K(j+1) loading while P Vⱼ runs and V(j+1) while the next S does (cp.async groups).
-//   backward D = rowsum(dO ∘ O) first (flash_rowdot_kernel), then two kernels that each
-//            recompute P = exp(S - lse) from the saved lse:
-//            dQ    block (64 queries, h): over key tiles, dP = dO Vᵀ, dS = scale·P ∘ (dP - D),
-//                  dQ += dS K, accumulated in registers; V(j+1) loads while S, dS and dQ run,
-//                  K(j+1) while the next dP does;
-//            dK,dV block (64 keys, kv head g): over the group's q heads, then the query tiles at
-//                  or below the diagonal, Sᵀ = K Qᵀ, dV += Pᵀ dO, dPᵀ = V dOᵀ, dK += dSᵀ Q; the
-//                  query tiles (Q, dO, lse, D) are double-buffered, the next loading while this
-//                  one is used.
-//            Every gradient element is summed by one thread in a fixed order: no atomics, and the
-//            backward is deterministic run to run. The price is that S and dP are computed twice
-//            (once per kernel): the backward does 7 tile products instead of FlashAttention-2's 5.
-// Tiles: 64 x 64 (queries x keys); the dK/dV kernel takes query tiles of 32 at HS = 128 so its
-// two (16, HS) fp32 accumulators, Sᵀ and dPᵀ stay within the register file. Operands that are
-// used once per tile (K and V in the dK/dV kernel, dO in the dQ kernel) enter the products from
-// shared memory one k step at a time rather than being held in registers: no kernel spills
-// (dev/cuda/ptxas_report.txt: at most 241 registers, at HS = 128). Shared memory rows are
-// padded by 8 bf16 (16 bytes), so the 8 rows an ldmatrix reads fall in 8 different bank groups.
+// forward  block: 128 queries of one q head h, 4 warps, each warp 32 query rows (two rows of
+//          mma.m16n8k16 tiles, so every K and V fragment read from shared memory feeds two
+//          products). For each key tile j <= diagonal (FlashFwdTile: 64 keys at HS = 128, 32
+//          below), S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
+//          log2 units), O += P Vⱼ. K and V come through a ring of 2 (HS = 128) or 3 cp.async
+//          stages, tile j + stages - 1 loading while tile j is used; Q stays in shared memory
+//          and enters S one k step at a time. A warp skips the tiles whose keys all lie above
+//          its rows. __launch_bounds__ hold HS <= 64 to 128 registers (4 blocks per SM) and
+//          HS = 128 to 255 (2 blocks).
+// backward one pass, FlashAttention-2's five products per tile pair. D = rowsum(dO ∘ O) first
+//          (flash_rowdot_kernel); then a block owns 128 keys of one kv head g (8 warps, 16 key
+//          rows each) and walks the group's q heads and the query tiles at or below its keys
+//          (FlashBwdTile: 32 queries at HS = 128, 64 at 32 and 64, 128 at 16), Q, dO, lse and D
+//          double-buffered through shared memory:
+//              Pᵀ = exp(scale · K Qᵀ - lse), dV += Pᵀ dO, dPᵀ = V dOᵀ,
+//              dSᵀ = scale · Pᵀ ∘ (dPᵀ - D), dK += dSᵀ Q   (dK, dV in registers all along),
+//              dQ_part = dS K                          (dSᵀ through shared memory).
+//          dQ sums the parts of every key block at or below the query tile. They are added in a
+//          fixed order, the diagonal block first and key block 0 last: a counter per (b, h,
+//          query tile) says whose turn it is; the first part is stored to an fp32 buffer
+//          (dq_accum), the next ones read, add and store it, and block 0 writes the bf16 sum to
+//          dqkv. The blocks take their work from a ticket counter (atomicAdd) in the order
+//          "key block 127..0 of (b = 0, g = 0), then of (0, 1), ...", so a block waits only for
+//          one that took its ticket earlier and is running or done: no deadlock whatever order
+//          the GPU starts blocks in, and in the steady state no wait, since block kb + 1 reaches
+//          each query tile one iteration before block kb does.
+//          Every gradient element is summed in one fixed order: no floating-point atomics, and
+//          the backward is deterministic run to run.
+// Shared memory rows are padded by 8 bf16 (16 bytes), so the 8 rows an ldmatrix reads fall in 8
+// different bank groups. The register counts are in dev/cuda/ptxas_report.txt (make
+// ptxas-report); dev/flash_model.py reads these tiles and models their speed.
 // Precision: bf16 operands, fp32 accumulation, fp32 softmax; P and dS are rounded to bf16 for their
 // products (as the cuBLAS path rounds them in HBM). Stream: the last argument.
 #pragma once
@@ -39,76 +46,98 @@
 #include "cuda_common.cuh"
 #include "mma.cuh"
 
-static const int FLASH_WARPS = 4;
-static const int FLASH_THREADS = FLASH_WARPS * 32;
-static const int FLASH_TILE = 64;      // queries per forward / dQ block, keys per tile and per dK/dV block
 static const float FLASH_LOG2E = 1.4426950408889634f;
 
 static inline bool flash_attention_supported(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
 
-// query rows per tile of the dK/dV kernel
+// forward tiles: BQ queries per block over WARPS warps (BQ / WARPS rows each), BK keys per tile,
+// STAGES cp.async stages of (K, V) tiles, MIN_BLOCKS the blocks per SM that __launch_bounds__ asks
 template <int HS>
-struct FlashBwdTile { static const int BQ = HS == 128 ? 32 : 64; };
+struct FlashFwdTile {
+    static const int BQ = 128, WARPS = HS == 128 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
+    static const bool Q_REGS = HS != 128;  // Q held in registers as A fragments (else read from shared memory per tile)
+};
+// backward tiles: BK keys per block over WARPS warps (16 key rows each), BQ queries per tile
+template <int HS>
+struct FlashBwdTile {
+    static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64;
+};
 
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on
-template <int HS, int ROWS>
+template <int HS, int ROWS, int THREADS>
 __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld, int r0, int T) {
     const int CH = HS / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CH; i += FLASH_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
         int r = i / CH, ch = i % CH;
         bool valid = r0 + r < T;
         cp_async16(s + r * (HS + 8) + ch * 8, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
     }
 }
 
-// A fragments (16 x HS) of rows [r, r + 16) of a shared tile
-template <int HS>
-__device__ __forceinline__ void flash_load_a(uint32_t (*a)[4], const bf16* s, int r) {
-    int lane = threadIdx.x % 32;
-    for (int kk = 0; kk < HS / 16; kk++) ldmatrix_x4(a[kk], s + (r + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
-}
-
-// acc (N/8 tiles) += A (16 x 16, fragment a: k step kk) · Bᵀ, B = rows [0, N) of a shared (N, HS)
-// tile: one k step of the score-shaped product (Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ)
-template <int HS, int N>
-__device__ __forceinline__ void flash_mma_abt_step(float (*acc)[4], const uint32_t* a, const bf16* s, int kk) {
-    int lane = threadIdx.x % 32;
-    for (int n = 0; n < N / 16; n++) {
-        uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
-        ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
-        mma_bf16_16816(acc[2 * n], a, b, acc[2 * n]);
-        mma_bf16_16816(acc[2 * n + 1], a, b + 2, acc[2 * n + 1]);
-    }
-}
-
-// acc += A Bᵀ with A (16 x HS) in registers (fragments a)
-template <int HS, int N>
-__device__ __forceinline__ void flash_mma_abt(float (*acc)[4], const uint32_t (*a)[4], const bf16* s) {
-    for (int kk = 0; kk < HS / 16; kk++) flash_mma_abt_step<HS, N>(acc, a[kk], s, kk);
-}
-
-// acc += A Bᵀ with A = rows [r, r + 16) of a shared (., HS) tile, loaded one k step at a time
-template <int HS, int N>
-__device__ __forceinline__ void flash_mma_abt_shared(float (*acc)[4], const bf16* sa, int r, const bf16* s) {
+// acc[m] (N/8 tiles each) += A Bᵀ for the M row tiles of 16 of A = rows [r, r + 16 M) of a
+// shared (., HS) tile, loaded one k step at a time, and B = rows [0, N) of a shared (N, HS) tile:
+// the score-shaped products (Q Kᵀ, K Qᵀ, V dOᵀ). Each B fragment is read once for the M row tiles.
+template <int HS, int N, int M>
+__device__ __forceinline__ void flash_mma_abt(float (*acc)[N / 8][4], const bf16* sa, int r, const bf16* s) {
     int lane = threadIdx.x % 32;
     for (int kk = 0; kk < HS / 16; kk++) {
-        uint32_t a[4];
-        ldmatrix_x4(a, sa + (r + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
-        flash_mma_abt_step<HS, N>(acc, a, s, kk);
+        uint32_t a[M][4];
+        for (int m = 0; m < M; m++) ldmatrix_x4(a[m], sa + (r + 16 * m + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
+        for (int n = 0; n < N / 16; n++) {
+            uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
+            ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
+            for (int m = 0; m < M; m++) {
+                mma_bf16_16816(acc[m][2 * n], a[m], b, acc[m][2 * n]);
+                mma_bf16_16816(acc[m][2 * n + 1], a[m], b + 2, acc[m][2 * n + 1]);
+            }
+        }
     }
 }
 
-// acc (HS/8 tiles) += P (16 x K, fp32 C fragments p, rounded to bf16) · V, V = rows [0, K) of a
-// shared (K, HS) tile: the value-shaped product (P V, dS K, Pᵀ dO, dSᵀ Q)
-template <int HS, int K>
-__device__ __forceinline__ void flash_mma_pv(float (*acc)[4], const float (*p)[4], const bf16* s) {
+// acc (N/8 tiles) += A Bᵀ with A (16 x HS) in registers (fragments a, one per k step), B as above
+template <int HS, int N>
+__device__ __forceinline__ void flash_mma_abt_regs(float (*acc)[4], const uint32_t (*a)[4], const bf16* s) {
+    int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < HS / 16; kk++)
+        for (int n = 0; n < N / 16; n++) {
+            uint32_t b[4];
+            ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
+            mma_bf16_16816(acc[2 * n], a[kk], b, acc[2 * n]);
+            mma_bf16_16816(acc[2 * n + 1], a[kk], b + 2, acc[2 * n + 1]);
+        }
+}
+
+// acc[m] (HS/8 tiles) += P V for the M row tiles of P (16 x K each, fp32 C fragments p[m], rounded
+// to bf16), V = rows [0, K) of a shared (K, HS) tile: the value-shaped products (P V, Pᵀ dO, dSᵀ Q)
+template <int HS, int K, int M>
+__device__ __forceinline__ void flash_mma_pv(float (*acc)[HS / 8][4], const float (*p)[K / 8][4], const bf16* s) {
     int lane = threadIdx.x % 32;
     for (int kt = 0; kt < K / 16; kt++) {
-        uint32_t a[4];
-        mma_pack_a(a, p[2 * kt], p[2 * kt + 1]);
+        uint32_t a[M][4];
+        for (int m = 0; m < M; m++) mma_pack_a(a[m], p[m][2 * kt], p[m][2 * kt + 1]);
         for (int n = 0; n < HS / 16; n++) {
             uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
             ldmatrix_x4_trans(b, s + (kt * 16 + ((lane / 8) % 2) * 8 + lane % 8) * (HS + 8) + n * 16 + (lane / 16) * 8);
+            for (int m = 0; m < M; m++) {
+                mma_bf16_16816(acc[m][2 * n], a[m], b, acc[m][2 * n]);
+                mma_bf16_16816(acc[m][2 * n + 1], a[m], b + 2, acc[m][2 * n + 1]);
+            }
+        }
+    }
+}
+
+// acc (NC/8 tiles) += Aᵀ B over K rows: A stored transposed as a shared (K, lda) tile whose
+// columns [m0, m0 + 16) are this warp's 16 rows of the product, B = columns [n0, n0 + NC) of a
+// shared (K, ldb) tile (dQ = dS K with dSᵀ and K in shared memory)
+template <int K, int NC>
+__device__ __forceinline__ void flash_mma_atb(float (*acc)[4], const bf16* sa, int lda, int m0, const bf16* sb, int ldb, int n0) {
+    int lane = threadIdx.x % 32;
+    for (int kt = 0; kt < K / 16; kt++) {
+        uint32_t a[4];  // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), each stored k-major: .trans
+        ldmatrix_x4_trans(a, sa + (kt * 16 + (lane / 16) * 8 + lane % 8) * lda + m0 + ((lane / 8) % 2) * 8);
+        for (int n = 0; n < NC / 16; n++) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, sb + (kt * 16 + ((lane / 8) % 2) * 8 + lane % 8) * ldb + n0 + n * 16 + (lane / 16) * 8);
             mma_bf16_16816(acc[2 * n], a, b, acc[2 * n]);
             mma_bf16_16816(acc[2 * n + 1], a, b + 2, acc[2 * n + 1]);
         }
@@ -146,85 +175,100 @@ __device__ __forceinline__ float flash_row_sum(float x) {
 }
 
 // ----------------------------------------------------------------------------
-// forward: grid (ceil(T/64), NH, B), FLASH_THREADS threads, 3 tiles of shared memory
+// forward: grid (ceil(T/128), NH, B), 128 threads; shared memory: Q and the (K, V) stages
 
 template <int HS>
-__global__ void flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
+__global__ void __launch_bounds__(FlashFwdTile<HS>::WARPS * 32, FlashFwdTile<HS>::MIN_BLOCKS)
+flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
+    typedef FlashFwdTile<HS> F;
+    const int BQ = F::BQ, BK = F::BK, S = F::STAGES, THREADS = F::WARPS * 32, M = BQ / F::WARPS / 16, P = HS + 8;
     extern __shared__ __align__(16) bf16 flash_smem[];
-    const int P = HS + 8;
-    bf16 *sQ = flash_smem, *sK = sQ + FLASH_TILE * P, *sV = sK + FLASH_TILE * P;
+    bf16* sQ = flash_smem;  // stage i: K at sKV + 2 i BK P, V at sKV + (2 i + 1) BK P
+    bf16* sKV = sQ + BQ * P;
     int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows first
     int h = blockIdx.y, b = blockIdx.z, kvh = h / (NH / NKV);
-    int ld = (NH + 2 * NKV) * HS, q0 = qt * FLASH_TILE;
+    int ld = (NH + 2 * NKV) * HS, q0 = qt * BQ;
     const bf16* q = qkv + (size_t)b * T * ld + h * HS;
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
     const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int r0 = q0 + warp * (BQ / F::WARPS);            // this warp's first row
+    int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
+    auto issue = [&](int kt) {  // K and V of key tile kt into its stage
+        bf16* st = sKV + 2 * (kt % S) * BK * P;
+        flash_load_tile<HS, BK, THREADS>(st, k, ld, kt * BK, T);
+        flash_load_tile<HS, BK, THREADS>(st + BK * P, v, ld, kt * BK, T);
+    };
 
-    flash_load_tile<HS, FLASH_TILE>(sQ, q, ld, q0, T);
+    flash_load_tile<HS, BQ, THREADS>(sQ, q, ld, q0, T);
+    issue(0);
     cp_async_commit();
-    flash_load_tile<HS, FLASH_TILE>(sK, k, ld, 0, T);
-    cp_async_commit();
-    flash_load_tile<HS, FLASH_TILE>(sV, v, ld, 0, T);
-    cp_async_commit();
-    cp_async_wait<2>();
-    __syncthreads();
-    uint32_t qf[HS / 16][4];
-    flash_load_a<HS>(qf, sQ, warp * 16);
-
-    float o[HS / 8][4];
-    flash_zero<HS / 8>(o);
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8: max and this lane's sum
-    int rq[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    for (int kt = 0; kt <= qt; kt++) {
-        cp_async_wait<1>();  // K of tile kt (V may still be loading)
-        __syncthreads();
-        float s[FLASH_TILE / 8][4];
-        flash_zero<FLASH_TILE / 8>(s);
-        flash_mma_abt<HS, FLASH_TILE>(s, qf, sK);
-        __syncthreads();  // every warp is done with sK
-        if (kt < qt) flash_load_tile<HS, FLASH_TILE>(sK, k, ld, (kt + 1) * FLASH_TILE, T);
+    for (int st = 1; st < S - 1; st++) {
+        if (st < nkt) issue(st);
         cp_async_commit();
+    }
+    uint32_t qf[F::Q_REGS ? HS / 16 : 1][4];  // with Q_REGS (one row tile a warp): Q's A fragments
+    if (F::Q_REGS) {
+        static_assert(!F::Q_REGS || M == 1, "Q in registers: one row tile per warp");
+        cp_async_wait<S - 2>();  // Q and key tile 0 are in
+        __syncthreads();
+        for (int kk = 0; kk < HS / 16; kk++) ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * P + kk * 16 + (lane / 16) * 8);
+    }
+    float o[M][HS / 8][4];
+    for (int m = 0; m < M; m++) flash_zero<HS / 8>(o[m]);
+    float mrow[M][2], l[M][2];  // row tiles m, rows g and g + 8: running max and this lane's sum
+    for (int m = 0; m < M; m++) for (int half = 0; half < 2; half++) { mrow[m][half] = -INFINITY; l[m][half] = 0.0f; }
+#pragma unroll 1
+    for (int kt = 0; kt < nkt; kt++) {
+        cp_async_wait<S - 2>();  // key tile kt is in
+        __syncthreads();         // ... for every thread, and every warp is done with tile kt - 1's stage
+        if (kt + S - 1 < nkt) issue(kt + S - 1);
+        cp_async_commit();
+        if (kt * BK > r0 + BQ / F::WARPS - 1) continue;  // every key above this warp's rows
+        const bf16* sK = sKV + 2 * (kt % S) * BK * P;
+        float s[M][BK / 8][4];
+        for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
+        if (F::Q_REGS) flash_mma_abt_regs<HS, BK>(s[0], qf, sK);
+        else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
+        bool diagonal = kt * BK + BK - 1 > r0;  // some key above some row of this warp
+        // online softmax in log2 units; a row's max is finite from key tile 0 on (key 0 <= row)
+        for (int m = 0; m < M; m++)
+            for (int half = 0; half < 2; half++) {
+                int row = r0 + 16 * m + g + 8 * half;
+                float mx = mrow[m][half];
+                for (int n = 0; n < BK / 8; n++)
+                    for (int e = 0; e < 2; e++) {
+                        int key = kt * BK + n * 8 + 2 * c + e;
+                        float x = !diagonal || key <= row ? s[m][n][2 * half + e] * scale_log2 : -INFINITY;
+                        s[m][n][2 * half + e] = x;
+                        mx = fmaxf(mx, x);
+                    }
+                mx = flash_row_max(mx);
+                float corr = exp2f(mrow[m][half] - mx);
+                mrow[m][half] = mx;
+                float sum = 0.0f;
+                for (int n = 0; n < BK / 8; n++)
+                    for (int e = 0; e < 2; e++) {
+                        float p = exp2f(s[m][n][2 * half + e] - mx);
+                        s[m][n][2 * half + e] = p;
+                        sum += p;
+                    }
+                l[m][half] = l[m][half] * corr + sum;
+                for (int n = 0; n < HS / 8; n++) { o[m][n][2 * half] *= corr; o[m][n][2 * half + 1] *= corr; }
+            }
+        flash_mma_pv<HS, BK, M>(o, s, sK + BK * P);  // O += P V
+    }
 
-        // online softmax in log2 units; only the diagonal tile has keys above a row's query
+    for (int m = 0; m < M; m++) {
+        float inv[2];
         for (int half = 0; half < 2; half++) {
-            float mx = m[half];
-            for (int n = 0; n < FLASH_TILE / 8; n++)
-                for (int e = 0; e < 2; e++) {
-                    int key = kt * FLASH_TILE + n * 8 + 2 * c + e;
-                    float x = key <= rq[half] ? s[n][2 * half + e] * scale_log2 : -INFINITY;
-                    s[n][2 * half + e] = x;
-                    mx = fmaxf(mx, x);
-                }
-            mx = flash_row_max(mx);  // finite: key kt*64 <= every query of this block
-            float corr = exp2f(m[half] - mx);
-            m[half] = mx;
-            float sum = 0.0f;
-            for (int n = 0; n < FLASH_TILE / 8; n++)
-                for (int e = 0; e < 2; e++) {
-                    float p = exp2f(s[n][2 * half + e] - mx);
-                    s[n][2 * half + e] = p;
-                    sum += p;
-                }
-            l[half] = l[half] * corr + sum;
-            for (int n = 0; n < HS / 8; n++) { o[n][2 * half] *= corr; o[n][2 * half + 1] *= corr; }
+            int row = r0 + 16 * m + g + 8 * half;
+            float sum = flash_row_sum(l[m][half]);
+            inv[half] = 1.0f / sum;
+            if (c == 0 && row < T) lse[((size_t)b * NH + h) * T + row] = (mrow[m][half] + log2f(sum)) / FLASH_LOG2E;
         }
-
-        cp_async_wait<1>();  // V of tile kt
-        __syncthreads();
-        flash_mma_pv<HS, FLASH_TILE>(o, s, sV);
-        __syncthreads();  // every warp is done with sV
-        if (kt < qt) flash_load_tile<HS, FLASH_TILE>(sV, v, ld, (kt + 1) * FLASH_TILE, T);
-        cp_async_commit();
+        flash_store_rows<HS>(out + (size_t)b * T * NH * HS + h * HS, NH * HS, r0 + 16 * m, T, o[m], inv[0], inv[1]);
     }
-
-    float inv[2];
-    for (int half = 0; half < 2; half++) {
-        float sum = flash_row_sum(l[half]);
-        inv[half] = 1.0f / sum;
-        if (c == 0 && rq[half] < T) lse[((size_t)b * NH + h) * T + rq[half]] = (m[half] + log2f(sum)) / FLASH_LOG2E;
-    }
-    flash_store_rows<HS>(out + (size_t)b * T * NH * HS + h * HS, NH * HS, q0 + warp * 16, T, o, inv[0], inv[1]);
 }
 
 // ----------------------------------------------------------------------------
@@ -250,150 +294,143 @@ __global__ void flash_rowdot_kernel(float* D, const bf16* dout, const bf16* out,
     if (threadIdx.x % 32 == 0) D[r] = d;
 }
 
-// dQ: grid (ceil(T/64), NH, B), FLASH_THREADS threads, 4 tiles of shared memory
-template <int HS>
-__global__ void flash_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
-                                         int T, int NH, int NKV, float scale, float scale_log2) {
-    extern __shared__ __align__(16) bf16 flash_smem[];
-    const int P = HS + 8;
-    bf16 *sQ = flash_smem, *sdO = sQ + FLASH_TILE * P, *sK = sdO + FLASH_TILE * P, *sV = sK + FLASH_TILE * P;
-    int qt = gridDim.x - 1 - blockIdx.x;
-    int h = blockIdx.y, b = blockIdx.z, kvh = h / (NH / NKV);
-    int ld = (NH + 2 * NKV) * HS, q0 = qt * FLASH_TILE;
-    const bf16* q = qkv + (size_t)b * T * ld + h * HS;
-    const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
-    const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
-    const bf16* dO = dout + (size_t)b * T * NH * HS + h * HS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-
-    flash_load_tile<HS, FLASH_TILE>(sQ, q, ld, q0, T);
-    flash_load_tile<HS, FLASH_TILE>(sdO, dO, NH * HS, q0, T);
-    cp_async_commit();
-    flash_load_tile<HS, FLASH_TILE>(sV, v, ld, 0, T);
-    cp_async_commit();
-    flash_load_tile<HS, FLASH_TILE>(sK, k, ld, 0, T);
-    cp_async_commit();
-    cp_async_wait<2>();
-    __syncthreads();
-    uint32_t qf[HS / 16][4];  // Q in registers; dO enters from shared memory (registers for dQ)
-    flash_load_a<HS>(qf, sQ, warp * 16);
-    int rq[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    float lse2[2], d[2];  // rows past T: P = 0
-    for (int half = 0; half < 2; half++) {
-        size_t i = ((size_t)b * NH + h) * T + rq[half];
-        lse2[half] = rq[half] < T ? lse[i] * FLASH_LOG2E : INFINITY;
-        d[half] = rq[half] < T ? D[i] : 0.0f;
-    }
-
-    float dq[HS / 8][4];
-    flash_zero<HS / 8>(dq);
-    for (int kt = 0; kt <= qt; kt++) {
-        cp_async_wait<1>();  // V of tile kt (K may still be loading)
-        __syncthreads();
-        float s[FLASH_TILE / 8][4], dp[FLASH_TILE / 8][4];
-        flash_zero<FLASH_TILE / 8>(dp);
-        flash_mma_abt_shared<HS, FLASH_TILE>(dp, sdO, warp * 16, sV);  // dP = dO Vᵀ
-        __syncthreads();  // every warp is done with sV
-        if (kt < qt) flash_load_tile<HS, FLASH_TILE>(sV, v, ld, (kt + 1) * FLASH_TILE, T);
-        cp_async_commit();
-        cp_async_wait<1>();  // K of tile kt
-        __syncthreads();
-        flash_zero<FLASH_TILE / 8>(s);
-        flash_mma_abt<HS, FLASH_TILE>(s, qf, sK);  // S = Q Kᵀ
-        // dS = scale · P ∘ (dP - D), P = exp(S - lse) below the diagonal
-        for (int n = 0; n < FLASH_TILE / 8; n++)
-            for (int i = 0; i < 4; i++) {
-                int half = i / 2, key = kt * FLASH_TILE + n * 8 + 2 * c + i % 2;
-                float p = key <= rq[half] ? exp2f(s[n][i] * scale_log2 - lse2[half]) : 0.0f;
-                s[n][i] = scale * p * (dp[n][i] - d[half]);
-            }
-        flash_mma_pv<HS, FLASH_TILE>(dq, s, sK);  // dQ += dS K
-        __syncthreads();  // every warp is done with sK
-        if (kt < qt) flash_load_tile<HS, FLASH_TILE>(sK, k, ld, (kt + 1) * FLASH_TILE, T);
-        cp_async_commit();
-    }
-    flash_store_rows<HS>(dqkv + (size_t)b * T * ld + h * HS, ld, q0 + warp * 16, T, dq, 1.0f, 1.0f);
+// Waits (one thread) until the counter at p reads turn. On a GPU the block it waits for took its
+// ticket earlier and is running; dev/emu runs blocks in ticket order, so there the turn must
+// already have come, and a wait that would never end stops the program instead.
+__device__ __forceinline__ void flash_wait_turn(const int* p, int turn) {
+#if defined(__CUDA_ARCH__)
+    while (*(const volatile int*)p != turn) __nanosleep(32);
+    __threadfence();
+#else
+    if (*p != turn) { fprintf(stderr, "flash backward: dQ turn %d awaited, counter at %d (the order would deadlock)\n", turn, *p); abort(); }
+#endif
 }
 
-// dK, dV: grid (ceil(T/64), NKV, B), FLASH_THREADS threads; shared memory: the key tile's K and V,
-// and two buffers of a query tile (Q, dO, lse, D), the next one loading while this one is used.
-// K and V enter the products from shared memory one k step at a time, which leaves the registers
-// to the two (16, HS) fp32 accumulators.
+// the tickets and turns of one backward call: int[1 + B * NH * ceil(T / BQ)], zeroed before it
+template <int HS> static inline size_t flash_order_ints(int B, int T, int NH) {
+    return 1 + (size_t)B * NH * cuda_ceil_div(T, FlashBwdTile<HS>::BQ);
+}
+
+// dK, dV and dQ: grid (ceil(T/128), NKV, B), 256 threads. dq_accum (B, NH, T, HS) fp32 scratch,
+// order: the zeroed counters above. Shared memory: the block's K and V, two buffers of a query
+// tile (Q, dO, lse, D: the next loading while this one is used), the tile's dSᵀ and the ticket.
 template <int HS>
-__global__ void flash_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
-                                          int T, int NH, int NKV, float scale, float scale_log2) {
-    const int BQ = FlashBwdTile<HS>::BQ;
+__global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32, 1)
+flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
+                      int T, int NH, int NKV, float scale, float scale_log2) {
+    typedef FlashBwdTile<HS> F;
+    const int BK = F::BK, BQ = F::BQ, THREADS = F::WARPS * 32, P = HS + 8, PS = BQ + 8;
+    // the dQ product's warp grid: RG row tiles of 16 queries x CG column slices of DC
+    const int RG = BQ / 16, CG = F::WARPS / RG, DC = HS / CG;
+    static_assert(RG * CG == F::WARPS && DC % 16 == 0, "dQ warp grid");
     extern __shared__ __align__(16) bf16 flash_smem[];
-    const int P = HS + 8;
     // buffer i: Q at sQ + i * QBUF, dO at sdO + i * QBUF; lse at sL + i * LBUF, D at sD + i * LBUF
     const int QBUF = 2 * BQ * P, LBUF = 2 * BQ;
-    bf16 *sK = flash_smem, *sV = sK + FLASH_TILE * P, *sQ = sV + FLASH_TILE * P, *sdO = sQ + BQ * P;
-    float *sL = (float*)(sQ + 2 * QBUF), *sD = sL + BQ;
-    int kt = blockIdx.x;  // the longest columns (earliest keys) first
-    int kvh = blockIdx.y, b = blockIdx.z, group = NH / NKV;
-    int ld = (NH + 2 * NKV) * HS, k0 = kt * FLASH_TILE;
+    bf16 *sK = flash_smem, *sV = sK + BK * P, *sQ = sV + BK * P, *sdO = sQ + BQ * P, *sdS = sQ + 2 * QBUF;
+    float *sL = (float*)(sdS + BK * PS), *sD = sL + BQ;
+    int* sTicket = (int*)(sL + 2 * LBUF);
+    if (threadIdx.x == 0) *sTicket = atomicAdd(order, 1);
+    __syncthreads();
+    int nkb = gridDim.x, ticket = *sTicket;
+    int kb = nkb - 1 - ticket % nkb, kvh = ticket / nkb % NKV, b = ticket / nkb / NKV, group = NH / NKV;
+    int* turns = order + 1;
+    int ld = (NH + 2 * NKV) * HS, k0 = kb * BK, nq = (T + BQ - 1) / BQ;
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
     const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = lane % 4;
-    int rk[2] = {k0 + warp * 16 + lane / 4, k0 + warp * 16 + lane / 4 + 8};
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    int rg = warp % RG, cg = warp / RG;  // this warp's part of dQ: rows rg*16.., columns cg*DC..
     // the work: the group's q heads, each with the query tiles that reach key k0
-    int it0 = k0 / BQ, per_head = (T + BQ - 1) / BQ - it0, total = group * per_head;
+    int it0 = k0 / BQ, per_head = nq - it0, total = group * per_head;
     auto issue = [&](int idx, int buf) {  // loads query tile idx into buffer buf
         int h = kvh * group + idx / per_head, q0 = (it0 + idx % per_head) * BQ;
-        flash_load_tile<HS, BQ>(sQ + buf * QBUF, qkv + (size_t)b * T * ld + h * HS, ld, q0, T);
-        flash_load_tile<HS, BQ>(sdO + buf * QBUF, dout + (size_t)b * T * NH * HS + h * HS, NH * HS, q0, T);
-        for (int i = threadIdx.x; i < BQ; i += FLASH_THREADS) {
+        flash_load_tile<HS, BQ, THREADS>(sQ + buf * QBUF, qkv + (size_t)b * T * ld + h * HS, ld, q0, T);
+        flash_load_tile<HS, BQ, THREADS>(sdO + buf * QBUF, dout + (size_t)b * T * NH * HS + h * HS, NH * HS, q0, T);
+        for (int i = threadIdx.x; i < BQ; i += THREADS) {
             size_t r = ((size_t)b * NH + h) * T + q0 + i;
             sL[buf * LBUF + i] = q0 + i < T ? lse[r] * FLASH_LOG2E : INFINITY;  // rows past T: P = 0
             sD[buf * LBUF + i] = q0 + i < T ? D[r] : 0.0f;
         }
     };
 
-    flash_load_tile<HS, FLASH_TILE>(sK, k, ld, k0, T);
-    flash_load_tile<HS, FLASH_TILE>(sV, v, ld, k0, T);
+    flash_load_tile<HS, BK, THREADS>(sK, k, ld, k0, T);
+    flash_load_tile<HS, BK, THREADS>(sV, v, ld, k0, T);
     cp_async_commit();
     issue(0, 0);
     cp_async_commit();
-    float dk[HS / 8][4], dv[HS / 8][4];
-    flash_zero<HS / 8>(dk);
-    flash_zero<HS / 8>(dv);
+    float dk[1][HS / 8][4], dv[1][HS / 8][4];
+    flash_zero<HS / 8>(dk[0]);
+    flash_zero<HS / 8>(dv[0]);
     for (int idx = 0; idx < total; idx++) {
-        int buf = idx % 2, q0 = (it0 + idx % per_head) * BQ;
+        int buf = idx % 2, h = kvh * group + idx / per_head, qi = it0 + idx % per_head, q0 = qi * BQ;
         if (idx + 1 < total) issue(idx + 1, 1 - buf);  // the other buffer: free since the last iteration's end
         cp_async_commit();
         cp_async_wait<1>();  // everything but the tile just issued
         __syncthreads();
         const bf16 *q_s = sQ + buf * QBUF, *do_s = sdO + buf * QBUF;
         const float *l_s = sL + buf * LBUF, *d_s = sD + buf * LBUF;
-        // Pᵀ (16 keys x BQ queries) = exp(scale · K Qᵀ - lse) at or below the diagonal
-        float s[BQ / 8][4], dp[BQ / 8][4];
-        flash_zero<BQ / 8>(s);
-        flash_mma_abt_shared<HS, BQ>(s, sK, warp * 16, q_s);
-        for (int n = 0; n < BQ / 8; n++)
-            for (int i = 0; i < 4; i++) {
-                int col = n * 8 + 2 * c + i % 2;
-                s[n][i] = rk[i / 2] <= q0 + col ? exp2f(s[n][i] * scale_log2 - l_s[col]) : 0.0f;
+        float s[1][BQ / 8][4];  // Pᵀ, then dSᵀ (16 keys x BQ queries)
+        flash_zero<BQ / 8>(s[0]);
+        if (k0 + warp * 16 <= q0 + BQ - 1) {  // some key of this warp at or below some query
+            float dp[1][BQ / 8][4];
+            flash_mma_abt<HS, BQ, 1>(s, sK, warp * 16, q_s);  // Sᵀ = K Qᵀ
+            for (int n = 0; n < BQ / 8; n++)
+                for (int i = 0; i < 4; i++) {
+                    int col = n * 8 + 2 * c + i % 2;
+                    s[0][n][i] = rk[i / 2] <= q0 + col ? exp2f(s[0][n][i] * scale_log2 - l_s[col]) : 0.0f;
+                }
+            flash_mma_pv<HS, BQ, 1>(dv, s, do_s);  // dV += Pᵀ dO
+            flash_zero<BQ / 8>(dp[0]);
+            flash_mma_abt<HS, BQ, 1>(dp, sV, warp * 16, do_s);  // dPᵀ = V dOᵀ
+            for (int n = 0; n < BQ / 8; n++)
+                for (int i = 0; i < 4; i++) s[0][n][i] = scale * s[0][n][i] * (dp[0][n][i] - d_s[n * 8 + 2 * c + i % 2]);
+            flash_mma_pv<HS, BQ, 1>(dk, s, q_s);  // dK += dSᵀ Q
+        }
+        for (int n = 0; n < BQ / 8; n++)  // dSᵀ (bf16, as the dK product rounds it) for dQ
+            for (int half = 0; half < 2; half++)
+                *(uint32_t*)(sdS + (warp * 16 + g + 8 * half) * PS + n * 8 + 2 * c) = mma_pack_bf16(s[0][n][2 * half], s[0][n][2 * half + 1]);
+        __syncthreads();
+        float dq[DC / 8][4];
+        flash_zero<DC / 8>(dq);
+        flash_mma_atb<BK, DC>(dq, sdS, PS, rg * 16, sK, P, cg * DC);  // this block's part of dQ = dS K
+        // add it in key block order kbmax, ..., 0 (kbmax: the block holding the tile's first query)
+        int* turn_p = turns + ((size_t)b * NH + h) * nq + qi;
+        int turn = q0 / BK - kb;
+        if (turn > 0) {
+            if (threadIdx.x == 0) flash_wait_turn(turn_p, turn);
+            __syncthreads();
+        }
+        float* acc = dq_accum + (((size_t)b * NH + h) * T + q0 + rg * 16) * HS + cg * DC;
+        for (int half = 0; half < 2; half++) {
+            int r = g + 8 * half;
+            if (q0 + rg * 16 + r >= T) continue;
+            for (int n = 0; n < DC / 8; n++) {
+                float2* p = (float2*)(acc + (size_t)r * HS + n * 8 + 2 * c);
+                float2 x = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
+                if (turn > 0) { float2 y = __ldcg(p); x.x = y.x + x.x; x.y = y.y + x.y; }
+                if (kb > 0) __stcg(p, x);
+                else *(__nv_bfloat162*)(dqkv + ((size_t)b * T + q0 + rg * 16 + r) * ld + h * HS + cg * DC + n * 8 + 2 * c) = __floats2bfloat162_rn(x.x, x.y);
             }
-        flash_mma_pv<HS, BQ>(dv, s, do_s);  // dV += Pᵀ dO
-        flash_zero<BQ / 8>(dp);
-        flash_mma_abt_shared<HS, BQ>(dp, sV, warp * 16, do_s);  // dPᵀ = V dOᵀ
-        for (int n = 0; n < BQ / 8; n++)
-            for (int i = 0; i < 4; i++) s[n][i] = scale * s[n][i] * (dp[n][i] - d_s[n * 8 + 2 * c + i % 2]);
-        flash_mma_pv<HS, BQ>(dk, s, q_s);  // dK += dSᵀ Q
-        __syncthreads();  // every warp is done with buffer buf
+        }
+        if (kb > 0) __threadfence();  // the part is visible before the turn passes on
+        __syncthreads();               // every warp is done with buffer buf and dSᵀ
+        if (threadIdx.x == 0 && kb > 0) atomicAdd(turn_p, 1);
     }
-    flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + kvh) * HS, ld, k0 + warp * 16, T, dk, 1.0f, 1.0f);
-    flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS, ld, k0 + warp * 16, T, dv, 1.0f, 1.0f);
+    flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + kvh) * HS, ld, k0 + warp * 16, T, dk[0], 1.0f, 1.0f);
+    flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS, ld, k0 + warp * 16, T, dv[0], 1.0f, 1.0f);
 }
 
 // ----------------------------------------------------------------------------
 // launchers
 
-template <int HS> static inline size_t flash_forward_smem() { return (size_t)3 * FLASH_TILE * (HS + 8) * sizeof(bf16); }
-template <int HS> static inline size_t flash_dq_smem() { return (size_t)4 * FLASH_TILE * (HS + 8) * sizeof(bf16); }
-template <int HS> static inline size_t flash_dkv_smem() {
-    const int BQ = FlashBwdTile<HS>::BQ;
-    return (size_t)(2 * FLASH_TILE + 4 * BQ) * (HS + 8) * sizeof(bf16) + 4 * BQ * sizeof(float);
+template <int HS> static inline size_t flash_forward_smem() {
+    typedef FlashFwdTile<HS> F;
+    return (size_t)(F::BQ + 2 * F::STAGES * F::BK) * (HS + 8) * sizeof(bf16);
+}
+template <int HS> static inline size_t flash_backward_smem() {
+    typedef FlashBwdTile<HS> F;
+    return (size_t)(2 * F::BK + 4 * F::BQ) * (HS + 8) * sizeof(bf16) + (size_t)F::BK * (F::BQ + 8) * sizeof(bf16) +
+           4 * F::BQ * sizeof(float) + 16;
 }
 
 // Shared memory above 48 KB must be opted into, once per kernel.
@@ -402,8 +439,7 @@ static inline void flash_set_smem_limits(void) {
     static bool done = false;
     if (done) return;
     CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)flash_forward_smem<HS>()));
-    CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)flash_dq_smem<HS>()));
-    CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_backward_dkv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)flash_dkv_smem<HS>()));
+    CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_backward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)flash_backward_smem<HS>()));
     done = true;
 }
 
@@ -414,24 +450,29 @@ static inline void flash_check(const void* qkv, const void* other, int HS) {
     }
 }
 
+// the backward's scratch beyond D: dq_accum (B, NH, T, HS) fp32 and the order counters
+static inline size_t flash_order_ints_hs(int B, int T, int NH, int HS) {
+    return HS == 128 ? flash_order_ints<128>(B, T, NH) : HS == 16 ? flash_order_ints<16>(B, T, NH) : flash_order_ints<64>(B, T, NH);
+}
+
 template <int HS>
 static inline void flash_forward_hs(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, cudaStream_t stream) {
     flash_set_smem_limits<HS>();
-    dim3 grid(cuda_ceil_div(T, FLASH_TILE), NH, B);
+    dim3 grid(cuda_ceil_div(T, FlashFwdTile<HS>::BQ), NH, B);
     float scale_log2 = FLASH_LOG2E / sqrtf((float)HS);
-    flash_forward_kernel<HS><<<grid, FLASH_THREADS, flash_forward_smem<HS>(), stream>>>(out, lse, qkv, T, NH, NKV, scale_log2);
+    flash_forward_kernel<HS><<<grid, FlashFwdTile<HS>::WARPS * 32, flash_forward_smem<HS>(), stream>>>(out, lse, qkv, T, NH, NKV, scale_log2);
     KERNEL_CHECK();
 }
 
 template <int HS>
-static inline void flash_backward_hs(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
-                                     int B, int T, int NH, int NKV, cudaStream_t stream) {
+static inline void flash_backward_hs(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float* lse,
+                                     const float* D, int B, int T, int NH, int NKV, cudaStream_t stream) {
     flash_set_smem_limits<HS>();
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = FLASH_LOG2E * scale;
-    dim3 gq(cuda_ceil_div(T, FLASH_TILE), NH, B), gkv(cuda_ceil_div(T, FLASH_TILE), NKV, B);
-    flash_backward_dq_kernel<HS><<<gq, FLASH_THREADS, flash_dq_smem<HS>(), stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, scale, scale_log2);
-    KERNEL_CHECK();
-    flash_backward_dkv_kernel<HS><<<gkv, FLASH_THREADS, flash_dkv_smem<HS>(), stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, scale, scale_log2);
+    CUDA_CHECK(cudaMemsetAsync(order, 0, flash_order_ints<HS>(B, T, NH) * sizeof(int), stream));
+    dim3 grid(cuda_ceil_div(T, FlashBwdTile<HS>::BK), NKV, B);
+    flash_backward_kernel<HS><<<grid, FlashBwdTile<HS>::WARPS * 32, flash_backward_smem<HS>(), stream>>>(
+        dqkv, dq_accum, order, dout, qkv, lse, D, T, NH, NKV, scale, scale_log2);
     KERNEL_CHECK();
 }
 
@@ -445,16 +486,17 @@ static inline void flash_attention_forward(bf16* out, float* lse, const bf16* qk
     else flash_forward_hs<128>(out, lse, qkv, B, T, NH, NKV, stream);
 }
 
-// dqkv (B, T, (NH + 2*NKV)*HS) written; D (B*NH*T) scratch
-static inline void flash_attention_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                                            int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
+// dqkv (B, T, (NH + 2*NKV)*HS) written; scratch: D (B*NH*T), dq_accum (B*NH*T*HS) fp32 and order
+// (flash_order_ints_hs ints)
+static inline void flash_attention_backward(bf16* dqkv, float* D, float* dq_accum, int* order, const bf16* dout, const bf16* qkv,
+                                            const bf16* out, const float* lse, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     flash_check(qkv, dqkv, HS);
     flash_check(dout, out, HS);
     int rows = B * NH * T, warps = 8;
     flash_rowdot_kernel<<<cuda_ceil_div(rows, warps), warps * 32, 0, stream>>>(D, dout, out, B, T, NH, HS);
     KERNEL_CHECK();
-    if (HS == 16) flash_backward_hs<16>(dqkv, dout, qkv, lse, D, B, T, NH, NKV, stream);
-    else if (HS == 32) flash_backward_hs<32>(dqkv, dout, qkv, lse, D, B, T, NH, NKV, stream);
-    else if (HS == 64) flash_backward_hs<64>(dqkv, dout, qkv, lse, D, B, T, NH, NKV, stream);
-    else flash_backward_hs<128>(dqkv, dout, qkv, lse, D, B, T, NH, NKV, stream);
+    if (HS == 16) flash_backward_hs<16>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
+    else if (HS == 32) flash_backward_hs<32>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
+    else if (HS == 64) flash_backward_hs<64>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
+    else flash_backward_hs<128>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
 }

@@ -31,7 +31,7 @@ if [ -f "$OUT/BUILT" ] && [ -z "$(newer)" ]; then
 fi
 rm -f "$OUT/BUILT"
 python3 "$ROOT/dev/emu/rewrite_launches.py" "$ROOT" "$OUT/src" > "$OUT/kernels.txt"
-CXX=(mpicxx -std=c++17 -O3 -march=native -fopenmp -ffp-contract=off -Wall -Wno-unused-function -Wno-unused-variable -I"$CUDA_INC")
+CXX=(mpicxx -std=c++17 -O3 -march=native -fopenmp -ffp-contract=off -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas -I"$CUDA_INC")
 LIBS=(-lopenblas -llapacke -lm)
 "${CXX[@]}" -c "$ROOT/dev/emu/emu_runtime.cpp" -o "$OUT/emu_runtime.o" &
 "${CXX[@]}" -c "$ROOT/dev/emu/emu_libs.cpp" -o "$OUT/emu_libs.o" &

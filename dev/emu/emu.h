@@ -9,6 +9,7 @@
 #define __device__
 #define __host__
 #define __shared__ static
+#define __launch_bounds__(...)
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -133,3 +134,8 @@ static inline unsigned int atomicMin(unsigned int* p, unsigned int v) { unsigned
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { unsigned long long o = *p; *p += v; return o; }
 static inline float atomicAdd(float* p, float v) { float o = *p; *p += v; return o; }
 static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
+// blocks run one after another here: a fence orders nothing more, and the cache-level loads and
+// stores are plain ones
+static inline void __threadfence() {}
+template <typename T> static inline T __ldcg(const T* p) { return *p; }
+template <typename T> static inline void __stcg(T* p, T v) { *p = v; }

@@ -58,7 +58,7 @@ def main():
 
     kernels, helpers = {}, {}
     for f, t in texts.items():
-        for m in re.finditer(r"__global__\s+void\s+(\w+)\s*\(", t):
+        for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", t):
             kernels[m.group(1)] = block_after(t, m.end())
         for m in re.finditer(r"__device__[^;{(]*?\b(\w+)\s*\([^;{]*\)\s*(const\s*)?\{", t):
             helpers[m.group(1)] = block_after(t, m.end() - 1)
