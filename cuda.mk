@@ -104,7 +104,10 @@ test-gpu: cuda-all
 	for op in $(DEV_OPS); do ./$(BUILD)/dev_$$op --validate-only; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 77 ] || status=1; done; \
 	exit $$status
 
-# One line per kernel of llmc/attention.cuh (flash_attention.cuh's included) and llmc/muon.cuh, from nvcc -Xptxas -v.
+# One line per kernel of llmc/attention.cuh (flash_attention.cuh's included) and llmc/muon.cuh, from nvcc -Xptxas -v,
+# then dev/flash_model.py --check: no flash kernel spills, each fits its __launch_bounds__ blocks per SM.
+# PTXAS_REPORT=path writes the report elsewhere (test/test_flash_model.py compares it with the committed one).
+PTXAS_REPORT ?= dev/cuda/ptxas_report.txt
 ptxas-report:
 	@mkdir -p $(BUILD)
 	@{ echo "# ptxas resource usage of the attention and Muon kernels (nvcc -Xptxas -v, -arch=$(GPU_ARCH), -O3)"; \
@@ -120,5 +123,8 @@ ptxas-report:
 	         smem = "0"; if ($$0 ~ /bytes smem/) { smem = $$0; sub(/ bytes smem.*/, "", smem); sub(/.*, /, "", smem) } \
 	         printf "%-5s %-6s %-6s %-7s %-7s %s\n", regs, smem, stack, sst, sld, full } }' \
 	       | c++filt; \
-	   done; } > dev/cuda/ptxas_report.txt
-	@cat dev/cuda/ptxas_report.txt
+	   done; } > $(PTXAS_REPORT)
+	@cat $(PTXAS_REPORT)
+	@grep -q 'flash_forward_kernel<' $(PTXAS_REPORT) && grep -q 'muon_' $(PTXAS_REPORT) || \
+	  { echo "ptxas-report: a kernel list is empty (dev/cuda/attention.cu or muon.cu did not compile: $(NVCC) $(NVCCFLAGS) -c dev/cuda/attention.cu)" >&2; exit 1; }
+	@python3 dev/flash_model.py --check --hs 16,32,64,128 --ptxas $(PTXAS_REPORT)

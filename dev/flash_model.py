@@ -1,30 +1,33 @@
 #!/usr/bin/env python3
 """flash_model.py — a performance model of the flash attention kernels (llmc/flash_attention.cuh):
 per kernel and head size, the tensor-core FLOPs and shared-memory bytes of one inner-loop tile,
-the ceiling each implies on an H200, the causal work and the products that are recomputed, and the
-resulting modelled TFLOP/s at a causal shape, for the kernels as built and for a proposed design.
+the ceiling each implies on an H200, the causal work, occupancy, and the resulting modelled
+TFLOP/s at a causal shape, for the kernels as built and, from the same command, for the
+engine's earlier two-kernel design ("before").
 
-  python3 dev/flash_model.py                    # causal T=4096, HS 64 and 128: as built, proposed
+  python3 dev/flash_model.py                    # causal T=4096, HS 64 and 128: as built, before
   python3 dev/flash_model.py -t 2048 --hs 128 --csv
+  python3 dev/flash_model.py --check            # no spills, launch-bound occupancy met (exit 1 if not)
 
-What it counts, per block and inner-loop tile (Bq query rows, Bk keys, W warps, each warp owning
-Bq/W rows of the block's queries, or Bk/W rows of its keys in the dK/dV kernel):
+What it counts, per block and inner-loop tile (the forward: a query block against one key tile;
+the backward: a key block against one query tile):
   flops     2·rows·cols·HS per tile product (mma.sync m16n8k16: bf16 operands, fp32 accumulators)
   smem      bytes read from shared memory by the products (every warp reads the whole of a B
             operand tile; an A operand held in registers costs nothing, one read from shared memory
-            costs its warp's rows), plus the bytes the tile's loads write there (cp.async)
+            costs its warp's rows), plus the bytes the tile's loads and dSᵀ write there
 Ceilings: tensor = --mma-tflops; shared memory = flops per smem byte x 128 bytes per clock per SM
-x SMs x clock. The model is the lower of the two, times the causal fraction of the tiles a block
-computes that lie under the diagonal (a diagonal tile is computed whole), times the useful share of
-the products (the backward's useful work is 5 products per tile, FlashAttention-2's count; the
-engine's two-kernel backward computes 7). It is a ceiling: no latency, occupancy (printed beside it),
-softmax or load-issue limit is in it, so a GPU's measurement lands below it by a factor that the
-first run calibrates (--efficiency scales every modelled figure). Not yet measured on a GPU.
+x SMs x clock. The model is the lower of the two, times the causal fraction of the work the
+kernel computes that lies under the diagonal (at a warp's granularity where a warp skips tiles
+above its rows), times the useful share of the products (the backward's useful work is 5 products
+per tile pair; the earlier design computed 7). It is a ceiling: no latency, occupancy (printed
+beside it), softmax, load-issue or global-memory limit is in it (the one-pass backward also moves
+2 x BQ x HS fp32 of dQ sums per tile pair through L2, not counted), so a GPU's measurement lands
+below it by a factor that the first run calibrates (--efficiency scales every modelled figure).
+Not yet measured on a GPU.
 
-The tile configuration is read from llmc/flash_attention.cuh (FLASH_TILE, FLASH_WARPS and the
-dK/dV kernel's query tile FlashBwdTile<HS>::BQ), the registers per thread from
-dev/cuda/ptxas_report.txt; the proposed design (issue: a one-pass backward with 32 rows per warp,
-a 128-query forward) is a table in this file (PROPOSED).
+The as-built tiles are read from llmc/flash_attention.cuh (struct FlashFwdTile and FlashBwdTile),
+the registers and spills per thread from dev/cuda/ptxas_report.txt (make ptxas-report); the
+earlier design's tiles and registers are a table in this file (BEFORE).
 """
 import argparse
 import os
@@ -45,94 +48,144 @@ H200 = dict(sms=132, clock_ghz=1.98, smem_bytes_per_clk=128, regs_per_sm=65536, 
 MMA_TFLOPS = 660.0
 BF16 = 2
 
+# The engine's earlier design (until this model's as-built rows replaced it): 64 x 64 tiles, 4
+# warps of 16 rows; a forward with Q in registers; a dQ kernel and a dK/dV kernel (query tiles
+# of 32 at HS 128, else 64) that each recompute S and dP (7 products). Registers per thread from
+# its ptxas report (CUDA 13.0, sm_90).
+BEFORE = dict(tile=64, warps=4, bq={16: 64, 32: 64, 64: 64, 128: 32},
+              regs={("forward", 16): 96, ("forward", 32): 128, ("forward", 64): 129, ("forward", 128): 208,
+                    ("dq", 16): 128, ("dq", 32): 136, ("dq", 64): 169, ("dq", 128): 235,
+                    ("dkv", 16): 107, ("dkv", 32): 158, ("dkv", 64): 170, ("dkv", 128): 241})
 
-def read_config(header_path):
-    """FLASH_TILE, FLASH_WARPS and the dK/dV query tile per head size, from the kernel source."""
+
+def c_value(expr, hs):
+    """The value of a tile constant's initializer: a number, true / false, `HS == n` / `HS != n`,
+    or `HS == n ? a : <initializer>`."""
+    e = expr.strip()
+    if re.fullmatch(r"\d+", e):
+        return int(e)
+    if e in ("true", "false"):
+        return e == "true"
+    m = re.fullmatch(r"HS\s*(==|!=)\s*(\d+)", e)
+    if m:
+        return (hs == int(m.group(2))) == (m.group(1) == "==")
+    m = re.fullmatch(r"HS\s*(==|!=)\s*(\d+)\s*\?\s*(\d+)\s*:\s*(.+)", e, re.S)
+    if m:
+        return int(m.group(3)) if (hs == int(m.group(2))) == (m.group(1) == "==") else c_value(m.group(4), hs)
+    raise ValueError(expr)
+
+
+def read_tiles(text, name, fields, hs):
+    """{field: value} of `struct name { static const ... };` at head size hs, or None."""
+    m = re.search(r"struct %s \{(.*?)\n\};" % name, text, re.S)
+    if not m:
+        return None
+    values = {}
+    for decl in re.findall(r"static const (?:int|bool) ([^;]+);", m.group(1)):
+        for part in decl.split(","):
+            key, _, init = part.partition("=")
+            try:
+                values[key.strip()] = c_value(init, hs)
+            except ValueError:
+                return None
+    return values if all(f in values for f in fields) else None
+
+
+FWD_FIELDS = ("BQ", "WARPS", "BK", "STAGES", "MIN_BLOCKS", "Q_REGS")
+BWD_FIELDS = ("BK", "WARPS", "BQ", "MIN_BLOCKS")
+
+
+def read_config(header_path, hss):
+    """{hs: (forward tiles, backward tiles)} from the kernel source."""
     try:
         text = open(header_path).read()
     except OSError as e:
         die(f"cannot read '{header_path}' ({e.strerror})")
-    tile = re.search(r"static const int FLASH_TILE = (\d+);", text)
-    warps = re.search(r"static const int FLASH_WARPS = (\d+);", text)
-    bq = re.search(r"struct FlashBwdTile \{ static const int BQ = HS == (\d+) \? (\d+) : (\d+); \};", text)
-    if not (tile and warps and bq):
-        die(f"'{header_path}': cannot find FLASH_TILE, FLASH_WARPS and FlashBwdTile<HS>::BQ (the model reads them)")
-    bq_hs, bq_then, bq_else = (int(x) for x in bq.groups())
-    return dict(tile=int(tile.group(1)), warps=int(warps.group(1)), bq=lambda hs: bq_then if hs == bq_hs else bq_else)
+    cfg = {}
+    for hs in hss:
+        fwd = read_tiles(text, "FlashFwdTile", FWD_FIELDS, hs)
+        bwd = read_tiles(text, "FlashBwdTile", BWD_FIELDS, hs)
+        if fwd is None or bwd is None:
+            die(f"'{header_path}': cannot find struct FlashFwdTile ({', '.join(FWD_FIELDS)}) and FlashBwdTile "
+                f"({', '.join(BWD_FIELDS)}) (the model reads them)")
+        cfg[hs] = (fwd, bwd)
+    return cfg
 
 
-def read_registers(report_path):
-    """{(kernel, HS): registers per thread} from the ptxas report; {} when it is missing."""
+def read_ptxas(report_path):
+    """{(kernel, HS): (registers per thread, spill bytes stored + loaded)} from the ptxas report;
+    {} when it is missing."""
     regs = {}
     try:
         lines = open(report_path).read().splitlines()
     except OSError:
         return regs
     for line in lines:
-        m = re.match(r"(\d+)\s+\d+\s+\d+\s+\d+\s+\d+\s+void (flash_\w+_kernel)<(\d+)>", line)
+        m = re.match(r"(\d+)\s+\d+\s+\d+\s+(\d+)\s+(\d+)\s+void (flash_\w+_kernel)<(\d+)>", line)
         if m:
-            regs[(m.group(2), int(m.group(3)))] = int(m.group(1))
+            regs[(m.group(4), int(m.group(5)))] = (int(m.group(1)), int(m.group(2)) + int(m.group(3)))
     return regs
 
 
-def kernels_as_built(cfg, hs):
-    """The engine's three kernels: per tile, the products (rows, cols, k) and the shared-memory
-    bytes read by them and written by the loads; the block's shared memory; the useful products."""
-    T, W = cfg["tile"], cfg["warps"]
-    BQ = cfg["bq"](hs)
+def kernels_as_built(fwd, bwd, hs, ptxas):
+    """The engine's two kernels: per tile, the products (rows, cols, k), the shared-memory bytes
+    read by them and written there, the block's shared memory, its threads and launch bound."""
+    tb = lambda rows: rows * hs * BF16  # noqa: E731  a (rows, HS) bf16 tile
     P = hs + 8  # padded rows
-    tile_bytes = lambda rows: rows * hs * BF16  # noqa: E731
+    BQ, BK, W = fwd["BQ"], fwd["BK"], fwd["WARPS"]
+    R = BQ // W
+    # forward: per key tile S = Q K^T, O += P V; every warp reads all of K and V; Q from
+    # registers (Q_REGS) or its rows from shared memory at every tile
+    f = dict(kernel="flash_forward_kernel", phase="forward", warps=W, products=[(BQ, BK, hs)] * 2,
+             smem_read=(0 if fwd["Q_REGS"] else tb(BQ)) + W * 2 * tb(BK), smem_write=2 * tb(BK),
+             smem_block=(BQ + 2 * fwd["STAGES"] * BK) * P * BF16, min_blocks=fwd["MIN_BLOCKS"],
+             causal=lambda T: causal_fraction(T, R, BK))
+    # backward: a block of KB keys (16 per warp) against a query tile of QB: S^T = K Q^T and
+    # dP^T = V dO^T (K, V rows from shared memory, each warp its own; Q, dO read by every warp),
+    # dV += P^T dO and dK += dS^T Q (dO, Q read by every warp), dS^T written to shared memory,
+    # then dQ = dS K by a grid of RG x CG warps (each reads 16 rows of dS and DC columns of K)
+    KB, QB, WB = bwd["BK"], bwd["BQ"], bwd["WARPS"]
+    RG = QB // 16
+    CG = WB // RG
+    DC = hs // CG
+    smem_read = (tb(KB) + WB * tb(QB)) + WB * tb(QB) + (tb(KB) + WB * tb(QB)) + WB * tb(QB) + \
+        (WB * 16 * KB * BF16 + WB * KB * DC * BF16) + WB * 2 * QB * 4
+    b = dict(kernel="flash_backward_kernel", phase="backward", warps=WB, products=[(KB, QB, hs)] * 5,
+             smem_read=smem_read, smem_write=2 * tb(QB) + KB * QB * BF16 + 2 * QB * 4,
+             smem_block=(2 * KB + 4 * QB) * P * BF16 + KB * (QB + 8) * BF16 + 4 * QB * 4 + 16, min_blocks=bwd["MIN_BLOCKS"],
+             # four products skip a warp's 16 keys above the query tile; dQ runs on the whole block
+             causal=lambda T: 5 / (4 / causal_fraction(T, QB, 16) + 1 / causal_fraction(T, QB, KB)))
+    for k in (f, b):
+        k["regs"], k["spills"] = ptxas.get((k["kernel"], hs), (None, None))
+    return [f, b]
+
+
+def kernels_before(hs):
+    """The earlier design (BEFORE): forward, dQ and dK/dV kernels on 64 x 64 tiles."""
+    T, W, BQ = BEFORE["tile"], BEFORE["warps"], BEFORE["bq"][hs]
+    P = hs + 8
+    tb = lambda rows: rows * hs * BF16  # noqa: E731
+    r = lambda name: BEFORE["regs"][(name, hs)]  # noqa: E731
     return [
-        # forward: Q in registers; per key tile S = Q K^T, O += P V, each warp reading all of K and V
-        dict(kernel="flash_forward_kernel", phase="forward", warps=W, rows=T, cols=T,
-             products=[(T, T, hs), (T, T, hs)], useful=2,
-             smem_read=W * (tile_bytes(T) + tile_bytes(T)), smem_write=2 * tile_bytes(T),
-             smem_block=3 * T * P * BF16, work="query"),
-        # dQ: per key tile S = Q K^T, dP = dO V^T, dQ += dS K; K read twice and V once by every
-        # warp, dO once from shared memory (each warp its own rows)
-        dict(kernel="flash_backward_dq_kernel", phase="backward", warps=W, rows=T, cols=T,
-             products=[(T, T, hs), (T, T, hs), (T, T, hs)], useful=None,
-             smem_read=W * (2 * tile_bytes(T) + tile_bytes(T)) + tile_bytes(T), smem_write=2 * tile_bytes(T),
-             smem_block=4 * T * P * BF16, work="query"),
-        # dK, dV: per query tile of BQ, S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q; Q and
-        # dO each read twice by every warp, K and V once from shared memory (each warp its rows)
-        dict(kernel="flash_backward_dkv_kernel", phase="backward", warps=W, rows=T, cols=BQ,
-             products=[(T, BQ, hs)] * 4, useful=None,
-             smem_read=W * (2 * tile_bytes(BQ) + 2 * tile_bytes(BQ)) + 2 * tile_bytes(T) + W * 2 * BQ * 4,
-             smem_write=2 * tile_bytes(BQ) + 2 * BQ * 4,
-             smem_block=(2 * T + 4 * BQ) * P * BF16 + 4 * BQ * 4, work="key"),
+        dict(kernel="forward (before)", phase="forward", warps=W, products=[(T, T, hs)] * 2,
+             smem_read=W * 2 * tb(T), smem_write=2 * tb(T), smem_block=3 * T * P * BF16, regs=r("forward"),
+             causal=lambda t: causal_fraction(t, T, T)),
+        # dQ: S = Q K^T, dP = dO V^T, dQ += dS K; K read twice and V once by every warp, dO once
+        dict(kernel="dq (before)", phase="backward", warps=W, products=[(T, T, hs)] * 3,
+             smem_read=W * 3 * tb(T) + tb(T), smem_write=2 * tb(T), smem_block=4 * T * P * BF16, regs=r("dq"),
+             causal=lambda t: causal_fraction(t, T, T)),
+        # dK, dV: S^T, dV += P^T dO, dP^T, dK += dS^T Q; Q and dO read twice by every warp
+        dict(kernel="dkv (before)", phase="backward", warps=W, products=[(T, BQ, hs)] * 4,
+             smem_read=W * 4 * tb(BQ) + 2 * tb(T) + W * 2 * BQ * 4, smem_write=2 * tb(BQ) + 2 * BQ * 4,
+             smem_block=(2 * T + 4 * BQ) * P * BF16 + 4 * BQ * 4, regs=r("dkv"),
+             causal=lambda t: causal_fraction(t, BQ, T)),
     ]
 
 
-def kernels_proposed(hs):
-    """The design the issue asks for: a forward of 128 queries per block over 4 warps (32 rows a
-    warp) with a 3-stage K/V pipeline; a one-pass backward (dK, dV and dQ together: 5 products)
-    over 128-key blocks of 4 warps (32 key rows a warp) and query tiles of 64, dQ written as
-    per-block partial sums that a fixed-order pass adds (deterministic, no atomics; its traffic is
-    not in the model), lse and D through shared memory."""
-    Bq, Bk, W, stages = 128, 64, 4, 3
-    P = hs + 8
-    tb = lambda rows: rows * hs * BF16  # noqa: E731
-    fwd = dict(kernel="forward (proposed)", phase="forward", warps=W, rows=Bq, cols=Bk,
-               products=[(Bq, Bk, hs), (Bq, Bk, hs)], useful=2,
-               smem_read=W * (tb(Bk) + tb(Bk)), smem_write=2 * tb(Bk),
-               smem_block=(Bq + 2 * stages * Bk) * P * BF16, work="query")
-    # one pass, block = 128 keys (32 per warp), over query tiles of 64: S^T = K Q^T, dP^T = V dO^T
-    # (K, V in registers as A operands), dV += P^T dO, dK += dS^T Q (Q, dO read by every warp as B
-    # operands, twice each), dQ_partial = dS K (dS^T through shared memory: written once, read as A
-    # by every warp; K read as B by every warp) stored to a partial buffer
-    Bkb, Bqb = 128, 64
-    bwd = dict(kernel="backward one-pass (proposed)", phase="backward", warps=W, rows=Bkb, cols=Bqb,
-               products=[(Bkb, Bqb, hs)] * 5, useful=5,
-               smem_read=W * (2 * tb(Bqb) + 2 * tb(Bqb)) + W * tb(Bkb) + Bkb * Bqb * BF16 + W * 2 * Bqb * 4,
-               smem_write=2 * tb(Bqb) + Bkb * Bqb * BF16 + 2 * Bqb * 4,
-               smem_block=(2 * 2 * Bqb + Bkb) * P * BF16 + Bkb * (Bqb + 8) * BF16 + 2 * 2 * Bqb * 4, work="key")
-    return [fwd, bwd]
-
-
 def causal_fraction(T, rows, cols):
-    """Useful (under-diagonal) share of the tiles the causal loop computes: a block of `rows`
-    queries visits the key tiles up to its diagonal, whole (the same count for key blocks)."""
+    """Useful (under-diagonal) share of the tiles a causal loop computes: a block of `rows`
+    queries visits the key tiles of `cols` up to its diagonal, whole (the same count for key
+    blocks visiting query tiles, with rows and cols exchanged)."""
     if T <= 0:
         return 0.0
     computed = 0
@@ -144,20 +197,43 @@ def causal_fraction(T, rows, cols):
     return useful / computed
 
 
-def model(k, hs, T, hw, mma_tflops, efficiency, regs):
+def blocks_per_sm(k, hw):
+    """Resident blocks per SM by registers (allocated per thread in units of 8), shared memory
+    and the hardware limit; None without a register count."""
+    threads = 32 * k["warps"]
+    by_smem = hw["smem_per_sm"] // k["smem_block"]
+    if not k.get("regs"):
+        return None
+    by_regs = hw["regs_per_sm"] // (-(-k["regs"] // 8) * 8 * threads)
+    return min(by_regs, by_smem, hw["max_blocks_per_sm"])
+
+
+def model(k, T, hw, mma_tflops, efficiency):
     flops = sum(2 * m * n * kk for m, n, kk in k["products"])
     smem = k["smem_read"] + k["smem_write"]
     smem_tbs = hw["sms"] * hw["smem_bytes_per_clk"] * hw["clock_ghz"] * 1e9 / 1e12  # TB/s
     smem_ceiling = flops / smem * smem_tbs  # TFLOP/s
-    r = regs.get((k["kernel"], hs))
-    threads = 32 * k["warps"]
-    by_regs = hw["regs_per_sm"] // (r * threads) if r else None
-    by_smem = hw["smem_per_sm"] // k["smem_block"]
-    blocks = min(x for x in (by_regs, by_smem, hw["max_blocks_per_sm"]) if x is not None)
-    causal = causal_fraction(T, k["rows"], k["cols"])
+    causal = k["causal"](T)
     return dict(flops=flops, smem=smem, intensity=flops / smem, tensor=mma_tflops, smem_ceiling=smem_ceiling,
-                causal=causal, regs=r, blocks=blocks, smem_block=k["smem_block"],
-                ceiling=min(mma_tflops, smem_ceiling) * causal * efficiency)
+                causal=causal, blocks=blocks_per_sm(k, hw), ceiling=min(mma_tflops, smem_ceiling) * causal * efficiency)
+
+
+def check(cfg, ptxas, hw):
+    """Lines for --check: every as-built kernel is in the ptxas report, spills nothing and fits
+    its launch bound's blocks per SM; (lines, all ok)."""
+    lines, ok = [], True
+    for hs, (fwd, bwd) in sorted(cfg.items()):
+        for k in kernels_as_built(fwd, bwd, hs, ptxas):
+            if k["regs"] is None:
+                lines.append(f"FAIL {k['kernel']}<{hs}>: not in the ptxas report (make ptxas-report)")
+                ok = False
+                continue
+            blocks = blocks_per_sm(k, hw)
+            good = k["spills"] == 0 and blocks >= k["min_blocks"]
+            ok &= good
+            lines.append(f"{'PASS' if good else 'FAIL'} {k['kernel']}<{hs}>: {k['regs']} registers, {k['spills']} spill bytes, "
+                         f"{blocks} blocks ({blocks * k['warps']} warps) per SM, launch bound {k['min_blocks']}")
+    return lines, ok
 
 
 def main(argv=None):
@@ -171,6 +247,8 @@ def main(argv=None):
     ap.add_argument("--header", default=os.path.join(REPO, "llmc", "flash_attention.cuh"), help="the kernels' source")
     ap.add_argument("--ptxas", default=os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"), help="registers per thread (make ptxas-report)")
     ap.add_argument("--csv", action="store_true", help="CSV rows instead of the table")
+    ap.add_argument("--check", action="store_true",
+                    help="only check the as-built kernels against the ptxas report: no spills, launch-bound blocks per SM (exit 1 if not)")
     a = ap.parse_args(argv)
     try:
         hss = [int(x) for x in a.hs.split(",")]
@@ -178,19 +256,23 @@ def main(argv=None):
         die(f"--hs: expected a comma list of head sizes, found '{a.hs}'")
     if not hss or any(h not in (16, 32, 64, 128) for h in hss):
         die(f"--hs: expected head sizes among 16, 32, 64, 128, found '{a.hs}'")
-    cfg = read_config(a.header)
-    regs = read_registers(a.ptxas)
+    cfg = read_config(a.header, hss)
+    ptxas = read_ptxas(a.ptxas)
+    if a.check:
+        lines, ok = check(cfg, ptxas, H200)
+        print("\n".join(lines))
+        return 0 if ok else 1
     head = ["design", "kernel", "HS", "flops/tile", "smem B/tile", "flop/B", "tensor TF/s", "smem TF/s", "causal",
             "regs", "blocks/SM", "smem KB/block", "modelled TF/s"]
     rows = []
     totals = {}
     for hs in hss:
-        for design, ks in (("as built", kernels_as_built(cfg, hs)), ("proposed", kernels_proposed(hs))):
+        for design, ks in (("as built", kernels_as_built(*cfg[hs], hs, ptxas)), ("before", kernels_before(hs))):
             for k in ks:
-                m = model(k, hs, a.seq_len, H200, a.mma_tflops, a.efficiency, regs)
+                m = model(k, a.seq_len, H200, a.mma_tflops, a.efficiency)
                 rows.append([design, k["kernel"], hs, m["flops"], m["smem"], "%.1f" % m["intensity"], "%.0f" % m["tensor"],
-                             "%.0f" % m["smem_ceiling"], "%.3f" % m["causal"], m["regs"] if m["regs"] else "-", m["blocks"],
-                             "%.1f" % (m["smem_block"] / 1024), "%.0f" % m["ceiling"]])
+                             "%.0f" % m["smem_ceiling"], "%.3f" % m["causal"], k["regs"] if k["regs"] else "-",
+                             m["blocks"] if m["blocks"] is not None else "-", "%.1f" % (k["smem_block"] / 1024), "%.0f" % m["ceiling"]])
                 # a phase's time: each kernel does its products at its ceiling; useful FLOPs are the
                 # forward's 2 and the backward's 5 products per tile pair
                 t = totals.setdefault((design, hs, k["phase"]), [0.0, 0])

@@ -57,10 +57,11 @@ struct FlashFwdTile {
     static const int BQ = 128, WARPS = HS == 128 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
     static const bool Q_REGS = HS != 128;  // Q held in registers as A fragments (else read from shared memory per tile)
 };
-// backward tiles: BK keys per block over WARPS warps (16 key rows each), BQ queries per tile
+// backward tiles: BK keys per block over WARPS warps (16 key rows each), BQ queries per tile;
+// MIN_BLOCKS as above
 template <int HS>
 struct FlashBwdTile {
-    static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64;
+    static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1;
 };
 
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on
@@ -315,7 +316,7 @@ template <int HS> static inline size_t flash_order_ints(int B, int T, int NH) {
 // order: the zeroed counters above. Shared memory: the block's K and V, two buffers of a query
 // tile (Q, dO, lse, D: the next loading while this one is used), the tile's dSᵀ and the ticket.
 template <int HS>
-__global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32, 1)
+__global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32, FlashBwdTile<HS>::MIN_BLOCKS)
 flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
                       int T, int NH, int NKV, float scale, float scale_log2) {
     typedef FlashBwdTile<HS> F;
