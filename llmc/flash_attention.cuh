@@ -8,15 +8,15 @@
 // dqkv written (=), every column. Head sizes 16, 32, 64 and 128 (the presets use 32, 64 and 128; the
 // test fixture's model 16); any T (tails zero-filled and masked).
 //
-// forward  block: 128 queries of one q head h, 4 warps, each warp 32 query rows (two rows of
-//          mma.m16n8k16 tiles, so every K and V fragment read from shared memory feeds two
-//          products). For each key tile j <= diagonal (FlashFwdTile: 64 keys at HS = 128, 32
-//          below), S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
-//          log2 units), O += P Vⱼ. K and V come through a ring of 2 (HS = 128) or 3 cp.async
-//          stages, tile j + stages - 1 loading while tile j is used; Q stays in shared memory
-//          and enters S one k step at a time. A warp skips the tiles whose keys all lie above
-//          its rows. __launch_bounds__ hold HS <= 64 to 128 registers (4 blocks per SM) and
-//          HS = 128 to 255 (2 blocks).
+// forward  block: 128 queries of one q head h (FlashFwdTile). At HS = 128, 4 warps of 32 query
+//          rows (two rows of mma.m16n8k16 tiles, so every K and V fragment read from shared
+//          memory feeds two products; Q read from shared memory at each tile) over 32-key tiles;
+//          at HS <= 64, 8 warps of 16 rows with Q held in registers over 64-key tiles. For each
+//          key tile j <= diagonal, S = scale·Q Kⱼᵀ in registers, online softmax (running max and
+//          sum per row, in log2 units), O += P Vⱼ. K and V come through a ring of 3 cp.async
+//          stages, tile j + 2 loading while tile j is used. A warp skips the tiles whose keys
+//          all lie above its rows. __launch_bounds__ hold every head size to 2 blocks per SM
+//          (16 warps at HS <= 64, 8 at HS = 128).
 // backward one pass, FlashAttention-2's five products per tile pair. D = rowsum(dO ∘ O) first
 //          (flash_rowdot_kernel); then a block owns 128 keys of one kv head g (8 warps, 16 key
 //          rows each) and walks the group's q heads and the query tiles at or below its keys
@@ -30,15 +30,16 @@
 //          query tile) says whose turn it is; the first part is stored to an fp32 buffer
 //          (dq_accum), the next ones read, add and store it, and block 0 writes the bf16 sum to
 //          dqkv. The blocks take their work from a ticket counter (atomicAdd) in the order
-//          "key block 127..0 of (b = 0, g = 0), then of (0, 1), ...", so a block waits only for
-//          one that took its ticket earlier and is running or done: no deadlock whatever order
-//          the GPU starts blocks in, and in the steady state no wait, since block kb + 1 reaches
-//          each query tile one iteration before block kb does.
+//          "the last key block down to block 0 of (b = 0, g = 0), then of (0, 1), ...", so a
+//          block waits only for one that took its ticket earlier and is running or done: no
+//          deadlock whatever order the GPU starts blocks in, and in the steady state no wait,
+//          since block kb + 1 reaches each query tile one iteration before block kb does.
 //          Every gradient element is summed in one fixed order: no floating-point atomics, and
 //          the backward is deterministic run to run.
 // Shared memory rows are padded by 8 bf16 (16 bytes), so the 8 rows an ldmatrix reads fall in 8
-// different bank groups. The register counts are in dev/cuda/ptxas_report.txt (make
-// ptxas-report); dev/flash_model.py reads these tiles and models their speed.
+// different bank groups. No kernel spills; the register counts are in dev/cuda/ptxas_report.txt
+// (make ptxas-report, which checks them against the launch bounds); dev/flash_model.py reads
+// these tiles and models their speed.
 // Precision: bf16 operands, fp32 accumulation, fp32 softmax; P and dS are rounded to bf16 for their
 // products (as the cuBLAS path rounds them in HBM). Stream: the last argument.
 #pragma once
