@@ -117,7 +117,7 @@ def losses(p):
 f, c = losses(sys.argv[1]), losses(sys.argv[2])
 if len(f) != 8 or len(c) != 8:
     print(f"FAIL emu.attention_flash_vs_cublas_losses: {len(f)} and {len(c)} logged steps, expected 8"); sys.exit()
-# bf16 P and dS are rounded at different points (per 64-key tile in registers against whole rows
+# bf16 P and dS are rounded at different points (per key tile in registers against whole rows
 # in HBM), so the two paths differ by bf16 noise: worst 2.0e-4 over the seven OpenBLAS kernel
 # families of dev/tolerance_sweep.py (OpenBLAS serves the emulated cuBLAS GEMMs), 3.1x across
 # them; the mode rows below see up to 2.2e-4 for bf16 against fp32 compute

@@ -24,7 +24,7 @@
 // loss 1.5e-5, gradients 8.3e-3; Muon losses 2.9e-3, grad norms 6.4e-2, weight change 0.108;
 // AdamW losses 2.0e-2, grad norms 0.304, weight change 0.130; none varies by more than 1.5x
 // across the kernels. Those figures are the unfused attention's (cublas). The fused flash path
-// (the default: the fixture's head size is 16) rounds P and dS per 64-key tile and sums in
+// (the default: the fixture's head size is 16) rounds P and dS per key tile and sums in
 // another order; its worst cases over four kernel families (Prescott, Nehalem, Sandybridge,
 // Haswell) and the CPU's own: logits 2.9e-3, gradients 9.8e-3 (ln2w); Muon losses 2.4e-3, grad
 // norms 5.6e-2, weight change 0.104; AdamW losses 4.2e-2, grad norms 0.398, weight change 0.133,
