@@ -25,10 +25,10 @@
 // AdamW losses 2.0e-2, grad norms 0.304, weight change 0.130; none varies by more than 1.5x
 // across the kernels. Those figures are the unfused attention's (cublas). The fused flash path
 // (the default: the fixture's head size is 16) rounds P and dS per key tile and sums in
-// another order; its worst cases over four kernel families (Prescott, Nehalem, Sandybridge,
-// Haswell) and the CPU's own: logits 2.9e-3, gradients 9.8e-3 (ln2w); Muon losses 2.4e-3, grad
-// norms 5.6e-2, weight change 0.104; AdamW losses 4.2e-2, grad norms 0.398, weight change 0.133,
-// each within 1.05x across the kernels; at 2 threads AdamW losses 4.3e-2, grad norms 0.409. The
+// another order; its worst cases over seven kernel families (Prescott to Cooperlake) at 1 and 2
+// threads, with the one-pass backward: logits 2.9e-3, gradients 9.8e-3; Muon losses 2.4e-3, grad
+// norms 6.7e-2, weight change 0.103; AdamW losses 4.3e-2, grad norms 0.409, weight change 0.134,
+// each within 1.5x across the settings. The
 // AdamW grad-norm bound is 0.8 for it (2x; 0.6 before).
 // On a GPU, cuBLASLt's own summation order adds to them.
 // Every run must also lower the loss and stay finite. Other checks: gradient accumulation (two
