@@ -452,9 +452,12 @@ static inline void flash_check(const void* qkv, const void* other, int HS) {
     }
 }
 
-// the backward's scratch beyond D: dq_accum (B, NH, T, HS) fp32 and the order counters
+// the ints of the backward's order counters (its other scratch: D, and dq_accum (B, NH, T, HS) fp32)
 static inline size_t flash_order_ints_hs(int B, int T, int NH, int HS) {
-    return HS == 128 ? flash_order_ints<128>(B, T, NH) : HS == 16 ? flash_order_ints<16>(B, T, NH) : flash_order_ints<64>(B, T, NH);
+    if (HS == 16) return flash_order_ints<16>(B, T, NH);
+    if (HS == 32) return flash_order_ints<32>(B, T, NH);
+    if (HS == 64) return flash_order_ints<64>(B, T, NH);
+    return flash_order_ints<128>(B, T, NH);
 }
 
 template <int HS>
