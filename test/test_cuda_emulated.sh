@@ -9,7 +9,8 @@
 #   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise, E4M3 and E5M2);
 #   - test_mma_layout: the emulated tensor-core instructions against the PTX ISA's fragment tables;
 #   - dev_attention --small: the fused flash kernels and the cuBLAS path against the CPU attention
-#     and each other; tiny (GPT-2's vocabulary) trained 8 steps with --attention flash and
+#     and each other, then again with every kernel's blocks run last first (flash bitwise the
+#     same); tiny (GPT-2's vocabulary) trained 8 steps with --attention flash and
 #     cublas, losses compared;
 #   - test_blas_shim: the CBLAS / LAPACKE calls of the CPU references, served by cuBLAS / cuSOLVER
 #     in CUDA builds, against their definitions;
@@ -90,11 +91,18 @@ sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/mma.out"
 [ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 14 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
 # both attention paths (flash: llmc/flash_attention.cuh on the instructions above; cublas) against
 # llmc/attention.h and against each other: odd T at every head size, GQA groups 1-3, tiny (~5 s)
-timeout 600 "$EMU/dev_attention" --small >"$TMP/attn.out" 2>&1
+timeout 600 "$EMU/dev_attention" --small --dump "$TMP/attn_launch.bin" >"$TMP/attn.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/attn.out"
 np=$(grep -c '^PASS dev_attention' "$TMP/attn.out")
 [ $rc -eq 0 ] && [ "$np" -ge 60 ] || fail emu.dev_attention_small_exit "rc=$rc, $np passed: $(why "$TMP/attn.out")"
+# the same shapes with the blocks of every kernel run last first: the flash outputs bitwise those
+# of launch order (the backward's dQ sums follow its tickets, not the order blocks start in)
+EMU_BLOCK_ORDER=reverse timeout 600 "$EMU/dev_attention" --small --dump "$TMP/attn_reverse.bin" >"$TMP/attn_reverse.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ -s "$TMP/attn_launch.bin" ] && cmp -s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin"; then
+    pass emu.flash_bitwise_in_reverse_block_order
+else fail emu.flash_bitwise_in_reverse_block_order "rc=$rc, $(stat -c %s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | tr '\n' ' ')$(cmp "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | head -1) $(why "$TMP/attn_reverse.out")"; fi
 
 # --attention flash (the default at tiny's head size 32) trains as the unfused cublas path: the
 # same 8 steps on one emulated GPU, per-step losses within bf16 tolerance, the choice in the table

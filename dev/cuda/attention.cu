@@ -45,8 +45,9 @@
 // The benchmark runs both paths at B=4 and each preset's T, and at HS=128, T=4096 (16 heads), and
 // prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
 // cuBLASLt bf16 GEMM.
-// Usage: build/dev_attention [--validate-only] [--small] [--bench-only]
+// Usage: build/dev_attention [--validate-only] [--small] [--bench-only] [--dump FILE]
 //   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
+//   --dump FILE: the flash outputs of every validated shape, raw fp32 (for bitwise comparisons).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
@@ -58,6 +59,10 @@ static const double TOL_LSE = 1e-4;
 static const double TOL_DQKV = 1.5e-2;
 
 typedef struct { int b, g; } Slice;  // batch b, kv head g
+
+// --dump FILE: the flash path's out, lse and dqkv of every validated shape, as raw fp32, appended
+// in order (two runs that must agree bitwise compare their files)
+static FILE* g_dump = NULL;
 
 // The slices of a (B, NKV) grid: all of them, or the first, a middle one and the two at the end
 // of the last batch (largest offsets), without repeats.
@@ -143,6 +148,11 @@ static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, 
     void* bufs[] = {d_qkv, d_dout, d_out, d_lse, d_dqkv};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     attention_scratch_free(&s);
+    if (g_dump && kind == ATTENTION_FLASH) {
+        const std::vector<float>* outs[3] = {&g_out, &g_lse, &g_dqkv};
+        for (const std::vector<float>* v : outs)
+            if (fwrite(v->data(), sizeof(float), v->size(), g_dump) != v->size()) { perror("dev_attention: --dump"); exit(1); }
+    }
 
     bool ok = true;
     if (!all_slices) {
@@ -314,7 +324,9 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
         else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
         else if (strcmp(argv[i], "--bench-only") == 0) bench_only = true;
-        else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--bench-only]\n"); return 2; }
+        else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
+            if (!(g_dump = fopen(argv[++i], "wb"))) { fprintf(stderr, "dev_attention: --dump: cannot create '%s'\n", argv[i]); return 2; }
+        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--bench-only] [--dump FILE]\n"); return 2; }
     }
     if (!cuda_device_present()) { printf("SKIP dev_attention: no CUDA device\n"); return 77; }
     matmul_init();
@@ -381,5 +393,6 @@ int main(int argc, char** argv) {
         }
     }
     matmul_free();
+    if (g_dump && fclose(g_dump) != 0) { perror("dev_attention: --dump"); return 1; }
     return ok ? 0 : 1;
 }

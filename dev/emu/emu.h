@@ -1,9 +1,10 @@
 // emu.h — the CUDA device-side language on the CPU, for dev/emu (see dev/emu/build.sh).
 // Force-included (g++ -include dev/emu/emu.h) into copies of the CUDA sources whose kernel launches
 // dev/emu/rewrite_launches.py has turned into EMU_LAUNCH calls. Kernels become plain functions run
-// once per thread: blocks one after another, the threads of a block either in a loop ("plain"
-// kernels) or as fibers that switch at __syncthreads and warp collectives. Atomics are plain
-// read-modify-writes (a fiber only switches at a barrier, so nothing interleaves them).
+// once per thread: blocks one after another (EMU_BLOCK_ORDER=reverse: last first), the threads of
+// a block either in a loop ("plain" kernels) or as fibers that switch at __syncthreads and warp
+// collectives. Atomics are plain read-modify-writes (a fiber only switches at a barrier, so
+// nothing interleaves them).
 #pragma once
 #define __global__
 #define __device__
@@ -32,20 +33,22 @@ void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, con
 // ends its profile entry.
 bool emu_launch_begin(const char* name, dim3 grid, dim3 block, size_t smem);
 void emu_launch_end(const char* name);
+// Blocks run in launch order (x fastest), or with EMU_BLOCK_ORDER=reverse in the opposite one: a
+// GPU promises no order, and a kernel whose result depends on it shows it there.
+// emu_set_block sets blockIdx to the i-th block to run.
+void emu_set_block(dim3 grid, size_t i);
 template <typename F>
 __attribute__((flatten)) static inline void emu_launch_plain(const char* name, dim3 grid, dim3 block, size_t smem, const F& fn) {
     if (!emu_launch_begin(name, grid, block, smem)) return;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-                for (unsigned tz = 0; tz < block.z; tz++)
-                    for (unsigned ty = 0; ty < block.y; ty++)
-                        for (unsigned tx = 0; tx < block.x; tx++) {
-                            threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;
-                            fn();
-                        }
-            }
+    for (size_t bi = 0; bi < (size_t)grid.x * grid.y * grid.z; bi++) {
+        emu_set_block(grid, bi);
+        for (unsigned tz = 0; tz < block.z; tz++)
+            for (unsigned ty = 0; ty < block.y; ty++)
+                for (unsigned tx = 0; tx < block.x; tx++) {
+                    threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;
+                    fn();
+                }
+    }
     emu_launch_end(name);
 }
 // fibers is the literal true or false that rewrite_launches.py writes

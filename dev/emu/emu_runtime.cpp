@@ -393,18 +393,29 @@ bool emu_launch_begin(const char* name, dim3 grid, dim3 block, size_t smem) {
 void emu_launch_end(const char* name) {
     if (g_prof_on) prof_add(name, g_plain_t0, gridDim, blockDim);
 }
+// blocks in launch order (x fastest), or with EMU_BLOCK_ORDER=reverse last first
+void emu_set_block(dim3 grid, size_t i) {
+    static int reversed = -1;
+    if (reversed < 0) {
+        const char* e = getenv("EMU_BLOCK_ORDER");
+        if (e && strcmp(e, "reverse") != 0 && strcmp(e, "launch") != 0) die("EMU_BLOCK_ORDER: expected launch or reverse, found '%s'", e);
+        reversed = e && strcmp(e, "reverse") == 0;
+    }
+    size_t n = (size_t)grid.x * grid.y * grid.z, j = reversed ? n - 1 - i : i;
+    blockIdx.x = (unsigned)(j % grid.x);
+    blockIdx.y = (unsigned)(j / grid.x % grid.y);
+    blockIdx.z = (unsigned)(j / grid.x / grid.y);
+}
 // a kernel with barriers or warp collectives: every block's threads as fibers
 void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
     if (!launch_config_ok(name, grid, block, smem)) return;
     auto t0 = std::chrono::steady_clock::now();
     g_fn = &fn;
     g_fiber_mode = true;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-                run_block_fibers(block);
-            }
+    for (size_t bi = 0; bi < (size_t)grid.x * grid.y * grid.z; bi++) {
+        emu_set_block(grid, bi);
+        run_block_fibers(block);
+    }
     g_fiber_mode = false;
     if (g_prof_on) prof_add(name, t0, grid, block);
 }
