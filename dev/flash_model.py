@@ -258,6 +258,8 @@ def main(argv=None):
         die(f"--hs: expected head sizes among 16, 32, 64, 128, found '{a.hs}'")
     cfg = read_config(a.header, hss)
     ptxas = read_ptxas(a.ptxas)
+    if a.check and not os.path.isfile(a.ptxas):
+        die(f"--ptxas: cannot read '{a.ptxas}' (make ptxas-report writes it)")
     if a.check:
         lines, ok = check(cfg, ptxas, H200)
         print("\n".join(lines))

@@ -121,7 +121,8 @@ def main():
             check("flash_model_ptxas_report_current", ok, f"rc {r.returncode}; new lines {diff}; {r.stdout.strip()[-300:]}")
     for name, args, want in [("head_size", ["--hs", "48"], "--hs: expected head sizes among"),
                              ("efficiency", ["--efficiency", "2"], "--efficiency"),
-                             ("seq_len", ["-t", "0"], "-t/--seq-len")]:
+                             ("seq_len", ["-t", "0"], "-t/--seq-len"),
+                             ("missing_report_in_check", ["--check", "--ptxas", os.path.join(REPO, "no_such_report.txt")], "--ptxas: cannot read")]:
         r = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         check(f"flash_model_refuses_{name}", testlib.one_error_line(r.returncode, r.stderr) and want in r.stderr, f"rc {r.returncode} {r.stderr.strip()}")
     return 1 if check.failed else 0
