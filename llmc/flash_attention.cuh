@@ -76,37 +76,37 @@ __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld
     }
 }
 
-// acc[m] (N/8 tiles each) += A Bᵀ for the M row tiles of 16 of A = rows [r, r + 16 M) of a
-// shared (., HS) tile, loaded one k step at a time, and B = rows [0, N) of a shared (N, HS) tile:
-// the score-shaped products (Q Kᵀ, K Qᵀ, V dOᵀ). Each B fragment is read once for the M row tiles.
+// acc[m] (N/8 tiles each) += A Bᵀ over k step kk (columns [16 kk, 16 kk + 16)) for the M row
+// tiles of 16 of A (fragments a[m]), B = rows [0, N) of a shared (N, HS) tile: the score-shaped
+// products (Q Kᵀ, K Qᵀ, V dOᵀ). Each B fragment is read once for the M row tiles.
+template <int HS, int N, int M>
+__device__ __forceinline__ void flash_mma_abt_step(float (*acc)[N / 8][4], const uint32_t (*a)[4], const bf16* s, int kk) {
+    int lane = threadIdx.x % 32;
+    for (int n = 0; n < N / 16; n++) {
+        uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
+        ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
+        for (int m = 0; m < M; m++) {
+            mma_bf16_16816(acc[m][2 * n], a[m], b, acc[m][2 * n]);
+            mma_bf16_16816(acc[m][2 * n + 1], a[m], b + 2, acc[m][2 * n + 1]);
+        }
+    }
+}
+
+// the whole product, A = rows [r, r + 16 M) of a shared (., HS) tile loaded one k step at a time
 template <int HS, int N, int M>
 __device__ __forceinline__ void flash_mma_abt(float (*acc)[N / 8][4], const bf16* sa, int r, const bf16* s) {
     int lane = threadIdx.x % 32;
     for (int kk = 0; kk < HS / 16; kk++) {
         uint32_t a[M][4];
         for (int m = 0; m < M; m++) ldmatrix_x4(a[m], sa + (r + 16 * m + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
-        for (int n = 0; n < N / 16; n++) {
-            uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
-            ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
-            for (int m = 0; m < M; m++) {
-                mma_bf16_16816(acc[m][2 * n], a[m], b, acc[m][2 * n]);
-                mma_bf16_16816(acc[m][2 * n + 1], a[m], b + 2, acc[m][2 * n + 1]);
-            }
-        }
+        flash_mma_abt_step<HS, N, M>(acc, a, s, kk);
     }
 }
 
-// acc (N/8 tiles) += A Bᵀ with A (16 x HS) in registers (fragments a, one per k step), B as above
+// the whole product for one row tile whose A fragments are held in registers (a[kk]: k step kk)
 template <int HS, int N>
-__device__ __forceinline__ void flash_mma_abt_regs(float (*acc)[4], const uint32_t (*a)[4], const bf16* s) {
-    int lane = threadIdx.x % 32;
-    for (int kk = 0; kk < HS / 16; kk++)
-        for (int n = 0; n < N / 16; n++) {
-            uint32_t b[4];
-            ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
-            mma_bf16_16816(acc[2 * n], a[kk], b, acc[2 * n]);
-            mma_bf16_16816(acc[2 * n + 1], a[kk], b + 2, acc[2 * n + 1]);
-        }
+__device__ __forceinline__ void flash_mma_abt_regs(float (*acc)[N / 8][4], const uint32_t (*a)[4], const bf16* s) {
+    for (int kk = 0; kk < HS / 16; kk++) flash_mma_abt_step<HS, N, 1>(acc, a + kk, s, kk);
 }
 
 // acc[m] (HS/8 tiles) += P V for the M row tiles of P (16 x K each, fp32 C fragments p[m], rounded
@@ -230,7 +230,7 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
         const bf16* sK = sKV + 2 * (kt % S) * BK * P;
         float s[M][BK / 8][4];
         for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
-        if (F::Q_REGS) flash_mma_abt_regs<HS, BK>(s[0], qf, sK);
+        if (F::Q_REGS) flash_mma_abt_regs<HS, BK>(s, qf, sK);
         else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
         bool diagonal = kt * BK + BK - 1 > r0;  // some key above some row of this warp
         // online softmax in log2 units; a row's max is finite from key tile 0 on (key 0 <= row)
