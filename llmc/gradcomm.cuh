@@ -929,6 +929,7 @@ static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid
     st.skipped = false;
     st.refreshed = false;
     st.has_fidelity = false;
+    st.has_window = false;  // gradcomm_gpu_fair_step sets it when a window ends here
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     if (gc->mode == "fp32") { st.bytes = comm_gpu_ring_bytes(grid, 4.0 * P); return; }
     if (gc->mode == "bf16") { st.bytes = comm_gpu_ring_bytes(grid, 2.0 * P); return; }

@@ -16,25 +16,26 @@
 #include "utils.h"
 
 // Per-unit figures of one step (summed over ranks), and the fidelity on --fidelity-every steps.
+// Each communication path resets the flags at its start; the initializers cover the steps before.
 typedef struct {
-    double bytes;                  // sent by this rank
-    bool skipped;                  // a non-finite amax: the step must be skipped by every rank
-    bool refreshed;                // the geometry factors were refreshed this step
-    double refresh_seconds;        // CPU engine: the refreshes' wall clock on this rank (sketch fold, Nyström, broadcast, residual carry)
+    double bytes = 0.0;            // sent by this rank
+    bool skipped = false;          // a non-finite amax: the step must be skipped by every rank
+    bool refreshed = false;        // the geometry factors were refreshed this step
+    double refresh_seconds = 0.0;  // CPU engine: the refreshes' wall clock on this rank (sketch fold, Nyström, broadcast, residual carry)
     std::vector<long> saturated;   // (units) codes at ± the format's max (448 / 57344) after local quantization
     std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
     std::vector<long> nonzero;     // (units)
     std::vector<long> sum_saturated;  // (units) codes at ± the format's max after the native FP8 sum
-    bool has_fidelity;
+    bool has_fidelity = false;
     std::vector<double> rel_l2, cos;  // (units) against the fp32 average
-    double rel_l2_all, cos_all, rel_l2_geo, cos_geo;  // all units; the geometry units together
-    double rel_l2_geo_fp8;  // (c) what plain fp8 (same gradient, no transform, no error feedback) gives on them; NaN: not measured
-    double rel_l2_geo_fp8ef;  // (b) plain fp8 with an error-feedback residual of its own (a counterfactual); NaN: not measured
+    double rel_l2_all = NAN, cos_all = NAN, rel_l2_geo = NAN, cos_geo = NAN;  // all units; the geometry units together
+    double rel_l2_geo_fp8 = NAN;  // (c) what plain fp8 (same gradient, no transform, no error feedback) gives on them; NaN: not measured
+    double rel_l2_geo_fp8ef = NAN;  // (b) plain fp8 with an error-feedback residual of its own (a counterfactual); NaN: not measured
     // the fidelity window that ends at this step (gradcomm_fair_step): RelL2 of the window's sum of
     // (a) geo as sent, (b) fp8+EF, (c) fp8 against the sum of the exact averages
-    bool has_window;
-    int window_steps;       // steps in the window (fewer than W if a skipped step or a resume cut it)
-    double win_rel_l2_geo, win_rel_l2_geo_fp8ef, win_rel_l2_geo_fp8;
+    bool has_window = false;
+    int window_steps = 0;   // steps in the window (fewer than W if a skipped step or a resume cut it)
+    double win_rel_l2_geo = NAN, win_rel_l2_geo_fp8ef = NAN, win_rel_l2_geo_fp8 = NAN;
 } GradCommStats;
 
 // The steps that measure fidelity: every F-th (--fidelity-every F), with F raised to the smallest

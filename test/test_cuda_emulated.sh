@@ -247,6 +247,8 @@ else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(why "$TMP/ms
 #     3 of 4 (skipped after the refresh went out: step 4 must run with the factors and residuals of
 #     step 2, as the unbucketed run, which never refreshed); the fair figures (--fidelity-every 3:
 #     steps 1 and 2 in buckets with their windows, step 3 a fidelity step after the backward); the
+#     fair figures with every step in buckets (--fidelity-every 5: the window of steps 1-2 ends at
+#     step 2, and step 3's row must not repeat it); the
 #     auto selection with --geofp8-ema (step 1 profiles in buckets, step 2 refreshes after the
 #     backward, step 3 in buckets).
 BK=("${SMALL[@]}" -b 1 -t 32 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
@@ -257,6 +259,7 @@ for spec in "2 fp32|-d 64 -c fp32||3" "2 bf16|-d 64 -c bf16||3" "2 fp8block|-d 6
             "2 geofp8_nan_refresh|-d 64 -x 4 -n 4 $BGEO|TRAIN_LLAMA_TEST_NAN=3:1|3" \
             "2 geofp8_nan_loss_refresh|-d 64 -x 4 -n 4 $BGEO|TRAIN_LLAMA_TEST_NAN_LOSS=3:1|3" \
             "2 geofp8_fair|-d 64 $BGEO --fidelity-every 3||2" \
+            "2 geofp8_fair_no_fidelity_step|-d 64 $BGEO --fidelity-every 5||3" \
             "2 geofp8_auto_ema|-d 64 -c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9 --geofp8-rank 8||2" \
             "2 kfac|-d 64 -c kfac --geofp8-refresh 2||1"; do
     IFS='|' read -r head flags nan want <<<"$spec"

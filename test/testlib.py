@@ -15,7 +15,7 @@ From a shell: python3 test/testlib.py NAME VALUE BOUND [DETAIL]   (exit status 1
               python3 test/testlib.py --same-run DIR_A DIR_B STEP   (exit status 0 when two runs
               wrote the same checkpoint at STEP and the same metrics: same_run(); else prints why;
               --same-model: the model file and the metrics only, same_model_and_metrics();
-              --same-metrics DIR_A DIR_B: same_metrics() alone)
+              --same-metrics DIR_A DIR_B: the metrics alone, metrics_difference())
               python3 test/testlib.py --small-model   (prints the flags of the small test model,
               after writing its data if missing: small_model_flags(); --small-model-dir: its data
               directory)
@@ -146,10 +146,11 @@ def checkpoint_tensors(path):
     return out
 
 
-def same_metrics(dir_a, dir_b):
-    """Whether two runs' metrics.jsonl hold the same rows, every field but the times (t_*, ms,
-    tokens_per_s, eta_s, mfu) and how the step went out (comm_buckets_overlapped) compared
-    exactly; False when either is empty or missing."""
+def metrics_difference(dir_a, dir_b):
+    """How two runs' metrics.jsonl differ: "" when they hold the same rows, every field but the
+    times (t_*, ms, tokens_per_s, eta_s, mfu) and how the step went out (comm_buckets_overlapped)
+    compared exactly; else one phrase naming the first differing row and field (either file
+    empty or missing is a difference)."""
     import json
     skip = ("ms", "tokens_per_s", "eta_s", "mfu", "comm_buckets_overlapped")
 
@@ -158,14 +159,23 @@ def same_metrics(dir_a, dir_b):
             return [{k: v for k, v in json.loads(l).items() if not k.startswith("t_") and k not in skip} for l in f]
     try:
         a, b = rows(dir_a), rows(dir_b)
-    except (OSError, ValueError):
-        return False
-    return a == b and len(a) > 0
+    except (OSError, ValueError) as e:
+        return "metrics.jsonl unreadable (%s)" % e
+    if not a:
+        return "%s/metrics.jsonl has no rows" % dir_a
+    for i, (ra, rb) in enumerate(zip(a, b)):
+        for k in sorted(set(ra) | set(rb)):
+            if ra.get(k, "(absent)") != rb.get(k, "(absent)"):
+                return "metrics.jsonl row %d (step %s) field %s: %.200s against %.200s" % (
+                    i + 1, ra.get("step"), k, ra.get(k, "(absent)"), rb.get(k, "(absent)"))
+    if len(a) != len(b):
+        return "metrics.jsonl has %d rows against %d" % (len(a), len(b))
+    return ""
 
 
 def same_run(dir_a, dir_b, step):
     """Whether two runs ended alike: the model and every rank's state file of checkpoint `step`
-    byte for byte, and same_metrics(). Returns (verdict, what differs)."""
+    byte for byte, and the same metrics (metrics_difference). Returns (verdict, what differs)."""
     import filecmp
     import glob
     import os
@@ -177,9 +187,8 @@ def same_run(dir_a, dir_b, step):
               not filecmp.cmp(os.path.join(dir_a, n), os.path.join(dir_b, n), shallow=False)]
     if differ:
         return False, "files differ: " + " ".join(differ)
-    if not same_metrics(dir_a, dir_b):
-        return False, "metrics.jsonl rows differ"
-    return True, ""
+    differ = metrics_difference(dir_a, dir_b)
+    return differ == "", differ
 
 
 SMALL_VOCAB = 1000
@@ -232,7 +241,7 @@ def small_model_flags(root="."):
 
 def same_model_and_metrics(dir_a, dir_b, step):
     """Whether two runs wrote the same model file at `step` byte for byte and the same metrics
-    (same_metrics); their state files may be laid out differently (--virtual-ranks). Returns
+    (metrics_difference); their state files may be laid out differently (--virtual-ranks). Returns
     (verdict, what differs)."""
     import filecmp
     import os
@@ -242,9 +251,8 @@ def same_model_and_metrics(dir_a, dir_b, step):
         return False, "%s missing in %s or %s" % (name, dir_a, dir_b)
     if not filecmp.cmp(a, b, shallow=False):
         return False, name + " differs"
-    if not same_metrics(dir_a, dir_b):
-        return False, "metrics.jsonl rows differ"
-    return True, ""
+    differ = metrics_difference(dir_a, dir_b)
+    return differ == "", differ
 
 
 def main(argv):
@@ -260,7 +268,10 @@ def main(argv):
         print(small_model_dir())
         return 0
     if len(argv) == 4 and argv[1] == "--same-metrics":
-        return 0 if same_metrics(argv[2], argv[3]) else 1
+        differ = metrics_difference(argv[2], argv[3])
+        if differ:
+            print(differ)
+        return 1 if differ else 0
     if len(argv) == 5 and argv[1] == "--same-run":
         ok, why = same_run(argv[2], argv[3], int(argv[4]))
         if not ok:

@@ -86,7 +86,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->major = cc / 10; p->minor = cc % 10; p->multiProcessorCount = 132; p->totalGlobalMem = (size_t)141 << 30;
     return cudaSuccess;
 }
-cudaError_t cudaMallocHost(void** p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaMallocHost(void** p, size_t n) {
+    *p = malloc(n ? n : 1);
+    if (*p) memset(*p, 0xFF, n);  // garbage, as device memory: a read before the first write shows
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
 cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 struct CUevent_st { int dummy; };
 cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
