@@ -25,6 +25,24 @@ n_runs=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 48:
 n_dep=$(grep -c "dependency=afterok:[0-9]* --job-name=llama[36]00m_geofp8 " <<<"$dry")
 if [ "$n_prof" = 2 ] && [ "$n_runs" = 8 ] && [ "$n_dep" = 2 ]; then pass slurm_dry_run_paper_defaults
 else fail slurm_dry_run_paper_defaults "profiles $n_prof/2, runs $n_runs/8, dependencies $n_dep/2: $(head -c 600 <<<"$dry")"; fi
+# a stop-signal lead that reaches a job's start (Slurm signals up to 60 s early) would stop and
+# requeue every start of it at once; a time limit Slurm cannot read, or GPUs that do not fill
+# whole nodes, are refused too: one line each, before any job is submitted
+for case in "TIME_PRETRAIN=00:10:00|STOP_SIGNAL_LEAD=600 must be a whole number of seconds under the time limit 00:10:00 (600 s) less 60 s" \
+            "TIME_PRETRAIN=00:10:00 STOP_SIGNAL_LEAD=540|STOP_SIGNAL_LEAD=540 must be a whole number of seconds under the time limit 00:10:00 (600 s)" \
+            "STOP_SIGNAL_LEAD=10m|STOP_SIGNAL_LEAD=10m must be a whole number of seconds" \
+            "TIME_PROFILE=2h|time limit '2h' is not a Slurm time" \
+            "GPUS_PER_NODE=3|32 GPUs is not a multiple of GPUS_PER_NODE=3"; do
+    set_env=${case%%|*} want=${case#*|}
+    # shellcheck disable=SC2086
+    out=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama DRY_RUN=1 $set_env bash scripts/slurm/submit_paper_runs.sh 2>&1)
+    rc=$? name=slurm_submit_refused_$(tr -c 'A-Za-z0-9\n' _ <<<"$set_env")
+    if [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -qF "error: $want" <<<"$out"; then pass "$name"
+    else fail "$name" "rc=$rc: $(head -c 400 <<<"$out")"; fi
+done
+sweep=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama DRY_RUN=1 GPU_COUNTS="8 12" GPUS_PER_NODE=8 bash scripts/slurm/scaling_sweep.sh 2>&1)
+if [ $? = 1 ] && [ "$sweep" = "error: 12 GPUs is not a multiple of GPUS_PER_NODE=8" ]; then pass slurm_scaling_sweep_refused_before_submitting
+else fail slurm_scaling_sweep_refused_before_submitting "$(head -c 400 <<<"$sweep")"; fi
 
 for prog in munged slurmctld slurmd sbatch scontrol squeue srun; do
     if ! command -v "$prog" >/dev/null 2>&1; then
@@ -125,7 +143,7 @@ export REPO_DIR=$REPO TRAINER=./train_llama_cpu TRAIN_EXTRA="$SMALL_VOCAB" SRUN_
        DATA_DIR=$TMP/data OUT_ROOT=$TMP/runs SHARED_ROOT=$TMP/shared \
        CHECKPOINT_EVERY=5 KEEP_CHECKPOINTS=2 VAL_EVERY=10 VAL_BATCHES=2 \
        GEOFP8_PROFILE_STEPS=6 GEOFP8_REFRESH=5 GEOFP8_RANK=8 \
-       TIME_PRETRAIN=00:10:00 TIME_PROFILE=00:10:00 MODELS=tiny MODES="fp32 geofp8"
+       TIME_PRETRAIN=00:10:00 TIME_PROFILE=00:10:00 STOP_SIGNAL_LEAD=60 MODELS=tiny MODES="fp32 geofp8"
 OUT=$TMP/runs
 bash scripts/slurm/submit_paper_runs.sh >"$TMP/submit.out" 2>&1
 rc=$?
@@ -140,8 +158,9 @@ if [ $rc -eq 0 ] && [ -n "$prof" ] && [ -n "$fp32" ] && [ -n "$geo" ] &&
 else fail slurm_submit_paper_runs_geofp8_depends_on_profile "rc=$rc $(cat "$TMP/submit.out") $(grep -o 'JobState=[A-Z]*\|Dependency=[^ ]*' <<<"$geo_info")"; fi
 # the uninterrupted twin of the fp32 run, submitted like the scaling sweep does (RUN_DIR)
 straight=$( (source scripts/slurm/config.sh
-             # shellcheck disable=SC2046
-             submit $(sbatch_resources 2 00:10:00) --job-name=tiny_fp32_straight \
+             res=$(sbatch_resources 2 00:10:00) || exit 1
+             # shellcheck disable=SC2086
+             submit $res --job-name=tiny_fp32_straight \
                  --export="ALL,MODEL=tiny,MODE=fp32,RUN_DIR=$OUT/tiny_fp32_straight" scripts/slurm/pretrain.sbatch) 2>&1)
 jobs_all=($prof $fp32 $geo $straight)
 echo "  jobs: profile_tiny $prof, tiny_fp32 $fp32, tiny_geofp8 $geo (afterok:$prof), tiny_fp32_straight $straight"
@@ -215,6 +234,17 @@ if [ -n "$requeued_at" ] && [ "$restarts" = 1 ] && grep -q "(restart 1)" "$fp32_
 else
     fail slurm_requeued_job_resumed "signalled after step '$requeued_at', stopped at '$stopped_at', restarts '$restarts', resumed from '$resumed': $(grep -E '^-y 1|^done|^stopped|requeueing|restart|CANCELLED' "$fp32_log" 2>&1 | head -6)"
 fi
+# and no job stopped for any other reason: Slurm's own SIGUSR1 (--signal=USR1@STOP_SIGNAL_LEAD)
+# comes long after these jobs end, so only the signal sent above stopped a trainer, once
+others=""
+for pair in "$prof:profile_tiny" "$geo:tiny_geofp8" "$straight:tiny_fp32_straight"; do
+    j=${pair%%:*} name=${pair#*:}
+    n_stop=$(grep -c "^stopped by SIGUSR1" "$(log_of "$j" "$name")")
+    [ "$(field "$j" Restarts)" = 0 ] && [ "$n_stop" = 0 ] || others="$others $name (restarts $(field "$j" Restarts), stops $n_stop)"
+done
+n_stop=$(grep -c "^stopped by SIGUSR1" "$fp32_log")
+if [ -z "$others" ] && [ "$n_stop" = 1 ]; then pass slurm_only_the_signalled_job_stopped
+else fail slurm_only_the_signalled_job_stopped "tiny_fp32 stopped $n_stop times;$others"; fi
 cmp_out=$(python3 - "$OUT/tiny_fp32/metrics.jsonl" "$OUT/tiny_fp32_straight/metrics.jsonl" "$STEPS" <<'PYEOF'
 import json, sys
 def records(path):

@@ -105,11 +105,43 @@ model_seq_len() {
 # Where the profiling run of a model writes its selected layers.
 layers_file() { echo "$OUT_ROOT/$1_profile/geofp8_layers.txt"; }
 
-# sbatch resource flags for a job on NGPUS GPUs with time limit TIME.
+# Seconds in a Slurm time limit (sbatch -t): MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
+# DAYS-HOURS, DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS; nothing (status 1) otherwise.
+slurm_time_seconds() {
+    local t=$1 days=0 f
+    [[ "$t" =~ ^[0-9]+(-[0-9]+)?(:[0-9]+){0,2}$ ]] || return 1
+    if [[ "$t" == *-* ]]; then
+        days=${t%%-*} t=${t#*-}
+        IFS=: read -r -a f <<<"$t"
+        f+=(0 0)  # DAYS-HOURS[:MINUTES[:SECONDS]]
+        echo $(( ((10#$days * 24 + 10#${f[0]}) * 60 + 10#${f[1]}) * 60 + 10#${f[2]} ))
+        return
+    fi
+    IFS=: read -r -a f <<<"$t"
+    case ${#f[@]} in
+        1) echo $(( 10#${f[0]} * 60 )) ;;
+        2) echo $(( 10#${f[0]} * 60 + 10#${f[1]} )) ;;
+        3) echo $(( (10#${f[0]} * 60 + 10#${f[1]}) * 60 + 10#${f[2]} )) ;;
+    esac
+}
+
+# sbatch resource flags for a job on NGPUS GPUs with time limit TIME. Call it in an assignment,
+# res=$(sbatch_resources ...), so that set -e stops the script when it refuses.
 sbatch_resources() {
-    local ngpus=$1 time=$2
+    local ngpus=$1 time=$2 limit
     if (( ngpus % GPUS_PER_NODE != 0 )); then
         echo "error: $ngpus GPUs is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE" >&2
+        return 1
+    fi
+    if ! limit=$(slurm_time_seconds "$time"); then
+        echo "error: time limit '$time' is not a Slurm time (MINUTES, HH:MM:SS, DAYS-HH:MM:SS, ...)" >&2
+        return 1
+    fi
+    # Slurm may send the --signal up to 60 s before the time it was asked for; a lead that
+    # reaches the start of the job would stop every start at once and requeue it for ever
+    if [[ ! "$STOP_SIGNAL_LEAD" =~ ^[0-9]+$ ]] || (( STOP_SIGNAL_LEAD + 60 >= limit )); then
+        echo "error: STOP_SIGNAL_LEAD=$STOP_SIGNAL_LEAD must be a whole number of seconds under the time limit" \
+             "$time ($limit s) less 60 s (Slurm may signal up to 60 s early)" >&2
         return 1
     fi
     local args=(-p "$SLURM_PARTITION" -N $((ngpus / GPUS_PER_NODE))

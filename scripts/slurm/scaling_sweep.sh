@@ -19,16 +19,22 @@ MODES=${MODES:-"fp32 bf16 fp8 geofp8"}
 GPU_COUNTS=${GPU_COUNTS:-"8 16 32 64"}
 STEPS=${STEPS:-110}
 
+# everything is checked before the first job is submitted
+for N in $GPU_COUNTS; do sbatch_resources "$N" "$TIME_SCALING" >/dev/null; done
 for MODEL in $MODELS; do
     if [[ " $MODES " == *" geofp8 "* && ! -s "$(layers_file "$MODEL")" && "${DRY_RUN:-0}" != 1 ]]; then
         echo "error: $(layers_file "$MODEL") is missing; run profile_layers.sbatch for $MODEL first" >&2
         exit 1
     fi
+done
+
+for MODEL in $MODELS; do
     for N in $GPU_COUNTS; do
+        res=$(sbatch_resources "$N" "$TIME_SCALING")
         for MODE in $MODES; do
             run_dir="$OUT_ROOT/scaling/${MODEL}_${MODE}_${N}gpu"
-            # shellcheck disable=SC2046
-            job=$(submit $(sbatch_resources "$N" "$TIME_SCALING") --job-name="scale_${MODEL}_${MODE}_${N}" --no-requeue \
+            # shellcheck disable=SC2086
+            job=$(submit $res --job-name="scale_${MODEL}_${MODE}_${N}" --no-requeue \
                   --export="ALL,MODEL=$MODEL,MODE=$MODE,REPO_DIR=$REPO_DIR,RUN_DIR=$run_dir,STEPS=$STEPS,RESUME=0,VAL_EVERY=0,CHECKPOINT_EVERY=0,CLEAN_CHECKPOINTS=1" \
                   scripts/slurm/pretrain.sbatch)
             echo "submitted $MODEL $MODE on $N GPUs: job $job -> $run_dir"

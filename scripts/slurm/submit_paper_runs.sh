@@ -18,12 +18,15 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/config.sh"
 cd "$REPO_DIR"
 MODELS=${MODELS:-"llama300m llama600m"}
 MODES=${MODES:-"fp32 bf16 fp8 geofp8"}
+# every job's resources are checked before the first one is submitted
+res_profile=$(sbatch_resources "$PAPER_GPUS" "$TIME_PROFILE")
+res_pretrain=$(sbatch_resources "$PAPER_GPUS" "$TIME_PRETRAIN")
 
 for MODEL in $MODELS; do
     dep=()
     if [[ " $MODES " == *" geofp8 "* && ! -s "$(layers_file "$MODEL")" ]]; then
-        # shellcheck disable=SC2046
-        prof=$(submit $(sbatch_resources "$PAPER_GPUS" "$TIME_PROFILE") --job-name="profile_$MODEL" \
+        # shellcheck disable=SC2086
+        prof=$(submit $res_profile --job-name="profile_$MODEL" \
                --export="ALL,MODEL=$MODEL,REPO_DIR=$REPO_DIR" scripts/slurm/profile_layers.sbatch)
         echo "submitted profile_$MODEL: job $prof"
         dep=(--dependency="afterok:$prof")
@@ -31,8 +34,8 @@ for MODEL in $MODELS; do
     for MODE in $MODES; do
         extra=()
         [[ "$MODE" == geofp8 ]] && extra=(${dep[@]+"${dep[@]}"})
-        # shellcheck disable=SC2046
-        job=$(submit $(sbatch_resources "$PAPER_GPUS" "$TIME_PRETRAIN") ${extra[@]+"${extra[@]}"} --job-name="${MODEL}_${MODE}" \
+        # shellcheck disable=SC2086
+        job=$(submit $res_pretrain ${extra[@]+"${extra[@]}"} --job-name="${MODEL}_${MODE}" \
               --export="ALL,MODEL=$MODEL,MODE=$MODE,REPO_DIR=$REPO_DIR" scripts/slurm/pretrain.sbatch)
         echo "submitted ${MODEL}_${MODE}: job $job -> $OUT_ROOT/${MODEL}_${MODE}"
     done
