@@ -4,7 +4,8 @@ their ratio, the H200 ceiling from shared memory), the causal fraction of a two-
 the configuration read from the kernel source (a header with other tile constants changes the
 figures as computed by hand), --check against ptxas reports with a spill, too many registers and
 a missing kernel, the report `make ptxas-report` writes now against the committed one (same
-lines, and --check passes: no spills, every launch bound met), and the one-line errors.
+lines, and --check passes: no spills, every launch bound met), README's and docs/gpu.md's
+modelled figures against the script's, and the one-line errors.
 
 Prints "PASS name" / "FAIL name: detail" / "SKIP name: why" lines; exits 1 on any failure.
 
@@ -12,6 +13,7 @@ Prints "PASS name" / "FAIL name: detail" / "SKIP name: why" lines; exits 1 on an
 """
 import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,6 +121,16 @@ def main():
             ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 8
             diff = [l for l in lines(now) if l not in lines(committed)][:3]
             check("flash_model_ptxas_report_current", ok, f"rc {r.returncode}; new lines {diff}; {r.stdout.strip()[-300:]}")
+    # README and docs/gpu.md quote the as-built phase figures at causal T = 4096: they must be the
+    # ones the script prints now (a kernel change that moves the model moves the docs with it)
+    r = subprocess.run([sys.executable, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    figs = {(hs, ph): v for hs, ph, v in re.findall(r"HS (\d+) (forward|backward) +as built +(\d+) TFLOP/s", r.stdout)}
+    want_line = lambda ph: f"{figs.get(('64', ph))} / {figs.get(('128', ph))}"  # noqa: E731
+    for doc in ("README.md", os.path.join("docs", "gpu.md")):
+        text = " ".join(open(os.path.join(REPO, doc)).read().split())
+        ok = len(figs) == 4 and f"{want_line('forward')} TFLOP/s forward and {want_line('backward')} backward" in text
+        check(f"flash_model_figures_in_{os.path.basename(doc).split('.')[0].lower()}", ok,
+              f"{doc} does not quote '{want_line('forward')} TFLOP/s forward and {want_line('backward')} backward' (rc {r.returncode})")
     for name, args, want in [("head_size", ["--hs", "48"], "--hs: expected head sizes among"),
                              ("efficiency", ["--efficiency", "2"], "--efficiency"),
                              ("seq_len", ["-t", "0"], "-t/--seq-len"),
