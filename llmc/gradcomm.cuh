@@ -94,16 +94,16 @@ static inline void gradcomm_timer_end(GradCommTimer* t, int span) {
     CUDA_CHECK(cudaEventRecord(t->events[2 * span + 1], t->span_stream[span]));
 }
 
-// Sums the spans of this step per phase into t->ms (synchronizes) and starts a new step. Spans
-// nest (comm holds nccl, decode, ...) and the last opened is not always the last recorded, so
-// the whole stream is waited for before any elapsed time is read (the bucket stream's spans end
-// before the trainer's stream goes on: gradcomm_gpu_bucket_wait).
+// Sums the spans of this step per phase into t->ms (synchronizes) and starts a new step. Each
+// span's end event is waited for before its time is read (its start, recorded earlier on the same
+// stream, is then done too): a span's time never depends on how the trainer's stream and the
+// bucket stream were ordered.
 static inline void gradcomm_timer_collect(GradCommTimer* t) {
     if (!t) return;
     for (double& v : t->ms) v = 0.0;
-    if (!t->span_phase.empty()) CUDA_CHECK(cudaStreamSynchronize(t->stream));
     for (size_t i = 0; i < t->span_phase.size(); i++) {
         float ms = 0.0f;
+        CUDA_CHECK(cudaEventSynchronize(t->events[2 * i + 1]));
         CUDA_CHECK(cudaEventElapsedTime(&ms, t->events[2 * i], t->events[2 * i + 1]));
         t->ms[t->span_phase[i]] += ms;
     }
