@@ -125,12 +125,11 @@ def main():
     # ones the script prints now (a kernel change that moves the model moves the docs with it)
     r = subprocess.run([sys.executable, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     figs = {(hs, ph): v for hs, ph, v in re.findall(r"HS (\d+) (forward|backward) +as built +(\d+) TFLOP/s", r.stdout)}
-    want_line = lambda ph: f"{figs.get(('64', ph))} / {figs.get(('128', ph))}"  # noqa: E731
-    for doc in ("README.md", os.path.join("docs", "gpu.md")):
-        text = " ".join(open(os.path.join(REPO, doc)).read().split())
-        ok = len(figs) == 4 and f"{want_line('forward')} TFLOP/s forward and {want_line('backward')} backward" in text
-        check(f"flash_model_figures_in_{os.path.basename(doc).split('.')[0].lower()}", ok,
-              f"{doc} does not quote '{want_line('forward')} TFLOP/s forward and {want_line('backward')} backward' (rc {r.returncode})")
+    pair = lambda ph: f"{figs.get(('64', ph))} / {figs.get(('128', ph))}"  # noqa: E731
+    quote = f"{pair('forward')} TFLOP/s forward and {pair('backward')} backward"
+    for name, doc in (("readme", "README.md"), ("gpu", os.path.join("docs", "gpu.md"))):
+        text = " ".join(open(os.path.join(REPO, doc)).read().split())  # line breaks as spaces
+        check(f"flash_model_figures_in_{name}", len(figs) == 4 and quote in text, f"{doc} does not quote '{quote}' (rc {r.returncode})")
     for name, args, want in [("head_size", ["--hs", "48"], "--hs: expected head sizes among"),
                              ("efficiency", ["--efficiency", "2"], "--efficiency"),
                              ("seq_len", ["-t", "0"], "-t/--seq-len"),
