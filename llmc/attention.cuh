@@ -51,7 +51,7 @@ static inline bool attention_kind_from_name(const char* name, int HS, AttentionK
 static inline const char* attention_kind_name(AttentionKind kind) { return kind == ATTENTION_FLASH ? "flash" : "cublas"; }
 
 // Per-call scratch, sized for the largest (B, T) of a run; smaller (B, T) reuse it. The flash path
-// needs only the row dots D (B, NH, T), the fp32 dQ sums and the backward's order counters; the
+// needs only the rows' (lse · log2 e, D) (B, NH, T), the fp32 dQ sums and the backward's order counters; the
 // others stay NULL.
 typedef struct {
     AttentionKind kind;
@@ -64,14 +64,14 @@ typedef struct {
     bf16* dv;       // (B, NKV, T, HS)
     float* scores;  // (B, NH, T, T) S, then dP in the backward
     bf16* probs;    // (B, NH, T, T) P, then dS in the backward
-    float* rowdot;  // (B, NH, T) flash: D = rowsum(dO ∘ O)
+    float2* rowstats;  // (B, NH, T) flash: (lse · log2 e, D = rowsum(dO ∘ O)) per query row
     float* dq_accum;  // (B, NH, T, HS) flash: dQ summed over key blocks, fp32
     int* order;       // flash: the backward's ticket and dQ turns (flash_order_ints_hs)
 } AttentionScratch;
 
 static inline size_t attention_scratch_bytes(AttentionKind kind, int B, int T, int NH, int NKV, int HS) {
     size_t qh = (size_t)B * NH * T * HS, kh = (size_t)B * NKV * T * HS, tt = (size_t)B * NH * T * T;
-    if (kind == ATTENTION_FLASH) return 4 * ((size_t)B * NH * T + qh + flash_order_ints_hs(B, T, NH, HS));
+    if (kind == ATTENTION_FLASH) return 4 * (2 * (size_t)B * NH * T + qh + flash_order_ints_hs(B, T, NH, HS));
     return 2 * (3 * qh + 4 * kh) + 4 * tt + 2 * tt;
 }
 
@@ -79,7 +79,7 @@ static inline void attention_scratch_alloc(AttentionScratch* s, AttentionKind ki
     memset(s, 0, sizeof(*s));
     s->kind = kind;
     if (kind == ATTENTION_FLASH) {
-        s->rowdot = cuda_malloc<float>((size_t)B * NH * T);
+        s->rowstats = cuda_malloc<float2>((size_t)B * NH * T);
         s->dq_accum = cuda_malloc<float>((size_t)B * NH * T * HS);
         s->order = cuda_malloc<int>(flash_order_ints_hs(B, T, NH, HS));
         return;
@@ -97,7 +97,7 @@ static inline void attention_scratch_alloc(AttentionScratch* s, AttentionKind ki
 }
 
 static inline void attention_scratch_free(AttentionScratch* s) {
-    void* bufs[] = {s->q, s->k, s->v, s->o, s->dq, s->dk, s->dv, s->scores, s->probs, s->rowdot, s->dq_accum, s->order};
+    void* bufs[] = {s->q, s->k, s->v, s->o, s->dq, s->dk, s->dv, s->scores, s->probs, s->rowstats, s->dq_accum, s->order};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
 }
 
@@ -273,7 +273,7 @@ static inline void attention_backward(bf16* dqkv,          // (B, T, (NH + 2*NKV
                                       AttentionScratch* s,
                                       int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     if (s->kind == ATTENTION_FLASH) {
-        flash_attention_backward(dqkv, s->rowdot, s->dq_accum, s->order, dout, qkv, out, lse, B, T, NH, NKV, HS, stream);
+        flash_attention_backward(dqkv, s->rowstats, s->dq_accum, s->order, dout, qkv, out, lse, B, T, NH, NKV, HS, stream);
         return;
     }
     int row = (NH + 2 * NKV) * HS, group = NH / NKV, G = group * T;

@@ -62,7 +62,7 @@ struct FlashFwdTile {
 // MIN_BLOCKS as above
 template <int HS>
 struct FlashBwdTile {
-    static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1;
+    static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;
 };
 
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on
@@ -288,12 +288,14 @@ __device__ __forceinline__ float attention_row_dot(const bf16* dout, const bf16*
     return cuda_warp_sum(d);
 }
 
-// D (B*NH*T) = rowsum(dO ∘ O) per (b, h, t), one warp per row; dout, out (B, T, NH*HS)
-__global__ void flash_rowdot_kernel(float* D, const bf16* dout, const bf16* out, int B, int T, int NH, int HS) {
+// rows (B*NH*T) = (lse · log2 e, D) per (b, h, t), D = rowsum(dO ∘ O), one warp per row: the two
+// numbers the backward reads per query, side by side so that one 8-byte copy brings both;
+// lse (B, NH, T), dout, out (B, T, NH*HS)
+__global__ void flash_rowdot_kernel(float2* rows, const float* lse, const bf16* dout, const bf16* out, int B, int T, int NH, int HS) {
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (r >= B * NH * T) return;
     float d = attention_row_dot(dout, out, r, T, NH, HS);
-    if (threadIdx.x % 32 == 0) D[r] = d;
+    if (threadIdx.x % 32 == 0) rows[r] = make_float2(lse[r] * FLASH_LOG2E, d);
 }
 
 // Waits (one thread) until the counter at p reads turn. On a GPU the block it waits for took its
@@ -313,110 +315,162 @@ template <int HS> static inline size_t flash_order_ints(int B, int T, int NH) {
     return 1 + (size_t)B * NH * cuda_ceil_div(T, FlashBwdTile<HS>::BQ);
 }
 
-// dK, dV and dQ: grid (ceil(T/128), NKV, B), 256 threads. dq_accum (B, NH, T, HS) fp32 scratch,
-// order: the zeroed counters above. Shared memory: the block's K and V, two buffers of a query
-// tile (Q, dO, lse, D: the next loading while this one is used), the tile's dSᵀ and the ticket.
+// The backward block's named barriers: the compute warps among themselves, and per dQ stage s
+// "full" (compute warps -> writer: stage s holds a part) and "empty" (writer -> compute warps:
+// stage s is drained)
+enum { FLASH_BAR_COMPUTE = 1, FLASH_BAR_FULL = 2 };
+template <int HS> struct FlashBwdBars { static const int EMPTY = FLASH_BAR_FULL + FlashBwdTile<HS>::DQ_STAGES; };
+
+// The dQ writer: the block's last warp. For each query tile the compute warps leave their part of
+// dQ (fp32) in a shared stage; the writer waits for the tile's turn, adds the part to dq_accum in
+// the order "diagonal key block first, key block 0 last" and passes the turn on, while the
+// compute warps go on to the next tile. The first part is stored, the next ones are added by
+// red.global.add (no value comes back, so nothing waits on L2 but the one fence before the turn
+// passes); key block 0 reads the sum, adds its part and writes bf16 dQ into dqkv.
 template <int HS>
-__global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32, FlashBwdTile<HS>::MIN_BLOCKS)
-flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
+__device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_accum, int* turns, const float* sDQ, int b, int kvh,
+                                                         int kb, int total, int per_head, int it0, int T, int NH, int NKV) {
+    typedef FlashBwdTile<HS> F;
+    const int BQ = F::BQ, BK = F::BK, S = F::DQ_STAGES, PD = HS + 8, CH = HS / 4, THREADS = F::WARPS * 32;
+    const int BATCH = 8;  // float4 chunks a lane has in flight when it reads the sum (key block 0)
+    int lane = threadIdx.x % 32, group = NH / NKV, nq = (T + BQ - 1) / BQ, ld = (NH + 2 * NKV) * HS;
+#pragma unroll 1
+    for (int idx = 0; idx < total; idx++) {
+        int stage = idx % S, h = kvh * group + idx / per_head, qi = it0 + idx % per_head, q0 = qi * BQ;
+        int rows = min(BQ, T - q0), turn = q0 / BK - kb;
+        int* turn_p = turns + ((size_t)b * NH + h) * nq + qi;
+        const float* part = sDQ + stage * BQ * PD;
+        float* acc = dq_accum + (((size_t)b * NH + h) * T + q0) * HS;
+        bar_sync(FLASH_BAR_FULL + stage, THREADS + 32);  // the compute warps' part is in the stage
+        if (turn > 0) {
+            if (lane == 0) flash_wait_turn(turn_p, turn);
+            __syncwarp();
+        }
+        if (kb > 0) {
+            for (int i = lane; i < rows * CH; i += 32) {
+                int r = i / CH, c4 = i % CH;
+                float4 x = *(const float4*)(part + r * PD + 4 * c4);
+                if (turn == 0) __stcg((float4*)(acc + (size_t)r * HS + 4 * c4), x);
+                else red_add_f32x4(acc + (size_t)r * HS + 4 * c4, x);
+            }
+            __threadfence();  // the part is performed at L2 before the turn passes on
+            __syncwarp();
+            if (lane == 0) atomicAdd(turn_p, 1);
+        } else {
+            bf16* dq = dqkv + ((size_t)b * T + q0) * ld + h * HS;
+            for (int i0 = 0; i0 < rows * CH; i0 += 32 * BATCH) {
+                float4 y[BATCH];
+                for (int j = 0; j < BATCH; j++) {  // the sum so far, all loads in flight at once
+                    int i = i0 + lane + 32 * j;
+                    if (turn > 0 && i < rows * CH) y[j] = __ldcg((const float4*)(acc + (size_t)(i / CH) * HS + 4 * (i % CH)));
+                    else y[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                for (int j = 0; j < BATCH; j++) {
+                    int i = i0 + lane + 32 * j, r = i / CH, c4 = i % CH;
+                    if (i >= rows * CH) break;
+                    float4 x = *(const float4*)(part + r * PD + 4 * c4);
+                    if (turn > 0) { x.x = y[j].x + x.x; x.y = y[j].y + x.y; x.z = y[j].z + x.z; x.w = y[j].w + x.w; }
+                    uint2 v = make_uint2(mma_pack_bf16(x.x, x.y), mma_pack_bf16(x.z, x.w));
+                    *(uint2*)(dq + (size_t)r * ld + 4 * c4) = v;
+                }
+            }
+        }
+        if (idx + S < total) bar_arrive(FlashBwdBars<HS>::EMPTY + stage, THREADS + 32);  // stage drained
+    }
+}
+
+// dK, dV and dQ: grid (ceil(T/128), NKV, B), WARPS compute warps and the dQ writer warp.
+// dq_accum (B, NH, T, HS) fp32 scratch, order: the zeroed counters above, rows: flash_rowdot_kernel's
+// (lse · log2 e, D). Shared memory: the block's K and V, two buffers of a query tile (Q, dO and
+// its rows' (lse · log2 e, D): the next loading while this one is used), the tile's dSᵀ, the dQ
+// stages and the ticket.
+template <int HS>
+__global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32 + 32, FlashBwdTile<HS>::MIN_BLOCKS)
+flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rowstats,
                       int T, int NH, int NKV, float scale, float scale_log2) {
     typedef FlashBwdTile<HS> F;
-    const int BK = F::BK, BQ = F::BQ, THREADS = F::WARPS * 32, P = HS + 8, PS = BQ + 8;
+    const int BK = F::BK, BQ = F::BQ, THREADS = F::WARPS * 32, P = HS + 8, PS = BQ + 8, PD = HS + 8;
     // the dQ product's warp grid: RG row tiles of 16 queries x CG column slices of DC
     const int RG = BQ / 16, CG = F::WARPS / RG, DC = HS / CG;
     static_assert(RG * CG == F::WARPS && DC % 16 == 0, "dQ warp grid");
     extern __shared__ __align__(16) bf16 flash_smem[];
-    // buffer i: Q at sQ + i * QBUF, dO at sdO + i * QBUF; lse at sL + i * LBUF, D at sD + i * LBUF
-    const int QBUF = 2 * BQ * P, LBUF = 2 * BQ;
+    // buffer i: Q at sQ + i * QBUF, dO at sdO + i * QBUF, its rows' (lse · log2 e, D) at sR + i * BQ
+    const int QBUF = 2 * BQ * P;
     bf16 *sK = flash_smem, *sV = sK + BK * P, *sQ = sV + BK * P, *sdO = sQ + BQ * P, *sdS = sQ + 2 * QBUF;
-    float *sL = (float*)(sdS + BK * PS), *sD = sL + BQ;
-    int* sTicket = (int*)(sL + 2 * LBUF);
+    float2* sR = (float2*)(sdS + BK * PS);
+    float* sDQ = (float*)(sR + 2 * BQ);  // F::DQ_STAGES stages of (BQ, HS + 8) fp32
+    int* sTicket = (int*)(sDQ + F::DQ_STAGES * BQ * PD);
     if (threadIdx.x == 0) *sTicket = atomicAdd(order, 1);
     __syncthreads();
     int nkb = gridDim.x, ticket = *sTicket;
     int kb = nkb - 1 - ticket % nkb, kvh = ticket / nkb % NKV, b = ticket / nkb / NKV, group = NH / NKV;
-    int* turns = order + 1;
     int ld = (NH + 2 * NKV) * HS, k0 = kb * BK, nq = (T + BQ - 1) / BQ;
-    const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
-    const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
-    int rg = warp % RG, cg = warp / RG;  // this warp's part of dQ: rows rg*16.., columns cg*DC..
     // the work: the group's q heads, each with the query tiles that reach key k0
     int it0 = k0 / BQ, per_head = nq - it0, total = group * per_head;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    if (warp == F::WARPS) {
+        flash_backward_dq_writer<HS>(dqkv, dq_accum, order + 1, sDQ, b, kvh, kb, total, per_head, it0, T, NH, NKV);
+        return;
+    }
+    const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
+    const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
+    int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    int rg = warp % RG, cg = warp / RG;  // this warp's part of dQ: rows rg*16.., columns cg*DC..
     auto issue = [&](int idx, int buf) {  // loads query tile idx into buffer buf
         int h = kvh * group + idx / per_head, q0 = (it0 + idx % per_head) * BQ;
         flash_load_tile<HS, BQ, THREADS>(sQ + buf * QBUF, qkv + (size_t)b * T * ld + h * HS, ld, q0, T);
         flash_load_tile<HS, BQ, THREADS>(sdO + buf * QBUF, dout + (size_t)b * T * NH * HS + h * HS, NH * HS, q0, T);
-        for (int i = threadIdx.x; i < BQ; i += THREADS) {
-            size_t r = ((size_t)b * NH + h) * T + q0 + i;
-            sL[buf * LBUF + i] = q0 + i < T ? lse[r] * FLASH_LOG2E : INFINITY;  // rows past T: P = 0
-            sD[buf * LBUF + i] = q0 + i < T ? D[r] : 0.0f;
-        }
+        const float2* r = rowstats + ((size_t)b * NH + h) * T + q0;
+        for (int i = threadIdx.x; i < BQ; i += THREADS) cp_async8(sR + buf * BQ + i, q0 + i < T ? r + i : r, q0 + i < T);
     };
 
     flash_load_tile<HS, BK, THREADS>(sK, k, ld, k0, T);
     flash_load_tile<HS, BK, THREADS>(sV, v, ld, k0, T);
-    cp_async_commit();
     issue(0, 0);
     cp_async_commit();
     float dk[1][HS / 8][4], dv[1][HS / 8][4];
     flash_zero<HS / 8>(dk[0]);
     flash_zero<HS / 8>(dv[0]);
+#pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
-        int buf = idx % 2, h = kvh * group + idx / per_head, qi = it0 + idx % per_head, q0 = qi * BQ;
-        if (idx + 1 < total) issue(idx + 1, 1 - buf);  // the other buffer: free since the last iteration's end
+        int buf = idx % 2, q0 = (it0 + idx % per_head) * BQ, stage = idx % F::DQ_STAGES;
+        cp_async_wait<0>();                    // query tile idx (and K, V) is in for this thread
+        bar_sync(FLASH_BAR_COMPUTE, THREADS);  // ... for every thread; every warp is done with tile idx - 1
+        if (idx + 1 < total) issue(idx + 1, 1 - buf);  // into the buffer tile idx - 1 used
         cp_async_commit();
-        cp_async_wait<1>();  // everything but the tile just issued
-        __syncthreads();
         const bf16 *q_s = sQ + buf * QBUF, *do_s = sdO + buf * QBUF;
-        const float *l_s = sL + buf * LBUF, *d_s = sD + buf * LBUF;
+        const float2* r_s = sR + buf * BQ;
         float s[1][BQ / 8][4];  // Pᵀ, then dSᵀ (16 keys x BQ queries)
         flash_zero<BQ / 8>(s[0]);
         if (k0 + warp * 16 <= q0 + BQ - 1) {  // some key of this warp at or below some query
             float dp[1][BQ / 8][4];
+            int last = min(BQ, T - q0) - 1;   // the tile's last query column inside T
             flash_mma_abt<HS, BQ, 1>(s, sK, warp * 16, q_s);  // Sᵀ = K Qᵀ
             for (int n = 0; n < BQ / 8; n++)
                 for (int i = 0; i < 4; i++) {
                     int col = n * 8 + 2 * c + i % 2;
-                    s[0][n][i] = rk[i / 2] <= q0 + col ? exp2f(s[0][n][i] * scale_log2 - l_s[col]) : 0.0f;
+                    s[0][n][i] = rk[i / 2] <= q0 + col && col <= last ? exp2f(s[0][n][i] * scale_log2 - r_s[col].x) : 0.0f;
                 }
             flash_mma_pv<HS, BQ, 1>(dv, s, do_s);  // dV += Pᵀ dO
             flash_zero<BQ / 8>(dp[0]);
             flash_mma_abt<HS, BQ, 1>(dp, sV, warp * 16, do_s);  // dPᵀ = V dOᵀ
             for (int n = 0; n < BQ / 8; n++)
-                for (int i = 0; i < 4; i++) s[0][n][i] = scale * s[0][n][i] * (dp[0][n][i] - d_s[n * 8 + 2 * c + i % 2]);
+                for (int i = 0; i < 4; i++) s[0][n][i] = scale * s[0][n][i] * (dp[0][n][i] - r_s[n * 8 + 2 * c + i % 2].y);
             flash_mma_pv<HS, BQ, 1>(dk, s, q_s);  // dK += dSᵀ Q
         }
         for (int n = 0; n < BQ / 8; n++)  // dSᵀ (bf16, as the dK product rounds it) for dQ
             for (int half = 0; half < 2; half++)
                 *(uint32_t*)(sdS + (warp * 16 + g + 8 * half) * PS + n * 8 + 2 * c) = mma_pack_bf16(s[0][n][2 * half], s[0][n][2 * half + 1]);
-        __syncthreads();
+        bar_sync(FLASH_BAR_COMPUTE, THREADS);  // every warp's dSᵀ is in
         float dq[DC / 8][4];
         flash_zero<DC / 8>(dq);
         flash_mma_atb<BK, DC>(dq, sdS, PS, rg * 16, sK, P, cg * DC);  // this block's part of dQ = dS K
-        // add it in key block order kbmax, ..., 0 (kbmax: the block holding the tile's first query)
-        int* turn_p = turns + ((size_t)b * NH + h) * nq + qi;
-        int turn = q0 / BK - kb;
-        if (turn > 0) {
-            if (threadIdx.x == 0) flash_wait_turn(turn_p, turn);
-            __syncthreads();
-        }
-        float* acc = dq_accum + (((size_t)b * NH + h) * T + q0 + rg * 16) * HS + cg * DC;
-        for (int half = 0; half < 2; half++) {
-            int r = g + 8 * half;
-            if (q0 + rg * 16 + r >= T) continue;
-            for (int n = 0; n < DC / 8; n++) {
-                float2* p = (float2*)(acc + (size_t)r * HS + n * 8 + 2 * c);
-                float2 x = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
-                if (turn > 0) { float2 y = __ldcg(p); x.x = y.x + x.x; x.y = y.y + x.y; }
-                if (kb > 0) __stcg(p, x);
-                else *(__nv_bfloat162*)(dqkv + ((size_t)b * T + q0 + rg * 16 + r) * ld + h * HS + cg * DC + n * 8 + 2 * c) = __floats2bfloat162_rn(x.x, x.y);
-            }
-        }
-        if (kb > 0) __threadfence();  // the part is visible before the turn passes on
-        __syncthreads();               // every warp is done with buffer buf and dSᵀ
-        if (threadIdx.x == 0 && kb > 0) atomicAdd(turn_p, 1);
+        if (idx >= F::DQ_STAGES) bar_sync(FlashBwdBars<HS>::EMPTY + stage, THREADS + 32);  // the writer drained the stage
+        float* part = sDQ + stage * BQ * PD + (rg * 16) * PD + cg * DC;
+        for (int half = 0; half < 2; half++)
+            for (int n = 0; n < DC / 8; n++)
+                *(float2*)(part + (g + 8 * half) * PD + n * 8 + 2 * c) = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
+        bar_arrive(FLASH_BAR_FULL + stage, THREADS + 32);  // the part is in: the writer takes it
     }
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + kvh) * HS, ld, k0 + warp * 16, T, dk[0], 1.0f, 1.0f);
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS, ld, k0 + warp * 16, T, dv[0], 1.0f, 1.0f);
@@ -432,7 +486,7 @@ template <int HS> static inline size_t flash_forward_smem() {
 template <int HS> static inline size_t flash_backward_smem() {
     typedef FlashBwdTile<HS> F;
     return (size_t)(2 * F::BK + 4 * F::BQ) * (HS + 8) * sizeof(bf16) + (size_t)F::BK * (F::BQ + 8) * sizeof(bf16) +
-           4 * F::BQ * sizeof(float) + 16;
+           2 * F::BQ * sizeof(float2) + (size_t)F::DQ_STAGES * F::BQ * (HS + 8) * sizeof(float) + 16;
 }
 
 // Shared memory above 48 KB must be opted into, once per kernel.
@@ -470,14 +524,14 @@ static inline void flash_forward_hs(bf16* out, float* lse, const bf16* qkv, int 
 }
 
 template <int HS>
-static inline void flash_backward_hs(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float* lse,
-                                     const float* D, int B, int T, int NH, int NKV, cudaStream_t stream) {
+static inline void flash_backward_hs(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rows,
+                                     int B, int T, int NH, int NKV, cudaStream_t stream) {
     flash_set_smem_limits<HS>();
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = FLASH_LOG2E * scale;
     CUDA_CHECK(cudaMemsetAsync(order, 0, flash_order_ints<HS>(B, T, NH) * sizeof(int), stream));
     dim3 grid(cuda_ceil_div(T, FlashBwdTile<HS>::BK), NKV, B);
-    flash_backward_kernel<HS><<<grid, FlashBwdTile<HS>::WARPS * 32, flash_backward_smem<HS>(), stream>>>(
-        dqkv, dq_accum, order, dout, qkv, lse, D, T, NH, NKV, scale, scale_log2);
+    flash_backward_kernel<HS><<<grid, FlashBwdTile<HS>::WARPS * 32 + 32, flash_backward_smem<HS>(), stream>>>(
+        dqkv, dq_accum, order, dout, qkv, rows, T, NH, NKV, scale, scale_log2);
     KERNEL_CHECK();
 }
 
@@ -491,17 +545,17 @@ static inline void flash_attention_forward(bf16* out, float* lse, const bf16* qk
     else flash_forward_hs<128>(out, lse, qkv, B, T, NH, NKV, stream);
 }
 
-// dqkv (B, T, (NH + 2*NKV)*HS) written; scratch: D (B*NH*T), dq_accum (B*NH*T*HS) fp32 and order
-// (flash_order_ints_hs ints)
-static inline void flash_attention_backward(bf16* dqkv, float* D, float* dq_accum, int* order, const bf16* dout, const bf16* qkv,
+// dqkv (B, T, (NH + 2*NKV)*HS) written; scratch: rows (B*NH*T float2), dq_accum (B*NH*T*HS) fp32
+// and order (flash_order_ints_hs ints)
+static inline void flash_attention_backward(bf16* dqkv, float2* rows, float* dq_accum, int* order, const bf16* dout, const bf16* qkv,
                                             const bf16* out, const float* lse, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     flash_check(qkv, dqkv, HS);
     flash_check(dout, out, HS);
-    int rows = B * NH * T, warps = 8;
-    flash_rowdot_kernel<<<cuda_ceil_div(rows, warps), warps * 32, 0, stream>>>(D, dout, out, B, T, NH, HS);
+    int n = B * NH * T, warps = 8;
+    flash_rowdot_kernel<<<cuda_ceil_div(n, warps), warps * 32, 0, stream>>>(rows, lse, dout, out, B, T, NH, HS);
     KERNEL_CHECK();
-    if (HS == 16) flash_backward_hs<16>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
-    else if (HS == 32) flash_backward_hs<32>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
-    else if (HS == 64) flash_backward_hs<64>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
-    else flash_backward_hs<128>(dqkv, dq_accum, order, dout, qkv, lse, D, B, T, NH, NKV, stream);
+    if (HS == 16) flash_backward_hs<16>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+    else if (HS == 32) flash_backward_hs<32>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+    else if (HS == 64) flash_backward_hs<64>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+    else flash_backward_hs<128>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
 }

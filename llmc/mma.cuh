@@ -70,7 +70,19 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 #endif
 }
 
-// closes the group of cp.async16 calls issued since the last commit
+// 8 bytes global -> shared, asynchronous (cp.async.ca: the only cp.async size below 16 bytes
+// that keeps src 8-byte aligned rather than 16); valid = false zero-fills as above
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
+    int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(n));
+#else
+    if (valid) memcpy(dst, src, 8); else memset(dst, 0, 8);
+#endif
+}
+
+// closes the group of cp.async calls issued since the last commit
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__)
     asm volatile("cp.async.commit_group;\n" ::);
@@ -99,4 +111,38 @@ __device__ __forceinline__ void mma_pack_a(uint32_t* a, const float* c0, const f
     a[1] = mma_pack_bf16(c0[2], c0[3]);
     a[2] = mma_pack_bf16(c1[0], c1[1]);
     a[3] = mma_pack_bf16(c1[2], c1[3]);
+}
+
+// Named barriers (PTX ISA, "bar.sync / bar.arrive"): barrier id (1..15; __syncthreads uses 0) of
+// `threads` threads, a multiple of 32, counted per whole warp. bar.sync waits until that many
+// threads have arrived; bar.arrive counts the warp in and goes on. Either orders the warp's
+// earlier memory accesses before those that the waiting threads make after it, so a producer
+// arrives and its consumer syncs: the consumer then reads what the producer wrote.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_bar_sync(id, threads);
+#endif
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_bar_arrive(id, threads);
+#endif
+}
+
+// p[0..3] += v[0..3] in global memory, each element an atomic add at the GPU's L2 (red.global.add.
+// v4.f32, PTX ISA "red": sm_90; relaxed, GPU scope; p 16-byte aligned). Nothing comes back, so the
+// thread does not wait for it; a later fence waits for it to be performed. Per the ISA, the add
+// rounds to nearest even and, without .noftz (PTX 9.4 and later only), flushes subnormal inputs
+// and results to sign-preserving zero on global memory.
+__device__ __forceinline__ void red_add_f32x4(float* p, float4 v) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y); emu_red_add_f32(p + 2, v.z); emu_red_add_f32(p + 3, v.w);
+#endif
 }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <cmath>
 
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
@@ -63,6 +64,12 @@ void* emu_dynamic_smem();
 
 // barriers and warp collectives (full warps only, as every kernel of the engine uses them)
 void __syncthreads();
+// named barriers (llmc/mma.cuh's bar_sync / bar_arrive): barrier id of `threads` threads; sync
+// waits for the count, arrive counts in and goes on
+void emu_bar_sync(int id, int threads);
+void emu_bar_arrive(int id, int threads);
+// __syncwarp: the warp's lanes wait for each other (full mask only)
+void __syncwarp(unsigned mask = 0xffffffffu);
 double emu_shfl_xor(double v, int lane_mask);
 unsigned int emu_reduce_max_u32(unsigned int v);
 unsigned int emu_reduce_add_u32(unsigned int v);
@@ -141,4 +148,9 @@ static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 // stores are plain ones
 static inline void __threadfence() {}
 template <typename T> static inline T __ldcg(const T* p) { return *p; }
+// red.global.add.f32 (llmc/mma.cuh's red_add_f32x4, per element): rounds to nearest even and
+// flushes subnormal inputs and results to sign-preserving zero, as the PTX ISA says it does on
+// global memory without .noftz
+static inline float emu_ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+static inline void emu_red_add_f32(float* p, float v) { *p = emu_ftz(emu_ftz(*p) + emu_ftz(v)); }
 template <typename T> static inline void __stcg(T* p, T v) { *p = v; }

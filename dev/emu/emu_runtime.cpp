@@ -228,6 +228,29 @@ void __syncthreads() {
     while (g_bar_gen == g) wait_for_next();
 }
 
+// named barriers (bar.sync / bar.arrive with an id and a thread count): per id, the threads
+// counted in so far and a generation that moves on when the count is reached. A thread counts
+// itself in; bar.sync then waits for the generation to move, bar.arrive goes on at once. An id
+// still part-counted when the block ends is a mismatch of the kernel's arrivals and waits.
+static const int NAMED_BARRIERS = 16;
+static int g_nbar_count[NAMED_BARRIERS], g_nbar_need[NAMED_BARRIERS], g_nbar_gen[NAMED_BARRIERS];
+static int named_bar_count_in(int id, int threads) {
+    if (!g_fiber_mode) die("kernel %s uses a named barrier but was launched without fibers", g_kernel);
+    if (id < 1 || id >= NAMED_BARRIERS || threads <= 0 || threads % 32 != 0 || threads > g_nfibers)
+        die("kernel %s: named barrier %lld of %lld threads (ids 1..15, a multiple of 32 threads, at most the block)", g_kernel, id, threads);
+    if (g_nbar_count[id] > 0 && g_nbar_need[id] != threads)
+        die("kernel %s: named barrier %lld counted with different thread counts", g_kernel, id);
+    int gen = g_nbar_gen[id];
+    g_nbar_need[id] = threads;
+    if (++g_nbar_count[id] == threads) { g_nbar_count[id] = 0; g_nbar_gen[id]++; g_progress++; }
+    return gen;
+}
+void emu_bar_sync(int id, int threads) {
+    int gen = named_bar_count_in(id, threads);
+    while (g_nbar_gen[id] == gen) wait_for_next();
+}
+void emu_bar_arrive(int id, int threads) { named_bar_count_in(id, threads); }
+
 // last: run by the lane that completes the barrier, before the others go on
 static void warp_barrier(Warp& w, void (*last)(Warp&, int) = NULL, int slot = 0) {
     int g = w.gen;
@@ -281,6 +304,14 @@ double emu_warp_butterfly(double v, int op) {
     return w.buf[p][lane];
 }
 
+void __syncwarp(unsigned mask) {
+    if (!g_fiber_mode) die("kernel %s calls __syncwarp but was launched without fibers", g_kernel);
+    if (mask != 0xffffffffu) die("kernel %s: __syncwarp with a partial mask", g_kernel);
+    Warp& w = g_warps[g_cur->linear / 32];
+    if (w.alive != 32) die("kernel %s: __syncwarp with %lld live lanes", g_kernel, w.alive);
+    warp_barrier(w);
+}
+
 void emu_warp_gather(const void* mine, void* all, size_t bytes) {
     if (!g_fiber_mode) die("kernel %s uses a warp collective but was launched without fibers", g_kernel);
     if (bytes > 64) die("kernel %s: warp gather of %lld bytes per lane (at most 64)", g_kernel, (long long)bytes);
@@ -308,6 +339,7 @@ static void run_block_fibers(dim3 block) {
     for (int i = 0; i < nw; i++) { g_warps[i].alive = std::min(32, n - 32 * i); g_warps[i].count = 0; g_warps[i].gen = 0; }
     g_nfibers = n;
     g_alive = n; g_bar_count = 0; g_bar_gen = 0;
+    for (int i = 0; i < NAMED_BARRIERS; i++) g_nbar_count[i] = g_nbar_gen[i] = 0;
     g_idle_laps = 0; g_progress_at_lap = g_progress;
     for (int i = 0; i < n; i++) {
         Fiber& f = g_fibers[i];
@@ -332,6 +364,8 @@ static void run_block_fibers(dim3 block) {
     threadIdx = g_cur->tid;
     emu_ctx_switch(&g_sched_sp, g_cur->sp);
     g_cur = NULL;
+    for (int i = 1; i < NAMED_BARRIERS; i++)
+        if (g_nbar_count[i] != 0) die("kernel %s: named barrier %lld ends the block with %lld threads counted in", g_kernel, i, g_nbar_count[i]);
     for (int i = 0; i < n; i++)
         if (memcmp(g_fibers[i].stack, &STACK_CANARY, sizeof(STACK_CANARY)) != 0)
             die("kernel %s: a thread overflowed its %lld-byte fiber stack", g_kernel, (long long)STACK);

@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 
-SYNC_TOKENS = ["__syncthreads", "__shfl", "__reduce_", "emu_warp_"]
+SYNC_TOKENS = ["__syncthreads", "__syncwarp", "bar_sync", "bar_arrive", "__shfl", "__reduce_", "emu_warp_"]
 
 
 def block_after(text, start, opening="{", closing="}"):
