@@ -315,23 +315,22 @@ template <int HS> static inline size_t flash_order_ints(int B, int T, int NH) {
     return 1 + (size_t)B * NH * cuda_ceil_div(T, FlashBwdTile<HS>::BQ);
 }
 
-// The backward block's named barriers: the compute warps among themselves, and per dQ stage s
-// "full" (compute warps -> writer: stage s holds a part) and "empty" (writer -> compute warps:
-// stage s is drained)
-enum { FLASH_BAR_COMPUTE = 1, FLASH_BAR_FULL = 2 };
-template <int HS> struct FlashBwdBars { static const int EMPTY = FLASH_BAR_FULL + FlashBwdTile<HS>::DQ_STAGES; };
+// the compute warps' named barrier in the backward (the writer warp never takes part in it)
+static const int FLASH_BAR_COMPUTE = 1;
 
 // The dQ writer: the block's last warp. For each query tile the compute warps leave their part of
-// dQ (fp32) in a shared stage; the writer waits for the tile's turn, adds the part to dq_accum in
-// the order "diagonal key block first, key block 0 last" and passes the turn on, while the
-// compute warps go on to the next tile. The first part is stored, the next ones are added by
+// dQ (fp32) in a shared stage and arrive on its "full" mbarrier; the writer waits for it and for
+// the tile's turn, adds the part to dq_accum in the order "diagonal key block first, key block 0
+// last", passes the turn on and arrives on the stage's "empty" mbarrier, while the compute warps
+// go on to the next tile (they wait on "empty" only before they fill the stage again). The first part is stored, the next ones are added by
 // red.global.add (no value comes back, so nothing waits on L2 but the one fence before the turn
 // passes); key block 0 reads the sum, adds its part and writes bf16 dQ into dqkv.
 template <int HS>
-__device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_accum, int* turns, const float* sDQ, int b, int kvh,
-                                                         int kb, int total, int per_head, int it0, int T, int NH, int NKV) {
+__device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_accum, int* turns, const float* sDQ, uint64_t* full,
+                                                         uint64_t* empty, int b, int kvh, int kb, int total, int per_head, int it0,
+                                                         int T, int NH, int NKV) {
     typedef FlashBwdTile<HS> F;
-    const int BQ = F::BQ, BK = F::BK, S = F::DQ_STAGES, PD = HS + 8, CH = HS / 4, THREADS = F::WARPS * 32;
+    const int BQ = F::BQ, BK = F::BK, S = F::DQ_STAGES, PD = HS + 8, CH = HS / 4;
     const int BATCH = 8;  // float4 chunks a lane has in flight when it reads the sum (key block 0)
     int lane = threadIdx.x % 32, group = NH / NKV, nq = (T + BQ - 1) / BQ, ld = (NH + 2 * NKV) * HS;
 #pragma unroll 1
@@ -341,7 +340,7 @@ __device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_a
         int* turn_p = turns + ((size_t)b * NH + h) * nq + qi;
         const float* part = sDQ + stage * BQ * PD;
         float* acc = dq_accum + (((size_t)b * NH + h) * T + q0) * HS;
-        bar_sync(FLASH_BAR_FULL + stage, THREADS + 32);  // the compute warps' part is in the stage
+        mbar_wait(full + stage, (idx / S) & 1);  // the compute warps' part is in the stage
         if (turn > 0) {
             if (lane == 0) flash_wait_turn(turn_p, turn);
             __syncwarp();
@@ -375,7 +374,7 @@ __device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_a
                 }
             }
         }
-        if (idx + S < total) bar_arrive(FlashBwdBars<HS>::EMPTY + stage, THREADS + 32);  // stage drained
+        mbar_arrive(empty + stage);  // the stage is drained
     }
 }
 
@@ -383,7 +382,7 @@ __device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_a
 // dq_accum (B, NH, T, HS) fp32 scratch, order: the zeroed counters above, rows: flash_rowdot_kernel's
 // (lse · log2 e, D). Shared memory: the block's K and V, two buffers of a query tile (Q, dO and
 // its rows' (lse · log2 e, D): the next loading while this one is used), the tile's dSᵀ, the dQ
-// stages and the ticket.
+// stages, their full and empty mbarriers and the ticket.
 template <int HS>
 __global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32 + 32, FlashBwdTile<HS>::MIN_BLOCKS)
 flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rowstats,
@@ -399,8 +398,13 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     bf16 *sK = flash_smem, *sV = sK + BK * P, *sQ = sV + BK * P, *sdO = sQ + BQ * P, *sdS = sQ + 2 * QBUF;
     float2* sR = (float2*)(sdS + BK * PS);
     float* sDQ = (float*)(sR + 2 * BQ);  // F::DQ_STAGES stages of (BQ, HS + 8) fp32
-    int* sTicket = (int*)(sDQ + F::DQ_STAGES * BQ * PD);
-    if (threadIdx.x == 0) *sTicket = atomicAdd(order, 1);
+    uint64_t* sFull = (uint64_t*)(sDQ + F::DQ_STAGES * BQ * PD);  // per stage: all compute threads arrive
+    uint64_t* sEmpty = sFull + F::DQ_STAGES;                      // per stage: the writer's 32 lanes arrive
+    int* sTicket = (int*)(sEmpty + F::DQ_STAGES);
+    if (threadIdx.x == 0) {
+        *sTicket = atomicAdd(order, 1);
+        for (int st = 0; st < F::DQ_STAGES; st++) { mbar_init(sFull + st, THREADS); mbar_init(sEmpty + st, 32); }
+    }
     __syncthreads();
     int nkb = gridDim.x, ticket = *sTicket;
     int kb = nkb - 1 - ticket % nkb, kvh = ticket / nkb % NKV, b = ticket / nkb / NKV, group = NH / NKV;
@@ -409,7 +413,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     int it0 = k0 / BQ, per_head = nq - it0, total = group * per_head;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     if (warp == F::WARPS) {
-        flash_backward_dq_writer<HS>(dqkv, dq_accum, order + 1, sDQ, b, kvh, kb, total, per_head, it0, T, NH, NKV);
+        flash_backward_dq_writer<HS>(dqkv, dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, it0, T, NH, NKV);
         return;
     }
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
@@ -465,12 +469,12 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
         float dq[DC / 8][4];
         flash_zero<DC / 8>(dq);
         flash_mma_atb<BK, DC>(dq, sdS, PS, rg * 16, sK, P, cg * DC);  // this block's part of dQ = dS K
-        if (idx >= F::DQ_STAGES) bar_sync(FlashBwdBars<HS>::EMPTY + stage, THREADS + 32);  // the writer drained the stage
+        if (idx >= F::DQ_STAGES) mbar_wait(sEmpty + stage, (idx / F::DQ_STAGES - 1) & 1);  // the writer drained the stage
         float* part = sDQ + stage * BQ * PD + (rg * 16) * PD + cg * DC;
         for (int half = 0; half < 2; half++)
             for (int n = 0; n < DC / 8; n++)
                 *(float2*)(part + (g + 8 * half) * PD + n * 8 + 2 * c) = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
-        bar_arrive(FLASH_BAR_FULL + stage, THREADS + 32);  // the part is in: the writer takes it
+        mbar_arrive(sFull + stage);  // the part is in: the writer takes it
     }
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + kvh) * HS, ld, k0 + warp * 16, T, dk[0], 1.0f, 1.0f);
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS, ld, k0 + warp * 16, T, dv[0], 1.0f, 1.0f);
@@ -486,7 +490,7 @@ template <int HS> static inline size_t flash_forward_smem() {
 template <int HS> static inline size_t flash_backward_smem() {
     typedef FlashBwdTile<HS> F;
     return (size_t)(2 * F::BK + 4 * F::BQ) * (HS + 8) * sizeof(bf16) + (size_t)F::BK * (F::BQ + 8) * sizeof(bf16) +
-           2 * F::BQ * sizeof(float2) + (size_t)F::DQ_STAGES * F::BQ * (HS + 8) * sizeof(float) + 16;
+           2 * F::BQ * sizeof(float2) + (size_t)F::DQ_STAGES * (F::BQ * (HS + 8) * sizeof(float) + 2 * sizeof(uint64_t)) + 16;
 }
 
 // Shared memory above 48 KB must be opted into, once per kernel.

@@ -113,11 +113,9 @@ __device__ __forceinline__ void mma_pack_a(uint32_t* a, const float* c0, const f
     a[3] = mma_pack_bf16(c1[2], c1[3]);
 }
 
-// Named barriers (PTX ISA, "bar.sync / bar.arrive"): barrier id (1..15; __syncthreads uses 0) of
-// `threads` threads, a multiple of 32, counted per whole warp. bar.sync waits until that many
-// threads have arrived; bar.arrive counts the warp in and goes on. Either orders the warp's
-// earlier memory accesses before those that the waiting threads make after it, so a producer
-// arrives and its consumer syncs: the consumer then reads what the producer wrote.
+// A named barrier (PTX ISA, "bar.sync"): barrier id (1..15; __syncthreads uses 0) of `threads`
+// threads, a multiple of 32, counted per whole warp; each waits until that many have arrived, and
+// their earlier memory accesses are performed for all of them.
 __device__ __forceinline__ void bar_sync(int id, int threads) {
 #if defined(__CUDA_ARCH__)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -125,11 +123,38 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
     emu_bar_sync(id, threads);
 #endif
 }
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
+
+// mbarriers (PTX ISA, "mbarrier"): a 64-bit object in shared memory that counts arrivals; when
+// `count` threads have arrived its current phase completes and the next begins (phases 0, 1, 2, ...).
+// arrive counts this thread in and goes on, releasing its earlier memory accesses (.release.cta);
+// wait(parity) returns once the phase of that parity has completed and acquires (.acquire.cta) what
+// its arrivals released: a producer stores and arrives, its consumer waits and then reads. init
+// is done by one thread before a __syncthreads.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
 #if defined(__CUDA_ARCH__)
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(s), "r"(count) : "memory");
 #elif defined(EMU_WARP_MMA)
-    emu_bar_arrive(id, threads);
+    emu_mbar_init(bar, count);
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(s) : "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_mbar_arrive(bar);
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(bar), done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(s), "r"(parity) : "memory");
+    } while (!done);
+#elif defined(EMU_WARP_MMA)
+    emu_mbar_wait(bar, parity);
 #endif
 }
 

@@ -64,10 +64,13 @@ void* emu_dynamic_smem();
 
 // barriers and warp collectives (full warps only, as every kernel of the engine uses them)
 void __syncthreads();
-// named barriers (llmc/mma.cuh's bar_sync / bar_arrive): barrier id of `threads` threads; sync
-// waits for the count, arrive counts in and goes on
+// a named barrier (llmc/mma.cuh's bar_sync): barrier id of `threads` threads, each waits for the count
 void emu_bar_sync(int id, int threads);
-void emu_bar_arrive(int id, int threads);
+// mbarriers (llmc/mma.cuh's mbar_*): the 8 bytes hold the expected count, the arrivals of the
+// current phase and the phase; wait(parity) returns once the phase of that parity has completed
+void emu_mbar_init(uint64_t* bar, int count);
+void emu_mbar_arrive(uint64_t* bar);
+void emu_mbar_wait(uint64_t* bar, int parity);
 // __syncwarp: the warp's lanes wait for each other (full mask only)
 void __syncwarp(unsigned mask = 0xffffffffu);
 double emu_shfl_xor(double v, int lane_mask);

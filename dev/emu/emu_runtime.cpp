@@ -228,13 +228,12 @@ void __syncthreads() {
     while (g_bar_gen == g) wait_for_next();
 }
 
-// named barriers (bar.sync / bar.arrive with an id and a thread count): per id, the threads
-// counted in so far and a generation that moves on when the count is reached. A thread counts
-// itself in; bar.sync then waits for the generation to move, bar.arrive goes on at once. An id
-// still part-counted when the block ends is a mismatch of the kernel's arrivals and waits.
+// named barriers (bar.sync with an id and a thread count): per id, the threads counted in so far
+// and a generation that moves on when the count is reached. An id still part-counted when the
+// block ends is a mismatch of the kernel's barriers.
 static const int NAMED_BARRIERS = 16;
 static int g_nbar_count[NAMED_BARRIERS], g_nbar_need[NAMED_BARRIERS], g_nbar_gen[NAMED_BARRIERS];
-static int named_bar_count_in(int id, int threads) {
+void emu_bar_sync(int id, int threads) {
     if (!g_fiber_mode) die("kernel %s uses a named barrier but was launched without fibers", g_kernel);
     if (id < 1 || id >= NAMED_BARRIERS || threads <= 0 || threads % 32 != 0 || threads > g_nfibers)
         die("kernel %s: named barrier %lld of %lld threads (ids 1..15, a multiple of 32 threads, at most the block)", g_kernel, id, threads);
@@ -242,14 +241,33 @@ static int named_bar_count_in(int id, int threads) {
         die("kernel %s: named barrier %lld counted with different thread counts", g_kernel, id);
     int gen = g_nbar_gen[id];
     g_nbar_need[id] = threads;
-    if (++g_nbar_count[id] == threads) { g_nbar_count[id] = 0; g_nbar_gen[id]++; g_progress++; }
-    return gen;
-}
-void emu_bar_sync(int id, int threads) {
-    int gen = named_bar_count_in(id, threads);
+    if (++g_nbar_count[id] == threads) { g_nbar_count[id] = 0; g_nbar_gen[id]++; g_progress++; return; }
     while (g_nbar_gen[id] == gen) wait_for_next();
 }
-void emu_bar_arrive(int id, int threads) { named_bar_count_in(id, threads); }
+
+// mbarriers: bits 0-15 the expected arrivals, 16-31 the arrivals so far, 32-63 the phase
+struct MBar { uint16_t expected, arrived; uint32_t phase; };
+static MBar* mbar_of(uint64_t* bar) {
+    if (!g_fiber_mode) die("kernel %s uses an mbarrier but was launched without fibers", g_kernel);
+    if ((uintptr_t)bar % 8 != 0) die("kernel %s: mbarrier at 0x%llx not 8-byte aligned", g_kernel, (long long)(uintptr_t)bar);
+    return (MBar*)bar;
+}
+void emu_mbar_init(uint64_t* bar, int count) {
+    if (count < 1 || count > 65535) die("kernel %s: mbarrier count %lld", g_kernel, count);
+    MBar* m = mbar_of(bar);
+    m->expected = (uint16_t)count; m->arrived = 0; m->phase = 0;
+}
+void emu_mbar_arrive(uint64_t* bar) {
+    MBar* m = mbar_of(bar);
+    if (m->expected == 0) die("kernel %s: arrive on an mbarrier never initialised", g_kernel);
+    if (++m->arrived == m->expected) { m->arrived = 0; m->phase++; g_progress++; }
+}
+// the phase of `parity` has completed: the current phase has the other parity
+void emu_mbar_wait(uint64_t* bar, int parity) {
+    MBar* m = mbar_of(bar);
+    if (m->expected == 0) die("kernel %s: wait on an mbarrier never initialised", g_kernel);
+    while ((int)(m->phase & 1) == (parity & 1)) wait_for_next();
+}
 
 // last: run by the lane that completes the barrier, before the others go on
 static void warp_barrier(Warp& w, void (*last)(Warp&, int) = NULL, int slot = 0) {
