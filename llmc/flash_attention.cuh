@@ -55,7 +55,7 @@ static inline bool flash_attention_supported(int HS) { return HS == 16 || HS == 
 // STAGES cp.async stages of (K, V) tiles, MIN_BLOCKS the blocks per SM that __launch_bounds__ asks
 template <int HS>
 struct FlashFwdTile {
-    static const int BQ = 128, WARPS = HS == 128 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
+    static const int BQ = 128, WARPS = HS >= 64 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
     static const bool Q_REGS = HS != 128;  // Q held in registers as A fragments (else read from shared memory per tile)
 };
 // backward tiles: BK keys per block over WARPS warps (16 key rows each), BQ queries per tile;
@@ -103,10 +103,11 @@ __device__ __forceinline__ void flash_mma_abt(float (*acc)[N / 8][4], const bf16
     }
 }
 
-// the whole product for one row tile whose A fragments are held in registers (a[kk]: k step kk)
-template <int HS, int N>
-__device__ __forceinline__ void flash_mma_abt_regs(float (*acc)[N / 8][4], const uint32_t (*a)[4], const bf16* s) {
-    for (int kk = 0; kk < HS / 16; kk++) flash_mma_abt_step<HS, N, 1>(acc, a + kk, s, kk);
+// the whole product for M row tiles whose A fragments are held in registers (a[kk][m]: k step kk,
+// row tile m)
+template <int HS, int N, int M>
+__device__ __forceinline__ void flash_mma_abt_regs(float (*acc)[N / 8][4], const uint32_t (*a)[M][4], const bf16* s) {
+    for (int kk = 0; kk < HS / 16; kk++) flash_mma_abt_step<HS, N, M>(acc, a[kk], s, kk);
 }
 
 // acc[m] (HS/8 tiles) += P V for the M row tiles of P (16 x K each, fp32 C fragments p[m], rounded
@@ -209,12 +210,13 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
         if (st < nkt) issue(st);
         cp_async_commit();
     }
-    uint32_t qf[F::Q_REGS ? HS / 16 : 1][4];  // with Q_REGS (one row tile a warp): Q's A fragments
+    uint32_t qf[F::Q_REGS ? HS / 16 : 1][M][4];  // with Q_REGS: Q's A fragments (k step, row tile)
     if (F::Q_REGS) {
-        static_assert(!F::Q_REGS || M == 1, "Q in registers: one row tile per warp");
         cp_async_wait<S - 2>();  // Q and key tile 0 are in
         __syncthreads();
-        for (int kk = 0; kk < HS / 16; kk++) ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * P + kk * 16 + (lane / 16) * 8);
+        for (int kk = 0; kk < HS / 16; kk++)
+            for (int m = 0; m < M; m++)
+                ldmatrix_x4(qf[kk][m], sQ + (warp * (BQ / F::WARPS) + 16 * m + lane % 16) * P + kk * 16 + (lane / 16) * 8);
     }
     float o[M][HS / 8][4];
     for (int m = 0; m < M; m++) flash_zero<HS / 8>(o[m]);
@@ -230,7 +232,7 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
         const bf16* sK = sKV + 2 * (kt % S) * BK * P;
         float s[M][BK / 8][4];
         for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
-        if (F::Q_REGS) flash_mma_abt_regs<HS, BK>(s, qf, sK);
+        if (F::Q_REGS) flash_mma_abt_regs<HS, BK, M>(s, qf, sK);
         else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
         bool diagonal = kt * BK + BK - 1 > r0;  // some key above some row of this warp
         // online softmax in log2 units; a row's max is finite from key tile 0 on (key 0 <= row)
@@ -322,17 +324,17 @@ static const int FLASH_BAR_COMPUTE = 1;
 // dQ (fp32) in a shared stage and arrive on its "full" mbarrier; the writer waits for it and for
 // the tile's turn, adds the part to dq_accum in the order "diagonal key block first, key block 0
 // last", passes the turn on and arrives on the stage's "empty" mbarrier, while the compute warps
-// go on to the next tile (they wait on "empty" only before they fill the stage again). The first part is stored, the next ones are added by
-// red.global.add (no value comes back, so nothing waits on L2 but the one fence before the turn
-// passes); key block 0 reads the sum, adds its part and writes bf16 dQ into dqkv.
+// go on to the next tile (they wait on "empty" only before they fill the stage again). The first
+// part is stored, the next ones are added by red.global.add: no value comes back, so nothing
+// waits on L2 but the one fence before the turn passes. After the kernel, flash_dq_to_bf16_kernel
+// writes the sums into dqkv.
 template <int HS>
-__device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_accum, int* turns, const float* sDQ, uint64_t* full,
+__device__ __forceinline__ void flash_backward_dq_writer(float* dq_accum, int* turns, const float* sDQ, uint64_t* full,
                                                          uint64_t* empty, int b, int kvh, int kb, int total, int per_head, int it0,
                                                          int T, int NH, int NKV) {
     typedef FlashBwdTile<HS> F;
     const int BQ = F::BQ, BK = F::BK, S = F::DQ_STAGES, PD = HS + 8, CH = HS / 4;
-    const int BATCH = 8;  // float4 chunks a lane has in flight when it reads the sum (key block 0)
-    int lane = threadIdx.x % 32, group = NH / NKV, nq = (T + BQ - 1) / BQ, ld = (NH + 2 * NKV) * HS;
+    int lane = threadIdx.x % 32, group = NH / NKV, nq = (T + BQ - 1) / BQ;
 #pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
         int stage = idx % S, h = kvh * group + idx / per_head, qi = it0 + idx % per_head, q0 = qi * BQ;
@@ -345,34 +347,16 @@ __device__ __forceinline__ void flash_backward_dq_writer(bf16* dqkv, float* dq_a
             if (lane == 0) flash_wait_turn(turn_p, turn);
             __syncwarp();
         }
-        if (kb > 0) {
-            for (int i = lane; i < rows * CH; i += 32) {
-                int r = i / CH, c4 = i % CH;
-                float4 x = *(const float4*)(part + r * PD + 4 * c4);
-                if (turn == 0) __stcg((float4*)(acc + (size_t)r * HS + 4 * c4), x);
-                else red_add_f32x4(acc + (size_t)r * HS + 4 * c4, x);
-            }
+        for (int i = lane; i < rows * CH; i += 32) {
+            int r = i / CH, c4 = i % CH;
+            float4 x = *(const float4*)(part + r * PD + 4 * c4);
+            if (turn == 0) __stcg((float4*)(acc + (size_t)r * HS + 4 * c4), x);
+            else red_add_f32x4(acc + (size_t)r * HS + 4 * c4, x);
+        }
+        if (kb > 0) {  // key block 0 is the last of every tile: nobody waits for it
             __threadfence();  // the part is performed at L2 before the turn passes on
             __syncwarp();
             if (lane == 0) atomicAdd(turn_p, 1);
-        } else {
-            bf16* dq = dqkv + ((size_t)b * T + q0) * ld + h * HS;
-            for (int i0 = 0; i0 < rows * CH; i0 += 32 * BATCH) {
-                float4 y[BATCH];
-                for (int j = 0; j < BATCH; j++) {  // the sum so far, all loads in flight at once
-                    int i = i0 + lane + 32 * j;
-                    if (turn > 0 && i < rows * CH) y[j] = __ldcg((const float4*)(acc + (size_t)(i / CH) * HS + 4 * (i % CH)));
-                    else y[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                }
-                for (int j = 0; j < BATCH; j++) {
-                    int i = i0 + lane + 32 * j, r = i / CH, c4 = i % CH;
-                    if (i >= rows * CH) break;
-                    float4 x = *(const float4*)(part + r * PD + 4 * c4);
-                    if (turn > 0) { x.x = y[j].x + x.x; x.y = y[j].y + x.y; x.z = y[j].z + x.z; x.w = y[j].w + x.w; }
-                    uint2 v = make_uint2(mma_pack_bf16(x.x, x.y), mma_pack_bf16(x.z, x.w));
-                    *(uint2*)(dq + (size_t)r * ld + 4 * c4) = v;
-                }
-            }
         }
         mbar_arrive(empty + stage);  // the stage is drained
     }
@@ -413,7 +397,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     int it0 = k0 / BQ, per_head = nq - it0, total = group * per_head;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     if (warp == F::WARPS) {
-        flash_backward_dq_writer<HS>(dqkv, dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, it0, T, NH, NKV);
+        flash_backward_dq_writer<HS>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, it0, T, NH, NKV);
         return;
     }
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
@@ -480,6 +464,18 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     flash_store_rows<HS>(dqkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS, ld, k0 + warp * 16, T, dv[0], 1.0f, 1.0f);
 }
 
+// dqkv columns [0, NH * HS) (B, T, (NH + 2*NKV) * HS) = dq_accum (B, NH, T, HS) fp32 rounded to
+// bf16, 8 elements a thread (HS a multiple of 8)
+__global__ void flash_dq_to_bf16_kernel(bf16* dqkv, const float* dq_accum, int B, int T, int NH, int NKV, int HS) {
+    size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (e >= (size_t)B * NH * T * HS) return;
+    int i = (int)(e % HS), t = (int)(e / HS % T), h = (int)(e / ((size_t)HS * T) % NH);
+    size_t b = e / ((size_t)HS * T * NH);
+    float4 x0 = __ldcs((const float4*)(dq_accum + e)), x1 = __ldcs((const float4*)(dq_accum + e + 4));
+    uint4 v = make_uint4(mma_pack_bf16(x0.x, x0.y), mma_pack_bf16(x0.z, x0.w), mma_pack_bf16(x1.x, x1.y), mma_pack_bf16(x1.z, x1.w));
+    *(uint4*)(dqkv + (b * T + t) * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS + i) = v;
+}
+
 // ----------------------------------------------------------------------------
 // launchers
 
@@ -536,6 +532,9 @@ static inline void flash_backward_hs(bf16* dqkv, float* dq_accum, int* order, co
     dim3 grid(cuda_ceil_div(T, FlashBwdTile<HS>::BK), NKV, B);
     flash_backward_kernel<HS><<<grid, FlashBwdTile<HS>::WARPS * 32 + 32, flash_backward_smem<HS>(), stream>>>(
         dqkv, dq_accum, order, dout, qkv, rows, T, NH, NKV, scale, scale_log2);
+    KERNEL_CHECK();
+    size_t chunks = (size_t)B * NH * T * HS / 8;
+    flash_dq_to_bf16_kernel<<<cuda_ceil_div(chunks, (size_t)256), 256, 0, stream>>>(dqkv, dq_accum, B, T, NH, NKV, HS);
     KERNEL_CHECK();
 }
 

@@ -11,6 +11,12 @@
 //     matrix read row by row (four threads per row); .trans reads it column-major (the transpose).
 //   - "cp.async" (src-size below cp-size zero-fills the rest), "cp.async.commit_group",
 //     "cp.async.wait_group" (N = 0: every committed group of the thread has completed).
+//   - "red" (.global.add.v4.f32: each element an atomic add; the add rounds to nearest even and,
+//     without .noftz, flushes subnormal inputs and results to sign-preserving zero on global
+//     memory), "bar, barrier" (bar.sync with a thread count: the barrier completes when that many
+//     threads have arrived, and orders the memory accesses made before it), "mbarrier" (init with
+//     an expected count; arrive; try_wait.parity returns true once the phase of that parity has
+//     completed; phases alternate 0, 1, 0, ...).
 // Also llmc/cuda_common.cuh's warp reductions (cuda_warp_sum, cuda_warp_max, cuda_warp_sum_double)
 // against the xor butterfly of __shfl_xor_sync written out on the host (round o = 16..1: lane l
 // combines its value with lane l ^ o's), bit for bit in every lane of two warps, on values whose
@@ -19,8 +25,12 @@
 // ldmatrix_x4 ([n][k] B) or ldmatrix_x4_trans ([k][n] B), every D element against a double product
 // (integers: exact; bf16 fractions: fp32 accumulation); ldmatrix_x4[_trans], every register half,
 // padded and scattered rows; mma_pack_a against the table's A fragment of the product; cp_async16
-// copy and zero-fill seen by another lane after commit, wait<0>, __syncthreads. A failure names the
-// first lane / register that differs. Exits 77 after printing a SKIP line without a CUDA device.
+// and cp_async8 copy and zero-fill seen by another lane after commit, wait<0>, __syncthreads;
+// red_add_f32x4 from 64 threads onto 4 floats (integers: the sum is exact in any order) and its
+// flush to zero of a subnormal input and of a subnormal result, each sign; bar_sync of two of three
+// warps handing shared data from one to the other; an mbarrier pair (full / empty) passing three
+// rounds of data between a producer and a consumer warp by parity. A failure names the first lane /
+// register that differs. Exits 77 after printing a SKIP line without a CUDA device.
 // Build: nvcc -O2 -arch=sm_90 -std=c++17 test/test_mma_layout.cu -o build/test_mma_layout
 // (on the CPU: through dev/emu, as dev/emu/build.sh builds test_fp8_device). Run from the repo root.
 #include <cmath>
@@ -126,6 +136,65 @@ __global__ void cp_async_kernel(uint32_t* out, const uint32_t* src) {
     cp_async_wait<0>();
     __syncthreads();
     for (int j = 0; j < 4; j++) out[lane * 4 + j] = s[(lane + 5) % 32 * 4 + j];
+}
+
+// out (32 x 2): lane l reads the 8 bytes lane (l + 7) % 32 copied (zero-filled where that lane % 4 == 1)
+__global__ void cp_async8_kernel(uint32_t* out, const uint32_t* src) {
+    __shared__ __align__(16) uint32_t s[32 * 2];
+    int lane = threadIdx.x;
+    for (int j = 0; j < 2; j++) s[lane * 2 + j] = 0xdeadbeefu;
+    __syncthreads();
+    cp_async8(&s[lane * 2], &src[lane * 2], lane % 4 != 1);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int j = 0; j < 2; j++) out[lane * 2 + j] = s[(lane + 7) % 32 * 2 + j];
+}
+
+// acc (4 + 16): every thread adds (t, 2t, -t, 1) to acc[0..3]; thread 0 alone then adds v[i] to
+// acc[4 + 4 i ..] for the four cases of the flush (one thread: their order is the program's)
+__global__ void red_kernel(float* acc, const float* v) {
+    int t = threadIdx.x;
+    red_add_f32x4(acc, make_float4((float)t, 2.0f * t, -(float)t, 1.0f));
+    if (t == 0)
+        for (int i = 0; i < 4; i++) red_add_f32x4(acc + 4 + 4 * i, make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]));
+}
+
+// out (3 x 32): warp 0 writes a pattern to shared memory, warps 0 and 1 meet at bar_sync(1, 64),
+// warp 1 reads it back (round 0); warp 2 never takes part. Then warp 1 writes, both meet at
+// bar_sync(2, 64), warp 0 reads (round 1); warp 2 copies its own lane ids (round 2).
+__global__ void named_barrier_kernel(uint32_t* out) {
+    __shared__ uint32_t s[2][32];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp == 2) { out[2 * 32 + lane] = 0x200u + lane; return; }
+    if (warp == 0) s[0][lane] = 0xb0000000u + 3u * lane;
+    bar_sync(1, 64);
+    if (warp == 1) { out[lane] = s[0][(lane + 1) % 32]; s[1][lane] = 0xc0000000u + 5u * lane; }
+    bar_sync(2, 64);
+    if (warp == 0) out[32 + lane] = s[1][(lane + 3) % 32];
+}
+
+// out (ROUNDS x 32): a producer warp (0) fills a one-slot buffer ROUNDS times; a consumer warp (1)
+// reads each round after waiting on `full` (parity r % 2) and frees the slot by arriving on
+// `empty`, which the producer waits on (parity (r - 1) % 2) before the next fill
+static const int MBAR_ROUNDS = 3;
+__global__ void mbarrier_kernel(uint32_t* out) {
+    __shared__ uint32_t slot[32];
+    __shared__ uint64_t full, empty;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) { mbar_init(&full, 32); mbar_init(&empty, 32); }
+    __syncthreads();
+    for (int r = 0; r < MBAR_ROUNDS; r++) {
+        if (warp == 0) {
+            if (r > 0) mbar_wait(&empty, (r - 1) & 1);
+            slot[lane] = 0xd0000000u + 0x100u * r + lane;
+            mbar_arrive(&full);
+        } else {
+            mbar_wait(&full, r & 1);
+            out[r * 32 + lane] = slot[(lane + r + 1) % 32];
+            mbar_arrive(&empty);
+        }
+    }
 }
 
 // sum, mx, dsum (64): each lane's warp reduction of x / xd (64)
@@ -282,6 +351,87 @@ static void test_cp_async(void) {
     test_check("mma_layout.cp_async16_copy_and_zero_fill", !first[0], "%s", first);
 }
 
+static void test_cp_async8(void) {
+    uint32_t src[64], got[64] = {0}, *d = to_dev(got, 64);
+    for (int e = 0; e < 64; e++) src[e] = 0x5a000000u + (uint32_t)e;
+    uint32_t* ds = to_dev(src, 64);
+    cp_async8_kernel<<<1, 32>>>(d, ds);
+    KERNEL_CHECK();
+    to_host(got, d, 64);
+    char first[160] = "";
+    for (int l = 0; l < 32; l++)
+        for (int j = 0; j < 2; j++) {
+            int q = (l + 7) % 32;
+            uint32_t want = q % 4 != 1 ? src[q * 2 + j] : 0u;
+            if (!first[0] && got[l * 2 + j] != want)
+                snprintf(first, sizeof first, "lane %d word %d (%s by lane %d): expected 0x%08x, got 0x%08x", l, j,
+                         q % 4 != 1 ? "copied" : "zero-filled", q, want, got[l * 2 + j]);
+        }
+    test_check("mma_layout.cp_async8_copy_and_zero_fill", !first[0], "%s", first);
+}
+
+static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+
+static void test_red(void) {
+    // the flush cases, one element each: start value + added value = result per the ISA (a
+    // subnormal input counts as zero of its sign, a subnormal result becomes zero of its sign, a
+    // normal sum is the nearest-even sum)
+    const float tiny = ldexpf(1.0f, -130), lo = ldexpf(1.5f, -126), mid = ldexpf(1.0f, -126);
+    struct { float start, add, want; } cases[16] = {
+        {0.0f, tiny, 0.0f},   {1.0f, -tiny, 1.0f},  {-1.0f, tiny, -1.0f}, {2.0f, -tiny, 2.0f},     // subnormal added
+        {lo, -mid, 0.0f},     {-lo, mid, -0.0f},                                                 // 2^-127 result -> +-0
+        {3.0f, ldexpf(1.0f, -24), 3.0f}, {0.0f, 0.0f, 0.0f},                                     // nearest even; 0 + 0
+        {tiny, 0.0f, 0.0f},   {-tiny, 0.0f, 0.0f},  {1.0f, 0.0f, 1.0f},   {0.0f, 0.0f, 0.0f},     // subnormal start value: -0 + +0 = +0
+        {1.0f, 1.0f, 2.0f},   {-2.0f, 0.25f, -1.75f}, {0.5f, -0.5f, 0.0f}, {4.0f, -4.0f, 0.0f},  // plain sums
+    };
+    float start[20] = {0}, add[16], got[20];
+    for (int i = 0; i < 16; i++) { start[4 + i] = cases[i].start; add[i] = cases[i].add; }
+    float* dacc = to_dev(start, 20);
+    red_kernel<<<1, 64>>>(dacc, to_dev(add, 16));
+    KERNEL_CHECK();
+    to_host(got, dacc, 20);
+    const float sums[4] = {2016.0f, 4032.0f, -2016.0f, 64.0f};  // t, 2t, -t, 1 over t = 0..63
+    char first[200] = "";
+    for (int i = 0; i < 4 && !first[0]; i++)
+        if (got[i] != sums[i]) snprintf(first, sizeof first, "element %d: 64 threads' sum %a, expected %a", i, got[i], sums[i]);
+    test_check("mma_layout.red_add_f32x4_sums_every_thread", !first[0], "%s", first);
+    first[0] = 0;
+    for (int i = 0; i < 16 && !first[0]; i++)
+        if (bits_of(got[4 + i]) != bits_of(cases[i].want))
+            snprintf(first, sizeof first, "case %d: %a + %a gave %a (0x%08x), expected %a (0x%08x)", i, cases[i].start, cases[i].add,
+                     got[4 + i], bits_of(got[4 + i]), cases[i].want, bits_of(cases[i].want));
+    test_check("mma_layout.red_add_f32x4_flushes_subnormals_to_signed_zero", !first[0], "%s", first);
+}
+
+static void test_named_barrier(void) {
+    uint32_t got[96] = {0}, *d = to_dev(got, 96);
+    named_barrier_kernel<<<1, 96>>>(d);
+    KERNEL_CHECK();
+    to_host(got, d, 96);
+    char first[160] = "";
+    for (int l = 0; l < 32 && !first[0]; l++) {
+        uint32_t w0 = 0xb0000000u + 3u * ((l + 1) % 32), w1 = 0xc0000000u + 5u * ((l + 3) % 32), w2 = 0x200u + l;
+        if (got[l] != w0 || got[32 + l] != w1 || got[64 + l] != w2)
+            snprintf(first, sizeof first, "lane %d: got 0x%08x 0x%08x 0x%08x, expected 0x%08x 0x%08x 0x%08x", l, got[l], got[32 + l],
+                     got[64 + l], w0, w1, w2);
+    }
+    test_check("mma_layout.bar_sync_of_two_warps_hands_shared_data_over", !first[0], "%s", first);
+}
+
+static void test_mbarrier(void) {
+    uint32_t got[MBAR_ROUNDS * 32] = {0}, *d = to_dev(got, MBAR_ROUNDS * 32);
+    mbarrier_kernel<<<1, 64>>>(d);
+    KERNEL_CHECK();
+    to_host(got, d, MBAR_ROUNDS * 32);
+    char first[160] = "";
+    for (int r = 0; r < MBAR_ROUNDS; r++)
+        for (int l = 0; l < 32 && !first[0]; l++) {
+            uint32_t want = 0xd0000000u + 0x100u * r + (uint32_t)((l + r + 1) % 32);
+            if (got[r * 32 + l] != want) snprintf(first, sizeof first, "round %d lane %d: got 0x%08x, expected 0x%08x", r, l, got[r * 32 + l], want);
+        }
+    test_check("mma_layout.mbarrier_parity_passes_each_round", !first[0], "%s", first);
+}
+
 // each lane's value after the xor butterfly of __shfl_xor_sync over one warp's v (32)
 template <typename T, typename F> static void butterfly(T* v, F combine) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -341,6 +491,10 @@ int main(void) {
     test_mma();
     test_ldmatrix();
     test_cp_async();
+    test_cp_async8();
+    test_red();
+    test_named_barrier();
+    test_mbarrier();
     test_warp_reductions();
     CUDA_CHECK(cudaFree(arena));
     return test_exit_code();

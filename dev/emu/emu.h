@@ -151,6 +151,7 @@ static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 // stores are plain ones
 static inline void __threadfence() {}
 template <typename T> static inline T __ldcg(const T* p) { return *p; }
+template <typename T> static inline T __ldcs(const T* p) { return *p; }
 // red.global.add.f32 (llmc/mma.cuh's red_add_f32x4, per element): rounds to nearest even and
 // flushes subnormal inputs and results to sign-preserving zero, as the PTX ISA says it does on
 // global memory without .noftz
