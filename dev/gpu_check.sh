@@ -209,7 +209,7 @@ if [ "$ACTION" = list ]; then
     base=$ROOT; [ "$LAYOUT" = repo ] && base=$src_root
     # the runs' default data (llmc/train_config.h) and the tokenizer
     for f in data/gpt2_tokenizer.bin "$base"/data/kjv/kjv_train_*.bin "$base"/data/kjv/kjv_val_*.bin "${FIXTURES[@]}" dev/bench_pytorch.py \
-             scripts/scaling_model.py scripts/cli_util.py llmc/llama.h dev/flash_model.py llmc/flash_attention.cuh dev/cuda/ptxas_report.txt; do
+             scripts/scaling_model.py scripts/cli_util.py llmc/llama.h dev/flash_model.py llmc/flash_common.cuh dev/cuda/ptxas_report.txt; do
         f=${f#"$base"/}
         echo "$f $base/$f"
     done

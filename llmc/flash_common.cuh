@@ -1,0 +1,143 @@
+// flash_common.cuh — what the fused attention kernels share (flash_forward.cuh, flash_backward.cuh):
+// their tiles, the tile loads into padded shared memory and the warp-level products on tensor
+// cores (llmc/mma.cuh), written once for every head size.
+//
+// Tiles (the launch choice, read by dev/flash_model.py): FlashFwdTile and FlashBwdTile per head
+// size. Shared memory rows are padded by 8 bf16 (16 bytes), so the 8 rows an ldmatrix reads fall
+// in 8 different bank groups. Register counts and spills: dev/cuda/ptxas_report.txt (make
+// ptxas-report checks them against the launch bounds).
+#pragma once
+#include <cmath>
+#include "cuda_common.cuh"
+#include "mma.cuh"
+
+static const float FLASH_LOG2E = 1.4426950408889634f;
+
+static inline bool flash_attention_supported(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
+
+// forward tiles: BQ queries per block over WARPS warps (BQ / WARPS rows each), BK keys per tile,
+// STAGES cp.async stages of (K, V) tiles, MIN_BLOCKS the blocks per SM that __launch_bounds__ asks,
+// Q_REGS: Q's A fragments held in registers (else read from shared memory at every key tile)
+template <int HS>
+struct FlashFwdTile {
+    static const int BQ = 128, WARPS = HS >= 64 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
+    static const bool Q_REGS = HS != 128;  // Q held in registers as A fragments (else read from shared memory per tile)
+};
+// backward tiles: BK keys per block over WARPS compute warps (16 key rows each) and one dQ writer
+// warp, BQ queries per tile, DQ_STAGES shared stages of dQ parts between them; MIN_BLOCKS as above
+template <int HS>
+struct FlashBwdTile {
+    static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;
+};
+
+// s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on
+template <int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld, int r0, int T) {
+    const int CH = HS / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
+        int r = i / CH, ch = i % CH;
+        bool valid = r0 + r < T;
+        cp_async16(s + r * (HS + 8) + ch * 8, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
+    }
+}
+
+// acc[m] (N/8 tiles each) += A Bᵀ over k step kk (columns [16 kk, 16 kk + 16)) for the M row
+// tiles of 16 of A (fragments a[m]), B = rows [0, N) of a shared (N, HS) tile: the score-shaped
+// products (Q Kᵀ, K Qᵀ, V dOᵀ). Each B fragment is read once for the M row tiles.
+template <int HS, int N, int M>
+__device__ __forceinline__ void flash_mma_abt_step(float (*acc)[N / 8][4], const uint32_t (*a)[4], const bf16* s, int kk) {
+    int lane = threadIdx.x % 32;
+    for (int n = 0; n < N / 16; n++) {
+        uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
+        ldmatrix_x4(b, s + (n * 16 + (lane / 16) * 8 + lane % 8) * (HS + 8) + kk * 16 + ((lane / 8) % 2) * 8);
+        for (int m = 0; m < M; m++) {
+            mma_bf16_16816(acc[m][2 * n], a[m], b, acc[m][2 * n]);
+            mma_bf16_16816(acc[m][2 * n + 1], a[m], b + 2, acc[m][2 * n + 1]);
+        }
+    }
+}
+
+// the whole product, A = rows [r, r + 16 M) of a shared (., HS) tile loaded one k step at a time
+template <int HS, int N, int M>
+__device__ __forceinline__ void flash_mma_abt(float (*acc)[N / 8][4], const bf16* sa, int r, const bf16* s) {
+    int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a[M][4];
+        for (int m = 0; m < M; m++) ldmatrix_x4(a[m], sa + (r + 16 * m + lane % 16) * (HS + 8) + kk * 16 + (lane / 16) * 8);
+        flash_mma_abt_step<HS, N, M>(acc, a, s, kk);
+    }
+}
+
+// the whole product for M row tiles whose A fragments are held in registers (a[kk][m]: k step kk,
+// row tile m)
+template <int HS, int N, int M>
+__device__ __forceinline__ void flash_mma_abt_regs(float (*acc)[N / 8][4], const uint32_t (*a)[M][4], const bf16* s) {
+    for (int kk = 0; kk < HS / 16; kk++) flash_mma_abt_step<HS, N, M>(acc, a[kk], s, kk);
+}
+
+// acc[m] (HS/8 tiles) += P V for the M row tiles of P (16 x K each, fp32 C fragments p[m], rounded
+// to bf16), V = rows [0, K) of a shared (K, HS) tile: the value-shaped products (P V, Pᵀ dO, dSᵀ Q)
+template <int HS, int K, int M>
+__device__ __forceinline__ void flash_mma_pv(float (*acc)[HS / 8][4], const float (*p)[K / 8][4], const bf16* s) {
+    int lane = threadIdx.x % 32;
+    for (int kt = 0; kt < K / 16; kt++) {
+        uint32_t a[M][4];
+        for (int m = 0; m < M; m++) mma_pack_a(a[m], p[m][2 * kt], p[m][2 * kt + 1]);
+        for (int n = 0; n < HS / 16; n++) {
+            uint32_t b[4];  // b[0..1]: n tile 2n, b[2..3]: n tile 2n + 1
+            ldmatrix_x4_trans(b, s + (kt * 16 + ((lane / 8) % 2) * 8 + lane % 8) * (HS + 8) + n * 16 + (lane / 16) * 8);
+            for (int m = 0; m < M; m++) {
+                mma_bf16_16816(acc[m][2 * n], a[m], b, acc[m][2 * n]);
+                mma_bf16_16816(acc[m][2 * n + 1], a[m], b + 2, acc[m][2 * n + 1]);
+            }
+        }
+    }
+}
+
+// acc (NC/8 tiles) += Aᵀ B over K rows: A stored transposed as a shared (K, lda) tile whose
+// columns [m0, m0 + 16) are this warp's 16 rows of the product, B = columns [n0, n0 + NC) of a
+// shared (K, ldb) tile (dQ = dS K with dSᵀ and K in shared memory)
+template <int K, int NC>
+__device__ __forceinline__ void flash_mma_atb(float (*acc)[4], const bf16* sa, int lda, int m0, const bf16* sb, int ldb, int n0) {
+    int lane = threadIdx.x % 32;
+    for (int kt = 0; kt < K / 16; kt++) {
+        uint32_t a[4];  // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), each stored k-major: .trans
+        ldmatrix_x4_trans(a, sa + (kt * 16 + (lane / 16) * 8 + lane % 8) * lda + m0 + ((lane / 8) % 2) * 8);
+        for (int n = 0; n < NC / 16; n++) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, sb + (kt * 16 + ((lane / 8) % 2) * 8 + lane % 8) * ldb + n0 + n * 16 + (lane / 16) * 8);
+            mma_bf16_16816(acc[2 * n], a, b, acc[2 * n]);
+            mma_bf16_16816(acc[2 * n + 1], a, b + 2, acc[2 * n + 1]);
+        }
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void flash_zero(float (*acc)[4]) {
+    for (int i = 0; i < N; i++) for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
+}
+
+// the 16 rows of a warp's C fragments as (B, T, ld) rows r0 + row: bf16, rows < T only
+template <int HS>
+__device__ __forceinline__ void flash_store_rows(bf16* dst, int ld, int r0, int T, const float (*acc)[4], float scale0, float scale1) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    for (int half = 0; half < 2; half++) {
+        int r = r0 + g + 8 * half;
+        if (r >= T) continue;
+        float sc = half ? scale1 : scale0;
+        for (int n = 0; n < HS / 8; n++) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(acc[n][2 * half] * sc, acc[n][2 * half + 1] * sc);
+            *(__nv_bfloat162*)(dst + (size_t)r * ld + n * 8 + 2 * c) = v;
+        }
+    }
+}
+
+// the group of 4 lanes that holds one fragment row
+__device__ __forceinline__ float flash_row_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float flash_row_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}

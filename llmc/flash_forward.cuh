@@ -1,0 +1,121 @@
+// flash_forward.cuh — the fused causal attention forward (FlashAttention-2's algorithm): the scores
+// live in registers one key tile at a time, so no (T, T) buffer exists, and tiles above the causal
+// diagonal are never loaded. Launched by flash_attention.cuh.
+//
+// Block: 128 queries of one q head h (FlashFwdTile). At HS >= 64, 4 warps of 32 query rows (two
+// rows of mma.m16n8k16 tiles, so every K and V fragment read from shared memory feeds two
+// products) over 64-key tiles at HS 64, 32-key tiles at HS 128; at HS <= 32, 8 warps of 16 rows
+// over 64-key tiles. Q is held in registers as A fragments except at HS 128 (read from shared
+// memory at each tile: its fragments would not fit beside the accumulators). For each key tile
+// j <= diagonal, S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
+// log2 units), O += P Vⱼ. K and V come through a ring of 3 cp.async stages, tile j + 2 loading
+// while tile j is used. A warp skips the tiles whose keys all lie above its rows.
+// __launch_bounds__ hold every head size to 2 blocks per SM (8 warps at HS >= 64, 16 below).
+// Measured on an H200 (dev/flash_measured.csv): llama300m (HS 64, T 4096) 0.675 ms, 204 causal
+// TFLOP/s; HS 128 at T 4096 1.21 ms, 226 TFLOP/s.
+// Precision: bf16 operands, fp32 accumulation, fp32 softmax; P rounded to bf16 for P V.
+#pragma once
+#include "flash_common.cuh"
+
+// forward: grid (ceil(T/128), NH, B), 128 threads; shared memory: Q and the (K, V) stages
+
+template <int HS>
+__global__ void __launch_bounds__(FlashFwdTile<HS>::WARPS * 32, FlashFwdTile<HS>::MIN_BLOCKS)
+flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
+    typedef FlashFwdTile<HS> F;
+    const int BQ = F::BQ, BK = F::BK, S = F::STAGES, THREADS = F::WARPS * 32, M = BQ / F::WARPS / 16, P = HS + 8;
+    extern __shared__ __align__(16) bf16 flash_smem[];
+    bf16* sQ = flash_smem;  // stage i: K at sKV + 2 i BK P, V at sKV + (2 i + 1) BK P
+    bf16* sKV = sQ + BQ * P;
+    int qt = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    int h = blockIdx.y, b = blockIdx.z, kvh = h / (NH / NKV);
+    int ld = (NH + 2 * NKV) * HS, q0 = qt * BQ;
+    const bf16* q = qkv + (size_t)b * T * ld + h * HS;
+    const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
+    const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int r0 = q0 + warp * (BQ / F::WARPS);            // this warp's first row
+    int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
+    auto issue = [&](int kt) {  // K and V of key tile kt into its stage
+        bf16* st = sKV + 2 * (kt % S) * BK * P;
+        flash_load_tile<HS, BK, THREADS>(st, k, ld, kt * BK, T);
+        flash_load_tile<HS, BK, THREADS>(st + BK * P, v, ld, kt * BK, T);
+    };
+
+    flash_load_tile<HS, BQ, THREADS>(sQ, q, ld, q0, T);
+    issue(0);
+    cp_async_commit();
+    for (int st = 1; st < S - 1; st++) {
+        if (st < nkt) issue(st);
+        cp_async_commit();
+    }
+    uint32_t qf[F::Q_REGS ? HS / 16 : 1][M][4];  // with Q_REGS: Q's A fragments (k step, row tile)
+    if (F::Q_REGS) {
+        cp_async_wait<S - 2>();  // Q and key tile 0 are in
+        __syncthreads();
+        for (int kk = 0; kk < HS / 16; kk++)
+            for (int m = 0; m < M; m++)
+                ldmatrix_x4(qf[kk][m], sQ + (warp * (BQ / F::WARPS) + 16 * m + lane % 16) * P + kk * 16 + (lane / 16) * 8);
+    }
+    float o[M][HS / 8][4];
+    for (int m = 0; m < M; m++) flash_zero<HS / 8>(o[m]);
+    float mrow[M][2], l[M][2];  // row tiles m, rows g and g + 8: running max and this lane's sum
+    for (int m = 0; m < M; m++) for (int half = 0; half < 2; half++) { mrow[m][half] = -INFINITY; l[m][half] = 0.0f; }
+#pragma unroll 1
+    for (int kt = 0; kt < nkt; kt++) {
+        cp_async_wait<S - 2>();  // key tile kt is in
+        __syncthreads();         // ... for every thread, and every warp is done with tile kt - 1's stage
+        if (kt + S - 1 < nkt) issue(kt + S - 1);
+        cp_async_commit();
+        if (kt * BK > r0 + BQ / F::WARPS - 1) continue;  // every key above this warp's rows
+        const bf16* sK = sKV + 2 * (kt % S) * BK * P;
+        float s[M][BK / 8][4];
+        for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
+        if (F::Q_REGS) flash_mma_abt_regs<HS, BK, M>(s, qf, sK);
+        else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
+        bool diagonal = kt * BK + BK - 1 > r0;  // some key above some row of this warp
+        // online softmax in log2 units; a row's max is finite from key tile 0 on (key 0 <= row)
+        for (int m = 0; m < M; m++)
+            for (int half = 0; half < 2; half++) {
+                int row = r0 + 16 * m + g + 8 * half;
+                float mx = mrow[m][half];
+                for (int n = 0; n < BK / 8; n++)
+                    for (int e = 0; e < 2; e++) {
+                        int key = kt * BK + n * 8 + 2 * c + e;
+                        float x = !diagonal || key <= row ? s[m][n][2 * half + e] * scale_log2 : -INFINITY;
+                        s[m][n][2 * half + e] = x;
+                        mx = fmaxf(mx, x);
+                    }
+                mx = flash_row_max(mx);
+                float corr = exp2f(mrow[m][half] - mx);
+                mrow[m][half] = mx;
+                float sum = 0.0f;
+                for (int n = 0; n < BK / 8; n++)
+                    for (int e = 0; e < 2; e++) {
+                        float p = exp2f(s[m][n][2 * half + e] - mx);
+                        s[m][n][2 * half + e] = p;
+                        sum += p;
+                    }
+                l[m][half] = l[m][half] * corr + sum;
+                for (int n = 0; n < HS / 8; n++) { o[m][n][2 * half] *= corr; o[m][n][2 * half + 1] *= corr; }
+            }
+        flash_mma_pv<HS, BK, M>(o, s, sK + BK * P);  // O += P V
+    }
+
+    for (int m = 0; m < M; m++) {
+        float inv[2];
+        for (int half = 0; half < 2; half++) {
+            int row = r0 + 16 * m + g + 8 * half;
+            float sum = flash_row_sum(l[m][half]);
+            inv[half] = 1.0f / sum;
+            if (c == 0 && row < T) lse[((size_t)b * NH + h) * T + row] = (mrow[m][half] + log2f(sum)) / FLASH_LOG2E;
+        }
+        flash_store_rows<HS>(out + (size_t)b * T * NH * HS + h * HS, NH * HS, r0 + 16 * m, T, o[m], inv[0], inv[1]);
+    }
+}
+
+// its dynamic shared memory: Q and the (K, V) stages
+template <int HS> static inline size_t flash_forward_smem() {
+    typedef FlashFwdTile<HS> F;
+    return (size_t)(F::BQ + 2 * F::STAGES * F::BK) * (HS + 8) * sizeof(bf16);
+}
