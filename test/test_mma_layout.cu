@@ -14,7 +14,8 @@
 // Also llmc/cuda_common.cuh's warp reductions (cuda_warp_sum, cuda_warp_max, cuda_warp_sum_double)
 // against the xor butterfly of __shfl_xor_sync written out on the host (round o = 16..1: lane l
 // combines its value with lane l ^ o's), bit for bit in every lane of two warps, on values whose
-// sum depends on the order; dev/emu computes these in one exchange and must give the same bits.
+// sum depends on the order; dev/emu computes these in one exchange and must give the same bits
+// (a NaN compares as a NaN: its bits are the machine's).
 // Checks, one warp each: mma on fragments built from the tables, and with A / B loaded by
 // ldmatrix_x4 ([n][k] B) or ldmatrix_x4_trans ([k][n] B), every D element against a double product
 // (integers: exact; bf16 fractions: fp32 accumulation); ldmatrix_x4[_trans], every register half,
@@ -282,6 +283,10 @@ static void test_cp_async(void) {
     test_check("mma_layout.cp_async16_copy_and_zero_fill", !first[0], "%s", first);
 }
 
+// bit for bit, except that any two NaNs are the same: which NaN an operation returns is the
+// machine's (a GPU: always 0x7fffffff; x86: the first NaN operand's payload)
+template <typename T> static bool same_bits(T a, T b) { return (a != a && b != b) || memcmp(&a, &b, sizeof(T)) == 0; }
+
 // each lane's value after the xor butterfly of __shfl_xor_sync over one warp's v (32)
 template <typename T, typename F> static void butterfly(T* v, F combine) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -301,7 +306,7 @@ static void test_warp_reductions(void) {
         x[t] = ldexpf(u + 0.5f, (int)(r % 31) - 10) * ((r >> 5) & 1 ? -1.0f : 1.0f);
         xd[t] = (double)x[t] * (1.0 + 1e-9 * t);
     }
-    x[37] = NAN;        // fmaxf keeps the other operand; the sum of warp 1 is NaN
+    x[37] = NAN;        // fmaxf keeps the other operand; the sum of warp 1 is NaN (compared as a NaN, not by its bits)
     x[40] = -INFINITY;
     float* dsum_f = to_dev(sum, 64);
     float* dmx = to_dev(mx, 64);
@@ -323,7 +328,7 @@ static void test_warp_reductions(void) {
         butterfly(wd, [](double a, double b) { return a + b; });
         for (int l = 0; l < 32 && !first[0]; l++) {
             int t = 32 * w + l;
-            if (memcmp(&sum[t], &ws[l], 4) || memcmp(&mx[t], &wm[l], 4) || memcmp(&dsum[t], &wd[l], 8))
+            if (!same_bits(sum[t], ws[l]) || !same_bits(mx[t], wm[l]) || !same_bits(dsum[t], wd[l]))
                 snprintf(first, sizeof first, "warp %d lane %d: sum %a / %a, max %a / %a, double sum %a / %a (got / butterfly)",
                          w, l, sum[t], ws[l], mx[t], wm[l], dsum[t], wd[l]);
         }
