@@ -31,10 +31,13 @@
 #                 and gain of fp8 over fp32 at 64 GPUs, without and with overlap
 #   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio
 #   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so), last,
-#                 so that the speed rows come first
-#   memcheck_attention, racecheck_attention   the same on dev_attention --small: the flash kernels
-#                 at head sizes 16-128 and T 37-130 (several tiles per block, T off the tile), forward
-#                 and backward
+#                 so that the speed rows come first. racecheck reads the report hazard by hazard: one
+#                 inside cuBLAS's own kernels (nvjet_*, ...) is counted and ignored, one that names
+#                 any other function (the project's) fails the row
+#   memcheck_attention, racecheck_attention   the same on dev_attention --small: both attention
+#                 paths, the flash kernels at head sizes 16-128 and T 1-4096 (several tiles per block,
+#                 T off the tile), forward and backward; racecheck with --flash-only (the flash
+#                 kernels alone: no cuBLAS kernel runs)
 # The reference curves are made beforehand by the CPU engine (make gpu-refs, i.e. this script's
 # --refs): the GPU machine runs no CPU reference and needs no BLAS.
 #
@@ -58,6 +61,9 @@
 #   GPU_CHECK_REBUILD   0: never rebuild, report binaries that do not load (default 1)
 #   GPU_CHECK_BIN, GPU_CHECK_REFS, GPU_CHECK_LOGS   other binaries / curves / log folder
 #   GPU_CHECK_EMU       the dev/emu build folder for EMULATE=1 (build/emu)
+#   GPU_CHECK_SANITIZER the compute-sanitizer to run (else found on the PATH or under CUDA_HOME); with
+#                       EMULATE=1 the sanitizer rows run only with it, on a stand-in that prints a
+#                       report (how test_gpu_check.sh checks their reading of racecheck's reports)
 # Exit status: 0 every check passed or was skipped with a reason, 1 a check failed, 2 bad usage,
 # 77 no CUDA device (nothing was checked).
 set -u
@@ -284,7 +290,7 @@ oneline() { tr '\n\t' '  ' | sed 's/  */ /g; s/ $//' | cut -c1-"${1:-160}"; }
 row() {
     [ "$ACTION" = env ] && return 0
     local line
-    line=$(printf '| %-30s | %-4s | %6s s | %s' "$1" "$2" "$3" "$(printf '%s' "$4" | oneline 400)")
+    line=$(printf '| %-30s | %-4s | %6s s | %s' "$1" "$2" "$3" "$(printf '%s' "$4" | oneline 1000)")
     ROWS+=("$line")
     echo "$line"
     echo "$line" >>"$RESULTS"
@@ -946,11 +952,57 @@ done
 # ---------------------------------------------------------------------------------------------
 # compute-sanitizer, last: the speed rows above come first, so that slow sanitizers cannot spend
 # their share of the budget. Two targets each: a short tiny run of the trainer (every kernel of a
-# step; head size 32, one tile per block), and dev_attention --small (the flash kernels alone at
-# head sizes 16 to 128, T = 37, 70, 77, 100, 130: several K/V tiles per block, so the prefetch and
-# double-buffer paths run, and T not a multiple of the tile; forward and backward)
+# step; head size 32, one tile per block), and dev_attention --small (both attention paths; the
+# flash kernels at head sizes 16 to 128, T from 1 to 4096: several K/V tiles per block, so the
+# prefetch and double-buffer paths run, and T off the tile; forward and backward).
+# racecheck_attention runs it with --flash-only (no cuBLAS kernel at all); the trainer's step
+# calls cuBLAS, so every racecheck report is read hazard by hazard.
 
-SANITIZER=""
+# cuBLAS's and cuBLASLt's own kernels, by name (extended regex on a name without its leading
+# "void "): their shared-memory hazards are the library's, reported on the H200 in nvjet_* GEMMs
+# (2026-12-04); no filter flag keeps them out (--kernel-name-exclude crashed compute-sanitizer
+# there). test_gpu_check.sh checks that no kernel or device function of the project matches.
+RACE_LIBRARY_KERNELS='^(nvjet_|sm[0-9]+_xmma_|cutlass|cublas|ampere_|splitKreduce_kernel)'
+# race_hazards LOG: racecheck's hazard reports in LOG, one per "Error|Warning: Race reported
+# between ..." block (its "and ... access at" lines follow) or "Potential RAW|WAR|WAW hazard
+# detected" block (its "Thread (x, y, z) at" lines follow). An access names the function it lies
+# in: "NAME+0xOFF[ in FILE:LINE]" (compute-sanitizer 2022 on) or "0xOFF in [FILE:LINE:]NAME"
+# (before). A hazard is the library's when every access it names matches RACE_LIBRARY_KERNELS;
+# any other name is the project's (the run launches nothing else). Prints "OURS LIBRARY", then
+# the first of ours (its first two lines), then the library's kernels, each name once.
+race_hazards() {
+    awk -v lib="$RACE_LIBRARY_KERNELS" '
+    function name_of(loc) {
+        sub(/ \[[0-9]+ hazards?\]$/, "", loc)
+        if (loc ~ /^0x[0-9a-fA-F]+ in /) { sub(/^0x[0-9a-fA-F]+ in /, "", loc); sub(/^[^ ]*:[0-9]+:/, "", loc); return loc }
+        sub(/ in [^ ]*:[0-9]+$/, "", loc)
+        sub(/\+0x[0-9a-fA-F]+$/, "", loc)
+        return loc
+    }
+    function add(loc,   n) {
+        n = name_of(loc); sub(/^void /, "", n)
+        if (n !~ lib) { mine = 1; return }
+        sub(/[<(].*/, "", n)  # the name without template arguments and parameters
+        if (!(n in seen)) { seen[n] = 1; names = names (names == "" ? "" : ", ") n }
+    }
+    function close_block() {
+        if (!open) return
+        if (mine) { ours++; if (first == "") first = text } else library++
+        open = 0
+    }
+    !/^=+/ { next }  # a line of the program itself
+    { line = $0; sub(/^=+ */, "", line) }
+    line ~ /^(Error|Warning): (Race reported between|Potential [A-Z]+ hazard detected)/ {
+        close_block(); open = 1; mine = 0; text = line; nlines = 1
+    }
+    open && line ~ / access at / { loc = line; sub(/.* access at /, "", loc); add(loc) }
+    open && line ~ /Thread \([^)]*\) at / { loc = line; sub(/.*Thread \([^)]*\) at /, "", loc); add(loc) }
+    open && line !~ /^(Error|Warning): / && nlines == 1 && line != "" { text = text " " line; nlines = 2 }
+    open && (line == "" || line ~ /SUMMARY/) { close_block() }
+    END { close_block(); printf "%d %d\n%s\n%s\n", ours, library, first, names }' "$1"
+}
+
+SANITIZER=${GPU_CHECK_SANITIZER:-}
 for c in "$(command -v compute-sanitizer 2>/dev/null)" "$CUDA_HOME/bin/compute-sanitizer" "$CUDA_HOME/compute-sanitizer/compute-sanitizer" \
          /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
     [ -z "$SANITIZER" ] && [ -n "$c" ] && [ -x "$c" ] && SANITIZER=$c
@@ -958,7 +1010,8 @@ done
 for key in memcheck racecheck memcheck_attention racecheck_attention; do
     wanted $key || continue
     tool=${key%_attention}
-    if [ "$EMULATE" = 1 ]; then row $key SKIP 0 "emulated: races and device memory errors need a GPU"; continue; fi
+    # emulated: only with a stand-in sanitizer that prints a report (test_gpu_check.sh's fixtures)
+    if [ "$EMULATE" = 1 ] && [ -z "${GPU_CHECK_SANITIZER:-}" ]; then row $key SKIP 0 "emulated: races and device memory errors need a GPU"; continue; fi
     if [ "$key" = "$tool" ]; then target=train_llama; else target=dev_attention; fi
     blocked $key $target && continue
     if [ -z "$SANITIZER" ]; then row $key SKIP 0 "absent: no compute-sanitizer on the PATH or under $CUDA_HOME"; continue; fi
@@ -967,18 +1020,43 @@ for key in memcheck racecheck memcheck_attention racecheck_attention; do
         steps=2; [ $tool = racecheck ] && steps=1  # racecheck instruments every shared-memory access
         what="tiny, B=1 T=64, steps: $steps"
         run 150 "$LOGS/$key.log" "$SANITIZER" --tool $tool --error-exitcode 99 "$BIN/train_llama" -e tiny -b 1 -t 64 -x $steps -v 0 -n -1
+        # the program's own verdict, which --error-exitcode hides once anything is reported
+        ran_ok() { grep -q '^done: ' "$LOGS/$key.log"; }
+        ran_why() { grep -m1 -iE '^error|abort|segmentation fault|core dumped' "$LOGS/$key.log" || echo "no 'done:' line: the run did not finish"; }
     else
-        what="dev_attention --small: flash forward and backward, HS 16-128, T 37-130"
-        run 200 "$LOGS/$key.log" "$SANITIZER" --tool $tool --error-exitcode 99 "$BIN/dev_attention" --small
+        args=(--small); [ $tool = racecheck ] && args+=(--flash-only)
+        what="dev_attention ${args[*]}: flash forward and backward, HS 16-128, T 1-4096"
+        [ $tool = racecheck ] || what="$what, and the cuBLAS path"
+        run 200 "$LOGS/$key.log" "$SANITIZER" --tool $tool --error-exitcode 99 "$BIN/dev_attention" "${args[@]}"
+        ran_ok() { grep -q '^PASS' "$LOGS/$key.log" && ! grep -q '^FAIL' "$LOGS/$key.log"; }
+        ran_why() { grep -m1 -iE '^FAIL|^error|abort|segmentation fault|core dumped' "$LOGS/$key.log" || echo "no PASS line: the run did not finish"; }
     fi
     summary=$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$key.log" | sed 's/^=* *//')
-    nerr=$(echo "$summary" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p; s/.*(\([0-9]*\) errors.*/\1/p' | head -1)
+    # ERROR SUMMARY: N errors; RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)
+    nerr=$(echo "$summary" | sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p; s/.*(\([0-9]*\) errors\{0,1\}, \([0-9]*\) warning.*/\1 \2/p' | head -1 | awk '{ print $1 + $2 }')
+    [ -n "$summary" ] || nerr=""
+    nours=0; nlib=0; first_ours=""; lib_names=""
+    if [ $tool = racecheck ]; then
+        { read -r nours nlib; read -r first_ours; read -r lib_names; } < <(race_hazards "$LOGS/$key.log")
+    fi
     refused=0
     if [ -z "$summary" ]; then refused=1
-    elif [ "${nerr:-x}" != 0 ] && grep -qiE 'not supported|unable to|permission|failed to (initialize|start)' "$LOGS/$key.log"; then refused=1; fi
+    elif [ "${nerr:-x}" != 0 ] && [ $((nours + nlib)) -eq 0 ] && grep -qiE 'not supported|unable to|permission|failed to (initialize|start)' "$LOGS/$key.log"; then refused=1; fi
     if [ $RC -eq 124 ]; then row $key FAIL "$DT" "timed out after $LIMIT s ($what)"
     elif [ $refused = 1 ]; then
         row $key SKIP "$DT" "refused: $(grep -m1 -vE '^=+ *$|COMPUTE-SANITIZER' "$LOGS/$key.log" | sed 's/^=* *//' | oneline 140)"
+    elif [ $tool = racecheck ]; then
+        ignored=""
+        [ "$nlib" -gt 0 ] && ignored="; $nlib in cuBLAS's own kernels, ignored ($(echo "$lib_names" | oneline 160))"
+        if [ "$nours" -gt 0 ]; then
+            row $key FAIL "$DT" "$summary: $nours in the project's kernels, the first: $(echo "$first_ours" | oneline 300)$ignored"
+        elif [ "$nerr" != 0 ] && [ "$nlib" -eq 0 ]; then
+            row $key FAIL "$DT" "$summary, but no hazard report this script reads (hint: compute-sanitizer's format changed?): $(grep -m1 -E '^=+ +(Error|Warning)' "$LOGS/$key.log" | sed 's/^=* *//' | oneline 160)"
+        elif { [ $RC -ne 0 ] && [ $RC -ne 99 ]; } || { [ $RC -eq 99 ] && [ "$nlib" -eq 0 ]; } || ! ran_ok; then
+            row $key FAIL "$DT" "$summary$ignored, but the run failed (exit $RC): $(ran_why | oneline 160)"
+        else
+            row $key PASS "$DT" "$summary: none in the project's kernels$ignored ($what)"
+        fi
     elif [ "$nerr" = 0 ] && [ $RC -eq 0 ]; then row $key PASS "$DT" "$summary ($what)"
     elif [ "$nerr" = 0 ]; then row $key FAIL "$DT" "$summary, but the run failed: $(why "$LOGS/$key.log")"
     else row $key FAIL "$DT" "$summary: $(grep -m1 -E '^=+ +(Invalid|Error|Race|Program hit|.*hazard)' "$LOGS/$key.log" | sed 's/^=* *//' | oneline 140)"; fi
