@@ -13,6 +13,9 @@
 #     report it cannot read and on a run that failed behind the sanitizer's exit status;
 #     racecheck_attention runs dev_attention --flash-only; no kernel or device function of the
 #     project matches the names taken for cuBLAS's;
+#   - the speed rows on stand-ins that pass for a GPU: ms/step and each kernel's TFLOP/s beside the
+#     baseline's (dev/gpu_baseline.txt) with their ratio, "no baseline" where it has no such row;
+#     --ratios on results files;
 #   - make gpu-bundle: at most 48 MiB; every binary's NEEDED entries (readelf -d) in the allowlist
 #     below; every file the script names (--list-files), every fixture the GPU programs open and
 #     every make gpu binary in the bundle; the bundle copied away from the repo runs its preflight
@@ -27,7 +30,7 @@ T_START=$(date +%s)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset EMULATE GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_TIMEOUT GPU_CHECK_REBUILD GPU_CHECK_BIN GPU_CHECK_REFS GPU_CHECK_LOGS GPU_CHECK_SANITIZER OUT
+unset EMULATE GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_TIMEOUT GPU_CHECK_REBUILD GPU_CHECK_BIN GPU_CHECK_REFS GPU_CHECK_LOGS GPU_CHECK_SANITIZER GPU_CHECK_BASELINE OUT
 source test/testlib.sh  # pass, fail, skip, why
 check() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
 # the row of KEY in a results file: "RESULT|SECONDS|DETAIL"
@@ -57,6 +60,55 @@ n_ours=$(echo "$ours" | grep -c .)
 clash=$(echo "$ours" | grep -E "$LIB_RE" | tr '\n' ' ')
 check gpu_check.race_library_names_none_of_ours '[ -n "$LIB_RE" ] && [ "$n_ours" -ge 60 ] && [ -z "$clash" ] && echo "$ours" | grep -qx flash_backward_kernel' \
     "pattern '$LIB_RE', $n_ours names of ours, matching: $clash"
+
+# --- the speed rows' ratios to the baseline (dev/gpu_baseline.txt), on stand-ins that pass for a
+#     GPU (no nvidia-smi here: the script asks train_llama, which answers): a train_llama that logs
+#     22 ms steps (30 with --attention cublas), a dev_attention --bench-only that prints 157.76
+#     TFLOP/s for every kernel; then --ratios on results files
+mkdir -p "$TMP/speed"
+cat >"$TMP/speed/train_llama" <<'EOF'
+#!/bin/bash
+[ "$1" = --help ] && { echo "usage: stand-in"; exit 0; }
+out=.; preset=?; ms=22.0
+while [ $# -gt 0 ]; do
+    case $1 in -o) out=$2; shift ;; -e) preset=$2; shift ;; -t) [ "$2" = 1000000 ] && exit 1; shift ;; --attention) ms=30.0; shift ;; esac
+    shift
+done
+printf '%s\n' "| model | $preset C=768 L=12 NH=12 NKV=12 FF=2048 Vp=50304 |" "| batch | B=4 T=1024 |" "| peak for MFU | 989 TFLOP/s |"
+mkdir -p "$out"
+for s in 1 2 3 4 5 6 7; do
+    echo "{\"step\": $s, \"train_loss\": 5.0, \"ms\": $ms, \"mfu\": 0.2, \"t_forward_ms\": 3.0, \"t_backward_ms\": 9.0, \"t_comm_ms\": 0.1, \"t_optimizer_ms\": 5.0}"
+done >"$out/metrics.jsonl"
+EOF
+cat >"$TMP/speed/dev_attention" <<'EOF'
+#!/bin/bash
+echo "bench cuBLASLt bf16 GEMM 8192^3: 1.375 ms, 800.0 TFLOP/s"
+for shape in llama300m hs128_t4096; do for path in flash cublas; do for dir in forward backward; do
+    echo "bench $shape $path $dir B=4: 1.000 ms, 157.76 TFLOP/s"
+done; done; done
+EOF
+chmod +x "$TMP/speed/train_llama" "$TMP/speed/dev_attention"
+grep -v '^| bench_d12 ' dev/gpu_baseline.txt >"$TMP/speed/baseline_no_d12.txt"
+for b in full no_d12; do
+    base=dev/gpu_baseline.txt; [ $b = no_d12 ] && base=$TMP/speed/baseline_no_d12.txt
+    GPU_CHECK_BIN="$TMP/speed" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/speed/logs_$b" GPU_CHECK_BASELINE="$base" \
+        GPU_CHECK_ONLY='^bench_(d12|attention)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
+done
+S=$TMP/speed/logs_full/results.txt
+check gpu_check.speed_row_ratio_to_baseline 'detail_of bench_d12 "$S" | grep -q "186182 tok/s, 22.0 ms/step, baseline 18.7 ms/step → ratio 1.18×; MFU ours"' \
+    "$(row_of bench_d12 "$S") $(why "$TMP/speed/full.out")"
+# without bench_llama300m (not wanted here) the row still ends, on the unfused step alone
+check gpu_check.bench_attention_ratio_per_kernel '[ "$(result_of bench_attention "$S")" = PASS ] && detail_of bench_attention "$S" | grep -q "llama300m flash forward 157.76 TFLOP/s (baseline 185.6 TFLOP/s → ratio 0.85×), .*hs128_t4096 cublas backward 157.76 TFLOP/s (baseline 34.2 TFLOP/s → ratio 4.61×);.* --attention cublas: 30.000 ms/step"' \
+    "$(row_of bench_attention "$S")"
+check gpu_check.speed_row_without_baseline_row 'detail_of bench_d12 "$TMP/speed/logs_no_d12/results.txt" | grep -q "22.0 ms/step, no baseline; MFU ours"' \
+    "$(row_of bench_d12 "$TMP/speed/logs_no_d12/results.txt")"
+check gpu_check.results_name_the_baseline 'grep -q "^# baseline .*dev/gpu_baseline.txt: .*H200.*2026-12-04.*commit 5ec15b9" "$S"' "$(grep '^#' "$S")"
+# --ratios: the baseline against itself (every figure 1.00), a run's results against a baseline without one row
+bash dev/gpu_check.sh --ratios dev/gpu_baseline.txt >"$TMP/speed/self.txt" 2>&1
+check gpu_check.ratios_of_baseline_itself '[ "$(grep -c "→ ratio 1.00×$" "$TMP/speed/self.txt")" -eq 14 ] && [ "$(wc -l <"$TMP/speed/self.txt")" -eq 15 ]' "$(cat "$TMP/speed/self.txt")"
+GPU_CHECK_BASELINE=$TMP/speed/baseline_no_d12.txt bash dev/gpu_check.sh --ratios "$S" >"$TMP/speed/ratios.txt" 2>&1
+check gpu_check.ratios_skip_missing_row 'grep -qx "bench_d12: 22.0 ms/step; no baseline" "$TMP/speed/ratios.txt" && grep -qx "bench_attention llama300m flash forward: 157.76 TFLOP/s; baseline 185.6 TFLOP/s → ratio 0.85×" "$TMP/speed/ratios.txt"' \
+    "$(cat "$TMP/speed/ratios.txt")"
 
 # --- what the emulation needs (as test_cuda_emulated.sh)
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
