@@ -8,6 +8,14 @@
 #   - failure paths: a corrupted reference curve, a binary that does not load (no rebuild), a
 #     check program with a failing check, a run that hangs (timeout), a spent time budget: each a
 #     FAIL or SKIP row with its reason, none a hang;
+#   - the sanitizer rows on a stand-in compute-sanitizer that prints fixture reports: racecheck
+#     ignores (and counts) hazards in cuBLAS's own kernels, fails on one in the project's, on a
+#     report it cannot read and on a run that failed behind the sanitizer's exit status;
+#     racecheck_attention runs dev_attention --flash-only; no kernel or device function of the
+#     project matches the names taken for cuBLAS's;
+#   - the speed rows on stand-ins that pass for a GPU: ms/step and each kernel's TFLOP/s beside the
+#     baseline's (dev/gpu_baseline.txt) with their ratio, "no baseline" where it has no such row;
+#     --ratios on results files;
 #   - make gpu-bundle: at most 48 MiB; every binary's NEEDED entries (readelf -d) in the allowlist
 #     below; every file the script names (--list-files), every fixture the GPU programs open and
 #     every make gpu binary in the bundle; the bundle copied away from the repo runs its preflight
@@ -22,7 +30,7 @@ T_START=$(date +%s)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset EMULATE GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_TIMEOUT GPU_CHECK_REBUILD GPU_CHECK_BIN GPU_CHECK_REFS GPU_CHECK_LOGS OUT
+unset EMULATE GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_TIMEOUT GPU_CHECK_REBUILD GPU_CHECK_BIN GPU_CHECK_REFS GPU_CHECK_LOGS GPU_CHECK_SANITIZER GPU_CHECK_BASELINE OUT
 source test/testlib.sh  # pass, fail, skip, why
 check() { if eval "$2"; then pass "$1"; else fail "$1" "$3"; fi; }
 # the row of KEY in a results file: "RESULT|SECONDS|DETAIL"
@@ -42,6 +50,65 @@ done
 bash dev/gpu_check.sh --frobnicate >/dev/null 2>"$TMP/bad.err"
 rc=$?
 check gpu_check.refuses_unknown_argument '[ $rc -eq 2 ] && grep -q "unknown argument .--frobnicate." "$TMP/bad.err"' "$(cat "$TMP/bad.err")"
+
+# --- the racecheck rows ignore hazards in cuBLAS's own kernels by name (RACE_LIBRARY_KERNELS):
+#     no kernel or device function of the project may carry such a name
+LIB_RE=$(sed -n "s/^RACE_LIBRARY_KERNELS='\(.*\)'$/\1/p" dev/gpu_check.sh)
+ours=$(cat train_llama.cu llmc/*.cuh llmc/*.h dev/cuda/*.cu test/*.cu | tr '\n' ' ' | sed -E 's/__launch_bounds__\([^)]*\)//g' |
+       grep -oE '(__global__|__device__)[^(;{}]*\(' | sed -E 's/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*) *\($/\1/' | sort -u)
+n_ours=$(echo "$ours" | grep -c .)
+clash=$(echo "$ours" | grep -E "$LIB_RE" | tr '\n' ' ')
+check gpu_check.race_library_names_none_of_ours '[ -n "$LIB_RE" ] && [ "$n_ours" -ge 60 ] && [ -z "$clash" ] && echo "$ours" | grep -qx flash_backward_kernel' \
+    "pattern '$LIB_RE', $n_ours names of ours, matching: $clash"
+
+# --- the speed rows' ratios to the baseline (dev/gpu_baseline.txt), on stand-ins that pass for a
+#     GPU (no nvidia-smi here: the script asks train_llama, which answers): a train_llama that logs
+#     22 ms steps (30 with --attention cublas), a dev_attention --bench-only that prints 157.76
+#     TFLOP/s for every kernel; then --ratios on results files
+mkdir -p "$TMP/speed"
+cat >"$TMP/speed/train_llama" <<'EOF'
+#!/bin/bash
+[ "$1" = --help ] && { echo "usage: stand-in"; exit 0; }
+out=.; preset=?; ms=22.0
+while [ $# -gt 0 ]; do
+    case $1 in -o) out=$2; shift ;; -e) preset=$2; shift ;; -t) [ "$2" = 1000000 ] && exit 1; shift ;; --attention) ms=30.0; shift ;; esac
+    shift
+done
+printf '%s\n' "| model | $preset C=768 L=12 NH=12 NKV=12 FF=2048 Vp=50304 |" "| batch | B=4 T=1024 |" "| peak for MFU | 989 TFLOP/s |"
+mkdir -p "$out"
+for s in 1 2 3 4 5 6 7; do
+    echo "{\"step\": $s, \"train_loss\": 5.0, \"ms\": $ms, \"mfu\": 0.2, \"t_forward_ms\": 3.0, \"t_backward_ms\": 9.0, \"t_comm_ms\": 0.1, \"t_optimizer_ms\": 5.0}"
+done >"$out/metrics.jsonl"
+EOF
+cat >"$TMP/speed/dev_attention" <<'EOF'
+#!/bin/bash
+echo "bench cuBLASLt bf16 GEMM 8192^3: 1.375 ms, 800.0 TFLOP/s"
+for shape in llama300m hs128_t4096; do for path in flash cublas; do for dir in forward backward; do
+    echo "bench $shape $path $dir B=4: 1.000 ms, 157.76 TFLOP/s"
+done; done; done
+EOF
+chmod +x "$TMP/speed/train_llama" "$TMP/speed/dev_attention"
+grep -v '^| bench_d12 ' dev/gpu_baseline.txt >"$TMP/speed/baseline_no_d12.txt"
+for b in full no_d12; do
+    base=dev/gpu_baseline.txt; [ $b = no_d12 ] && base=$TMP/speed/baseline_no_d12.txt
+    GPU_CHECK_BIN="$TMP/speed" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/speed/logs_$b" GPU_CHECK_BASELINE="$base" \
+        GPU_CHECK_ONLY='^bench_(d12|attention)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
+done
+S=$TMP/speed/logs_full/results.txt
+check gpu_check.speed_row_ratio_to_baseline 'detail_of bench_d12 "$S" | grep -q "186182 tok/s, 22.0 ms/step, baseline 18.7 ms/step → ratio 1.18×; MFU ours"' \
+    "$(row_of bench_d12 "$S") $(why "$TMP/speed/full.out")"
+# without bench_llama300m (not wanted here) the row still ends, on the unfused step alone
+check gpu_check.bench_attention_ratio_per_kernel '[ "$(result_of bench_attention "$S")" = PASS ] && detail_of bench_attention "$S" | grep -q "llama300m flash forward 157.76 TFLOP/s (baseline 185.6 TFLOP/s → ratio 0.85×), .*hs128_t4096 cublas backward 157.76 TFLOP/s (baseline 34.2 TFLOP/s → ratio 4.61×);.* --attention cublas: 30.000 ms/step"' \
+    "$(row_of bench_attention "$S")"
+check gpu_check.speed_row_without_baseline_row 'detail_of bench_d12 "$TMP/speed/logs_no_d12/results.txt" | grep -q "22.0 ms/step, no baseline; MFU ours"' \
+    "$(row_of bench_d12 "$TMP/speed/logs_no_d12/results.txt")"
+check gpu_check.results_name_the_baseline 'grep -q "^# baseline .*dev/gpu_baseline.txt: .*H200.*2026-12-04.*commit 5ec15b9" "$S"' "$(grep '^#' "$S")"
+# --ratios: the baseline against itself (every figure 1.00), a run's results against a baseline without one row
+bash dev/gpu_check.sh --ratios dev/gpu_baseline.txt >"$TMP/speed/self.txt" 2>&1
+check gpu_check.ratios_of_baseline_itself '[ "$(grep -c "→ ratio 1.00×$" "$TMP/speed/self.txt")" -eq 14 ] && [ "$(wc -l <"$TMP/speed/self.txt")" -eq 15 ]' "$(cat "$TMP/speed/self.txt")"
+GPU_CHECK_BASELINE=$TMP/speed/baseline_no_d12.txt bash dev/gpu_check.sh --ratios "$S" >"$TMP/speed/ratios.txt" 2>&1
+check gpu_check.ratios_skip_missing_row 'grep -qx "bench_d12: 22.0 ms/step; no baseline" "$TMP/speed/ratios.txt" && grep -qx "bench_attention llama300m flash forward: 157.76 TFLOP/s; baseline 185.6 TFLOP/s → ratio 0.85×" "$TMP/speed/ratios.txt"' \
+    "$(cat "$TMP/speed/ratios.txt")"
 
 # --- what the emulation needs (as test_cuda_emulated.sh)
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
@@ -177,6 +244,115 @@ else
         timeout 120 bash dev/gpu_check.sh >"$TMP/budget.out" 2>&1
     B=$TMP/logs_budget/results.txt
     check gpu_check.budget_spent_skips '[ "$(result_of tiny "$B")" = SKIP ] && detail_of tiny "$B" | grep -q "time budget spent"' "$(row_of tiny "$B")"
+
+    # --- the compute-sanitizer rows on reports in compute-sanitizer's layout (no GPU here): a
+    #     stand-in prints a fixture as the sanitizer's output and exits as compute-sanitizer does
+    #     (--error-exitcode 99 once anything is reported), and logs what it was asked to run. The
+    #     nvjet_* reports open with the lines the H200 printed (its racecheck rows in
+    #     dev/gpu_baseline.txt); the rest follow the two layouts of compute-sanitizer's racecheck
+    #     reports ("NAME+0xOFF in FILE:LINE", and the older "0xOFF in FILE:LINE:NAME") and its
+    #     hazard-level report (Thread lines).
+    printf '%s\n' '#!/bin/sh' '# stand-in compute-sanitizer: --tool TOOL --error-exitcode N PROGRAM ARGS...' \
+        'tool=$2; prog=$(basename "$5"); shift 5' 'echo "$tool $prog $*" >>"$RACE_FIXTURES/args"' \
+        'cat "$RACE_FIXTURES/${tool}_$prog.log"' 'exit "$(cat "$RACE_FIXTURES/${tool}_$prog.rc")"' >"$TMP/sanitizer"
+    chmod +x "$TMP/sanitizer"
+    fixture() { mkdir -p "$TMP/race_$1"; echo "$3" >"$TMP/race_$1/$2.rc"; cat >"$TMP/race_$1/$2.log"; }
+    TRAIN_DONE='done: 1 steps, final train loss 10.874187, 1.4 s'
+    ATTN_PASS='PASS dev_attention.flash.tiny.backward_dv: measured 1.923e-03, bound 0.015 (max rel err)'
+    NVJET_A='========= Error: Race reported between Read access at nvjet_sm90_tst_64x32_64x16_1x2_h_bz_splitK_NNT+0xb20
+=========     and Write access at nvjet_sm90_tst_64x32_64x16_1x2_h_bz_splitK_NNT+0x1c40 [64 hazards]
+========='
+    NVJET_B='========= Error: Race reported between Read access at nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN+0xb00
+=========     and Write access at nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN+0x1d80 [16 hazards]
+=========     and Read access at nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN+0x1e10 [8 hazards]
+========='
+    # clean: memcheck without errors; the trainer's racecheck reports only cuBLAS's kernels (one
+    # of them in the older layout); dev_attention's none
+    fixture clean memcheck_train_llama 0 <<EOF
+========= COMPUTE-SANITIZER
+$TRAIN_DONE
+========= ERROR SUMMARY: 0 errors
+EOF
+    fixture clean racecheck_train_llama 99 <<EOF
+========= COMPUTE-SANITIZER
+$TRAIN_DONE
+$NVJET_A
+========= Error: Race reported between Write access at 0x1a30 in void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16, float, __nv_bfloat16, (bool)1, (bool)0, (bool)0>(cublasLt::cublasSplitKParams<T6>, const T4 *, const T5 *, T5 *)
+=========     and Read access at 0x1b10 in void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16, float, __nv_bfloat16, (bool)1, (bool)0, (bool)0>(cublasLt::cublasSplitKParams<T6>, const T4 *, const T5 *, T5 *) [32 hazards]
+=========
+$NVJET_B
+========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)
+EOF
+    fixture clean memcheck_dev_attention 0 <<EOF
+========= COMPUTE-SANITIZER
+$ATTN_PASS
+========= ERROR SUMMARY: 0 errors
+EOF
+    fixture clean racecheck_dev_attention 0 <<EOF
+========= COMPUTE-SANITIZER
+$ATTN_PASS
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+EOF
+    # ours: a hazard-level report in one of the project's device functions (inlined into its
+    # kernel), and a race in the flash backward, each beside cuBLAS's
+    fixture ours racecheck_train_llama 99 <<EOF
+========= COMPUTE-SANITIZER
+$NVJET_A
+========= Error: Potential WAW hazard detected at __shared__ 0x40 in block (3, 0, 0) :
+=========     Write Thread (31, 0, 0) at 0x00000a70 in /src/llmc/mma.cuh:52:ldmatrix_x4(unsigned int *, const __nv_bfloat16 *)
+=========     Write Thread (0, 1, 0) at 0x00000a70 in /src/llmc/mma.cuh:52:ldmatrix_x4(unsigned int *, const __nv_bfloat16 *)
+=========     Current Value : 0, Incoming Value : 1
+=========
+$TRAIN_DONE
+========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)
+EOF
+    fixture ours racecheck_dev_attention 99 <<EOF
+========= COMPUTE-SANITIZER
+$ATTN_PASS
+========= Warning: Race reported between Read access at nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN+0xb00
+=========     and Write access at nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN+0x1d80 [16 hazards]
+=========
+========= Error: Race reported between Write access at void flash_backward_kernel<(int)64>(__nv_bfloat16 *, const __nv_bfloat16 *, const float *, float *, unsigned int *, int, int, int, int, float)+0x1f30 in flash_attention.cuh:512
+=========     and Read access at void flash_backward_kernel<(int)64>(__nv_bfloat16 *, const __nv_bfloat16 *, const float *, float *, unsigned int *, int, int, int, int, float)+0x2a80 in flash_attention.cuh:530 [128 hazards]
+=========
+========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
+EOF
+    # broken: a report in a layout the parser does not know; a run that failed behind exit 99
+    fixture broken racecheck_train_llama 99 <<EOF
+========= COMPUTE-SANITIZER
+$TRAIN_DONE
+========= Error: Shared memory conflict between two threads of kernel flash_forward_kernel
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+EOF
+    fixture broken racecheck_dev_attention 99 <<EOF
+========= COMPUTE-SANITIZER
+FAIL dev_attention.flash.tiny.backward_dq: measured 2.5e-01, bound 0.015 (max rel err)
+$NVJET_B
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+EOF
+    declare -A race_rc=()
+    for sc in clean ours broken; do
+        only='^(memcheck|racecheck)(_attention)?$'; [ $sc = clean ] || only='^racecheck(_attention)?$'
+        RACE_FIXTURES=$TMP/race_$sc EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs_race_$sc" \
+            GPU_CHECK_SANITIZER="$TMP/sanitizer" GPU_CHECK_ONLY="$only" timeout 300 bash dev/gpu_check.sh >"$TMP/race_$sc.out" 2>&1
+        race_rc[$sc]=$?
+    done
+    C=$TMP/logs_race_clean/results.txt; O=$TMP/logs_race_ours/results.txt; X=$TMP/logs_race_broken/results.txt
+    check gpu_check.sanitizer_rows_pass_clean '[ ${race_rc[clean]} -eq 0 ] && [ "$(result_of memcheck "$C")" = PASS ] && [ "$(result_of memcheck_attention "$C")" = PASS ] && [ "$(result_of racecheck_attention "$C")" = PASS ]' \
+        "rc=${race_rc[clean]} $(grep -E '^\| (mem|race)check' "$C")"
+    check gpu_check.racecheck_ignores_cublas_kernels '[ "$(result_of racecheck "$C")" = PASS ] && detail_of racecheck "$C" | grep -q "(3 errors, 0 warnings): none in the project.s kernels; 3 in cuBLAS.s own kernels, ignored (nvjet_sm90_tst_64x32_64x16_1x2_h_bz_splitK_NNT, cublasLt::splitKreduce_kernel, nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN)"' \
+        "$(row_of racecheck "$C")"
+    check gpu_check.racecheck_attention_flash_only 'grep -qx "racecheck dev_attention --small --flash-only" "$TMP/race_clean/args" && grep -qx "memcheck dev_attention --small" "$TMP/race_clean/args"' \
+        "$(cat "$TMP/race_clean/args")"
+    check gpu_check.racecheck_fails_on_ours '[ ${race_rc[ours]} -eq 1 ] && [ "$(result_of racecheck "$O")" = FAIL ] && detail_of racecheck "$O" | grep -q "1 in the project.s kernels, the first: Error: Potential WAW hazard .*:ldmatrix_x4(.*; 1 in cuBLAS.s own kernels, ignored (nvjet_sm90_tst_64x32_64x16_1x2_h_bz_splitK_NNT)"' \
+        "rc=${race_rc[ours]} $(row_of racecheck "$O")"
+    check gpu_check.racecheck_attention_fails_on_ours '[ "$(result_of racecheck_attention "$O")" = FAIL ] && detail_of racecheck_attention "$O" | grep -q "(1 error, 1 warning): 1 in the project.s kernels, the first: Error: Race reported between Write access at void flash_backward_kernel<(int)64>"' \
+        "$(row_of racecheck_attention "$O")"
+    check gpu_check.racecheck_unread_report_fails '[ ${race_rc[broken]} -eq 1 ] && [ "$(result_of racecheck "$X")" = FAIL ] && detail_of racecheck "$X" | grep -q "no hazard report this script reads"' \
+        "rc=${race_rc[broken]} $(row_of racecheck "$X")"
+    check gpu_check.racecheck_failed_run_fails '[ "$(result_of racecheck_attention "$X")" = FAIL ] && detail_of racecheck_attention "$X" | grep -q "ignored (nvjet_sm90_tst_32x64_64x16_2x1_v_bz_NNN), but the run failed (exit 99): FAIL dev_attention.flash.tiny.backward_dq"' \
+        "$(row_of racecheck_attention "$X")"
 fi
 
 # --- the bundle

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <functional>
 #include <cmath>
+#include "emu_float.h"
 
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
@@ -95,7 +96,8 @@ static inline float emu_bf16_bits(uint32_t u16) { float f; uint32_t u = u16 << 1
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (llmc/mma.cuh), per the PTX ISA's fragment
 // tables: lane = 4 * g + c holds A[g][2c..] / A[g+8][2c..] / A[g][2c+8..] / A[g+8][2c+8..] in
 // a0..a3, B[2c..][g] / B[2c+8..][g] in b0, b1 and D[g][2c..] / D[g+8][2c..] in d0, d1 / d2, d3.
-// Products of bf16 are exact in fp32; they are added to C in k order.
+// Products of bf16 are exact in fp32; they are added to C in k order; a NaN result is the GPU's
+// (emu_float.h).
 #define EMU_WARP_MMA 1
 static inline void emu_warp_mma(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
     struct Regs { uint32_t a[4], b[2]; float c[4]; } mine, all[32];
@@ -112,7 +114,7 @@ static inline void emu_warp_mma(float* d, const uint32_t* a, const uint32_t* b, 
             float bv = emu_bf16_bits((rb.b[k / 8] >> (16 * (k % 2))) & 0xffff);
             acc += av * bv;
         }
-        d[i] = acc;
+        d[i] = emu_gpu_f32(acc);
     }
 }
 
@@ -132,11 +134,12 @@ static inline void emu_warp_ldmatrix(uint32_t* r, const void* row, bool trans) {
     }
 }
 
-// correctly rounded fp32 arithmetic (built with -ffp-contract=off, so nothing is fused)
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
+// correctly rounded fp32 arithmetic (built with -ffp-contract=off, so nothing is fused); a NaN
+// result is the GPU's (emu_float.h)
+static inline float __fadd_rn(float a, float b) { return emu_gpu_f32(a + b); }
+static inline float __fsub_rn(float a, float b) { return emu_gpu_f32(a - b); }
+static inline float __fmul_rn(float a, float b) { return emu_gpu_f32(a * b); }
+static inline float __fdiv_rn(float a, float b) { return emu_gpu_f32(a / b); }
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
 static inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
@@ -145,7 +148,7 @@ static inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? 
 static inline unsigned int atomicMax(unsigned int* p, unsigned int v) { unsigned int o = *p; if (v > o) *p = v; return o; }
 static inline unsigned int atomicMin(unsigned int* p, unsigned int v) { unsigned int o = *p; if (v < o) *p = v; return o; }
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { unsigned long long o = *p; *p += v; return o; }
-static inline float atomicAdd(float* p, float v) { float o = *p; *p += v; return o; }
+static inline float atomicAdd(float* p, float v) { float o = *p; *p = emu_gpu_f32(o + v); return o; }
 static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 // blocks run one after another here: a fence orders nothing more, and the cache-level loads and
 // stores are plain ones
@@ -154,7 +157,7 @@ template <typename T> static inline T __ldcg(const T* p) { return *p; }
 template <typename T> static inline T __ldcs(const T* p) { return *p; }
 // red.global.add.f32 (llmc/mma.cuh's red_add_f32x4, per element): rounds to nearest even and
 // flushes subnormal inputs and results to sign-preserving zero, as the PTX ISA says it does on
-// global memory without .noftz
+// global memory without .noftz; a NaN is the GPU's (emu_float.h)
 static inline float emu_ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
-static inline void emu_red_add_f32(float* p, float v) { *p = emu_ftz(emu_ftz(*p) + emu_ftz(v)); }
+static inline void emu_red_add_f32(float* p, float v) { *p = emu_gpu_f32(emu_ftz(emu_ftz(*p) + emu_ftz(v))); }
 template <typename T> static inline void __stcg(T* p, T v) { *p = v; }

@@ -14,6 +14,7 @@
 #include <vector>
 #include <functional>
 #include <sys/mman.h>
+#include "emu_float.h"
 
 
 uint3 threadIdx, blockIdx;
@@ -293,7 +294,8 @@ double emu_shfl_xor(double v, int o) {
 }
 
 // the butterfly of llmc/cuda_common.cuh's warp reductions on the 32 values of a slot, in place:
-// round o combines lane l's value with lane (l ^ o)'s, x_l first, as `x += __shfl_xor_sync(x, o)`
+// round o combines lane l's value with lane (l ^ o)'s, x_l first, as `x += __shfl_xor_sync(x, o)`;
+// a NaN from the fp32 combines is the GPU's (emu_float.h), the fp64 sum keeps the host's
 template <typename T, typename F>
 static void butterfly(double* v, F combine) {
     T x[32], y[32];
@@ -306,8 +308,8 @@ static void butterfly(double* v, F combine) {
 }
 static void butterfly_last(Warp& w, int slot) {
     double* v = w.buf[slot];
-    if (w.op == 0) butterfly<float>(v, [](float a, float b) { return a + b; });
-    else if (w.op == 1) butterfly<float>(v, [](float a, float b) { return fmaxf(a, b); });
+    if (w.op == 0) butterfly<float>(v, [](float a, float b) { return emu_gpu_f32(a + b); });
+    else if (w.op == 1) butterfly<float>(v, [](float a, float b) { return emu_gpu_f32(fmaxf(a, b)); });
     else butterfly<double>(v, [](double a, double b) { return a + b; });
 }
 // op: emu.h's EMU_BUTTERFLY_*: 0 float sum, 1 float max (fmaxf), 2 double sum
