@@ -1,35 +1,63 @@
 #!/usr/bin/env python3
-"""flash_model.py — a performance model of the flash attention kernels (llmc/flash_attention.cuh):
-per kernel and head size, the tensor-core FLOPs and shared-memory bytes of one inner-loop tile,
-the ceiling each implies on an H200, the causal work, occupancy, and the resulting modelled
-TFLOP/s at a causal shape, for the kernels as built and, from the same command, for the
-engine's earlier two-kernel design ("before").
+"""flash_model.py — a performance model of the flash attention kernels (llmc/flash_forward.cuh, llmc/flash_backward.cuh),
+calibrated on their times as measured on an H200: it explains where a kernel's time goes (pipes,
+waits, the causal tail) for the kernels as built and for the earlier designs timed the same day.
 
-  python3 dev/flash_model.py                    # causal T=4096, HS 64 and 128: as built, before
-  python3 dev/flash_model.py -t 2048 --hs 128 --csv
-  python3 dev/flash_model.py --check            # no spills, launch-bound occupancy met (exit 1 if not)
+  python3 dev/flash_model.py                       # the kernels as built at dev_attention's shapes
+  python3 dev/flash_model.py --shape llama300m --csv
+  python3 dev/flash_model.py --shape 1:8192:16:16:128   # B:T:NH:NKV:HS
+  python3 dev/flash_model.py --calibration         # every measured row: measured ms, modelled ms, ratio
+  python3 dev/flash_model.py --check               # registers fit the launch bounds (spills: a warning)
 
-What it counts, per block and inner-loop tile (the forward: a query block against one key tile;
-the backward: a key block against one query tile):
-  flops     2·rows·cols·HS per tile product (mma.sync m16n8k16: bf16 operands, fp32 accumulators)
-  smem      bytes read from shared memory by the products (every warp reads the whole of a B
-            operand tile; an A operand held in registers costs nothing, one read from shared memory
-            costs its warp's rows), plus the bytes the tile's loads and dSᵀ write there
-Ceilings: tensor = --mma-tflops; shared memory = flops per smem byte x 128 bytes per clock per SM
-x SMs x clock. The model is the lower of the two, times the causal fraction of the work the
-kernel computes that lies under the diagonal (at a warp's granularity where a warp skips tiles
-above its rows), times the useful share of the products (the backward's useful work is 5 products
-per tile pair; the earlier design computed 7). It is a ceiling: no latency, occupancy (printed
-beside it), softmax, load-issue or global-memory limit is in it (the one-pass backward also moves
-2 x BQ x HS fp32 of dQ sums per tile pair through L2, not counted), so a GPU's measurement lands
-below it by a factor that the first run calibrates (--efficiency scales every modelled figure).
-Not yet measured on a GPU.
+The model. A call's time is the end of its last block, plus the host's launch of each kernel
+(LAUNCH_US: dev_attention times each call alone, from an idle stream). The blocks, each with its
+own work (a causal block row or column has more tiles the further it lies from the diagonal), take
+the SMs' block slots in launch order as slots free up; the k blocks on one SM share its pipes, so
+a block's time is k x its work + its latency, k following the blocks that come and go (the causal
+tail: the longest blocks of the last heads start late). One block, per inner-loop tile:
+  pipes    the tensor-core (mma.sync), ldmatrix, exp (MUFU), FP32 and other shared-memory work of
+           every warp that computes the tile, each at its pipe's rate, ADDED: the warps of a block
+           are in the same phase of the tile (barriers align them), so at one block per SM (the
+           backward, 8 or 9 warps) the pipes take turns; two blocks per SM (the forward) are not
+           aligned with each other, and OVERLAP_TWO_BLOCKS of the smaller pipes' time hides
+           under the largest. Register spills move through L1 at the shared memory's rate.
+  waits    what the block waits for in series: barriers; at 5ec15b9, lse and D loaded from L2
+           every tile, the turn poll, dQ's read-modify-write (8 dependent L2 round trips a
+           thread), fences; at the dQ writer designs the writer warp runs beside the compute
+           warps (its poll and fences hidden while it keeps up), so a block takes the longer of
+           the two.
+The backward adds its small kernels (the counters' memset, D, the dQ conversion) at HBM speed.
 
-The as-built tiles are read from llmc/flash_attention.cuh (struct FlashFwdTile and FlashBwdTile),
-the registers and spills per thread from dev/cuda/ptxas_report.txt (make ptxas-report); the
-earlier design's tiles and registers are a table in this file (BEFORE).
+Measured, set and fitted:
+  measured  the pipe rates (H200, 1980 MHz under load: mma.sync m16n8k16 bf16 620 TFLOP/s,
+            ldmatrix.x4 127.7 bytes and exp2f 15.8 results per clock per SM); every time in
+            dev/flash_measured.csv (dev_attention --bench-only, 2026-12-04) and the ablation of
+            5ec15b9's backward (ABLATION_5EC15B9); the FP32 instructions of the softmax per score
+            element, counted in the kernels' SASS (cuobjdump -sass, CUDA 13.0, sm_90); spill bytes
+            from ptxas
+  set       from that ablation: FENCE_CLK and L2_ROUND_TRIP_CLK; from the datasheet or the
+            architecture: FP32 issue, shared-memory bytes per clock, HBM bandwidth; round values
+            in a range where the fit does not move: LAUNCH_US, BLOCK_START_CLK
+  fitted    OVERLAP_TWO_BLOCKS, BARRIER_CLK, KB0_SUM_READ_CLK, by a grid search that minimises the
+            largest |log(modelled / measured)| over the plain-commit rows of the table
+  modelled  everything else: each tile's work from the tile constants and the code's structure,
+            the occupancy, the tail, the small kernels. The model is not a simulator: no
+            instruction dependency, cache, bank conflict, or wait between blocks for a dQ turn
+            is in it (the 2026-12-04 analysis found the turn order causes no real waiting).
+--calibration prints every row it models with its ratio; the plain commits land within 20% (0.89
+to 1.13), the 5ec15b9 ablation within 10%, the other ablations within 20%. Known misses: ee719c5
+without the writer's global work is modelled 13 to 19% slow at T >= 2048 (the model puts that
+design's extra cost in key block 0's sum read, where the measurement says the writer's global
+work slows every block), and the backward at HS 128 is modelled 5 to 11% slow (spill traffic
+taken as unhidden).
+
+The as-built tiles are read from llmc/flash_common.cuh (struct FlashFwdTile and FlashBwdTile;
+the backward's structure is 59539db's, the dQ writer warp with red.global.add), the registers and
+spills from dev/cuda/ptxas_report.txt (make ptxas-report); the measured designs' tiles,
+registers and spills are a table in this file (DESIGNS).
 """
-import argparse
+import csv
+import heapq
 import os
 import re
 import sys
@@ -39,40 +67,131 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import cli_util  # noqa: E402
 from cli_util import die  # noqa: E402
 
-# H200 SXM (the H100's SM), by the vendor's datasheet and published reports of the part, none of
-# it measured by this project yet: 132 SMs; a 1.98 GHz SM clock under
-# load; 32 banks x 4 bytes of shared memory per clock per SM; 64K 32-bit registers and 228 KB of
-# shared memory per SM (227 KB to one block). The mma.sync (HMMA) dense bf16 rate is an
-# assumption: about two thirds of the 989 TFLOP/s that wgmma reaches by the datasheet.
-H200 = dict(sms=132, clock_ghz=1.98, smem_bytes_per_clk=128, regs_per_sm=65536, smem_per_sm=228 * 1024, max_blocks_per_sm=32)
-MMA_TFLOPS = 660.0
-BF16 = 2
+# ---------------------------------------------------------------------------------------------
+# the GPU. H200 SXM (the datasheet): 132 SMs, 64K 32-bit registers and 228 KB of shared memory per
+# SM (227 KB to one block), at most 32 blocks per SM. Measured on it (2026-12-04): the SM clock
+# under load, the mma.sync m16n8k16 bf16 rate of the whole GPU, ldmatrix.x4 bytes per clock per
+# SM, exp2f results per clock per SM.
+H200 = dict(sms=132, clock_ghz=1.98, regs_per_sm=65536, smem_per_sm=228 * 1024, max_blocks_per_sm=32)
+MMA_TFLOPS = 620.0
+LDSM_BYTES_PER_CLK = 127.7
+EXP_PER_CLK = 15.8
+# FP32 instructions (FMUL, FADD, FFMA, FMNMX, FSETP, FSEL, F2FP) per clock per SM: one warp
+# instruction per sub-partition per clock, the issue rate (the architecture; not measured)
+FP32_WARP_INSTR_PER_CLK = 4.0
+# bytes per clock per SM of shared-memory stores, plain loads, cp.async fills and L1 spill
+# traffic (32 banks x 4 bytes; ldmatrix's measured rate is the one above)
+SMEM_BYTES_PER_CLK = 128.0
+# HBM3e bandwidth (the datasheet's 4.8 TB/s), for the backward's small kernels
+HBM_TBS = 4.8
+BF16, FP32 = 2, 4
 
-# The engine's earlier design (until this model's as-built rows replaced it): 64 x 64 tiles, 4
-# warps of 16 rows; a forward with Q in registers; a dQ kernel and a dK/dV kernel (query tiles
-# of 32 at HS 128, else 64) that each recompute S and dP (7 products). Registers per thread from
-# its ptxas report (CUDA 13.0, sm_90).
-BEFORE = dict(tile=64, warps=4, bq={16: 64, 32: 64, 64: 64, 128: 32},
-              regs={("forward", 16): 96, ("forward", 32): 128, ("forward", 64): 129, ("forward", 128): 208,
-                    ("dq", 16): 128, ("dq", 32): 136, ("dq", 64): 169, ("dq", 128): 235,
-                    ("dkv", 16): 107, ("dkv", 32): 158, ("dkv", 64): 170, ("dkv", 128): 241})
+# The softmax's FP32 instructions, counted in the SASS of the tile loops: per score element 3
+# FMUL (the scale, and exp2f's range reduction, which also adds an FSETP), 2 FADD, FMNMX, FSETP,
+# FSEL (the mask) and half an F2FP (a bf16 pair); the forward adds an FMUL per output element (the
+# rescale) and 7 per half row tile (max, correction, sum). The backward's FFMA, FSETP, 4 FMUL,
+# FADD and 1.5 F2FP per element are 8.5 as well.
+FP32_PER_SCORE = 8.5
+FWD_FP32_PER_OUT = 1
+FWD_FP32_PER_ROW_HALF = 7
+
+# ---------------------------------------------------------------------------------------------
+# waits, in SM clocks
+# A __threadfence after stores to L2. The ablation of 5ec15b9's backward: without the fence after
+# the dQ update, 0.22 / 0.45 ms less at llama300m / hs128_t4096 over 512 / 1024 tiles a block
+# slot: 860 / 870 clocks a tile, 800 without the 8% causal tail.
+FENCE_CLK = 800
+# A load that waits on L2 (ld.global.cg after a store, the turn poll's volatile load). The same
+# ablation: without the dQ product and its read-modify-write, 1.44 / 2.50 ms = 5570 / 4830 clocks
+# a tile less, of which the dQ product's pipes are 1210: 8 dependent round trips of 545 / 450, 500
+# / 420 without the tail. Without the turn poll (a round trip, a fence and a barrier): 1240 / 1330
+# clocks a tile less.
+L2_ROUND_TRIP_CLK = 430
+# One barrier of the block with the skew of the warps it aligns. Fitted.
+BARRIER_CLK = 250
+# A block's start: its first tiles' loads from memory before the first product (about one loaded
+# HBM round trip). Set.
+BLOCK_START_CLK = 3000
+# The share of the smaller pipes' time that hides under the largest when two blocks share an SM.
+# Fitted (on the forward rows: the backward runs one block per SM).
+OVERLAP_TWO_BLOCKS = 0.25
+# ee719c5 / 36b4dc0: key block 0's dQ writer reads each tile's fp32 sum (4 batches of 8 loads in
+# flight a lane) and writes bf16 dQ. Fitted on those commits' backward rows: about 4 times 4
+# round trips; the loads follow other SMs' red.global.add to the same lines (not measured apart).
+KB0_SUM_READ_CLK = 8000
+# The host's launch of one kernel, inside each timed call. Set.
+LAUNCH_US = 3.0
+
+# The ablation of 5ec15b9's backward (copies of the kernel with parts removed, ms per call,
+# 2026-12-04, one run each): without the fence after the dQ update; and without the turn poll;
+# and without the dQ product and its read-modify-write.
+ABLATION_5EC15B9 = [("5ec15b9-fence", "llama300m", 3.57), ("5ec15b9-fence", "hs128_t4096", 6.43),
+                    ("5ec15b9-fence-poll", "llama300m", 3.25), ("5ec15b9-fence-poll", "hs128_t4096", 5.74),
+                    ("5ec15b9-fence-poll-dq", "llama300m", 1.81), ("5ec15b9-fence-poll-dq", "hs128_t4096", 3.24)]
+
+# dev_attention's benchmark shapes: (B, T, NH, NKV, HS)
+SHAPES = {"d12": (4, 1024, 12, 12, 64), "llama300m": (4, 4096, 16, 16, 64), "llama600m": (4, 2048, 12, 12, 128),
+          "hs128_t4096": (4, 4096, 16, 16, 128)}
+
+# The designs measured on 2026-12-04: each commit's tile structs (as its header wrote them), its
+# backward's dQ structure, and ptxas's registers and spill bytes (stored + loaded) per thread
+# (CUDA 13.0, sm_90). The dQ structures:
+#   serial       5ec15b9: after dQ = dS K every thread waits for the tile's turn (poll, fence,
+#                barrier), reads, adds and stores its 8 float2 of the fp32 sum (each load waits
+#                for the store before it), fences and passes the turn; key block 0 writes bf16;
+#                lse and D are loaded from global memory every tile; 3 barriers a tile, 4 with a turn
+#   writer_bf16  ee719c5, 36b4dc0: the compute warps leave dQ's part in a shared stage and go on;
+#                a 9th warp waits for the turn, adds the part by red.global.add, fences and passes
+#                the turn; key block 0's writer reads the sum and writes bf16 dQ; lse and D come by
+#                cp.async with the tile; 2 barriers a tile
+#   writer_red   59539db: every writer adds its part (key block 0's too); a conversion kernel
+#                writes bf16 dQ after the backward
+FWD_5EC15B9 = "BQ = 128, WARPS = HS == 128 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2, Q_REGS = HS != 128"
+BWD_5EC15B9 = "BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1"
+DESIGNS = {
+    "5ec15b9": dict(fwd=FWD_5EC15B9, bwd=BWD_5EC15B9 + ", DQ_STAGES = 0", dq="serial",
+                    ptxas={("forward", 64): (128, 0), ("forward", 128): (253, 0), ("backward", 64): (214, 0), ("backward", 128): (245, 0)}),
+    "ee719c5": dict(fwd=FWD_5EC15B9, bwd=BWD_5EC15B9 + ", DQ_STAGES = 2", dq="writer_bf16",
+                    ptxas={("forward", 64): (128, 0), ("forward", 128): (253, 0), ("backward", 64): (168, 168), ("backward", 128): (168, 628)}),
+    "36b4dc0": dict(fwd=FWD_5EC15B9, bwd=BWD_5EC15B9 + ", DQ_STAGES = 2", dq="writer_bf16",
+                    ptxas={("forward", 64): (128, 0), ("forward", 128): (253, 0), ("backward", 64): (168, 184), ("backward", 128): (168, 624)}),
+    "59539db": dict(fwd=FWD_5EC15B9.replace("WARPS = HS == 128 ? 4 : 8", "WARPS = HS >= 64 ? 4 : 8"),
+                    bwd=BWD_5EC15B9 + ", DQ_STAGES = 2", dq="writer_red",
+                    ptxas={("forward", 64): (254, 0), ("forward", 128): (253, 0), ("backward", 64): (168, 184), ("backward", 128): (168, 760)}),
+}
+NEWEST = "59539db"           # the newest measured design: the docs quote its rows
+AS_BUILT_DQ = "writer_red"   # the backward's dQ structure in llmc/flash_backward.cuh now
 
 
 def c_value(expr, hs):
-    """The value of a tile constant's initializer: a number, true / false, `HS == n` / `HS != n`,
-    or `HS == n ? a : <initializer>`."""
+    """The value of a tile constant's initializer at head size hs: a number, true / false, a
+    comparison of HS with a number (==, !=, <, <=, >, >=), or `comparison ? a : <initializer>`."""
     e = expr.strip()
     if re.fullmatch(r"\d+", e):
         return int(e)
     if e in ("true", "false"):
         return e == "true"
-    m = re.fullmatch(r"HS\s*(==|!=)\s*(\d+)", e)
+    ops = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b,
+           "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+    cmp = r"HS\s*(==|!=|<=|>=|<|>)\s*(\d+)"
+    m = re.fullmatch(cmp, e)
     if m:
-        return (hs == int(m.group(2))) == (m.group(1) == "==")
-    m = re.fullmatch(r"HS\s*(==|!=)\s*(\d+)\s*\?\s*(\d+)\s*:\s*(.+)", e, re.S)
+        return ops[m.group(1)](hs, int(m.group(2)))
+    m = re.fullmatch(cmp + r"\s*\?\s*(\d+)\s*:\s*(.+)", e, re.S)
     if m:
-        return int(m.group(3)) if (hs == int(m.group(2))) == (m.group(1) == "==") else c_value(m.group(4), hs)
+        return int(m.group(3)) if ops[m.group(1)](hs, int(m.group(2))) else c_value(m.group(4), hs)
     raise ValueError(expr)
+
+
+def parse_fields(decls, hs):
+    """{name: value} of comma-separated `NAME = initializer` declarations at head size hs."""
+    values = {}
+    for part in decls.split(","):
+        key, eq, init = part.partition("=")
+        if not eq:
+            raise ValueError(part)
+        values[key.strip()] = c_value(init, hs)
+    return values
 
 
 def read_tiles(text, name, fields, hs):
@@ -82,17 +201,15 @@ def read_tiles(text, name, fields, hs):
         return None
     values = {}
     for decl in re.findall(r"static const (?:int|bool) ([^;]+);", m.group(1)):
-        for part in decl.split(","):
-            key, _, init = part.partition("=")
-            try:
-                values[key.strip()] = c_value(init, hs)
-            except ValueError:
-                return None
+        try:
+            values.update(parse_fields(decl, hs))
+        except ValueError:
+            return None
     return values if all(f in values for f in fields) else None
 
 
 FWD_FIELDS = ("BQ", "WARPS", "BK", "STAGES", "MIN_BLOCKS", "Q_REGS")
-BWD_FIELDS = ("BK", "WARPS", "BQ", "MIN_BLOCKS")
+BWD_FIELDS = ("BK", "WARPS", "BQ", "MIN_BLOCKS", "DQ_STAGES")
 
 
 def read_config(header_path, hss):
@@ -127,174 +244,488 @@ def read_ptxas(report_path):
     return regs
 
 
-def kernels_as_built(fwd, bwd, hs, ptxas):
-    """The engine's two kernels: per tile, the products (rows, cols, k), the shared-memory bytes
-    read by them and written there, the block's shared memory, its threads and launch bound."""
-    tb = lambda rows: rows * hs * BF16  # noqa: E731  a (rows, HS) bf16 tile
-    P = hs + 8  # padded rows
-    BQ, BK, W = fwd["BQ"], fwd["BK"], fwd["WARPS"]
-    R = BQ // W
-    # forward: per key tile S = Q K^T, O += P V; every warp reads all of K and V; Q from
-    # registers (Q_REGS) or its rows from shared memory at every tile
-    f = dict(kernel="flash_forward_kernel", phase="forward", warps=W, products=[(BQ, BK, hs)] * 2,
-             smem_read=(0 if fwd["Q_REGS"] else tb(BQ)) + W * 2 * tb(BK), smem_write=2 * tb(BK),
-             smem_block=(BQ + 2 * fwd["STAGES"] * BK) * P * BF16, min_blocks=fwd["MIN_BLOCKS"],
-             causal=lambda T: causal_fraction(T, R, BK))
-    # backward: a block of KB keys (16 per warp) against a query tile of QB: S^T = K Q^T and
-    # dP^T = V dO^T (K, V rows from shared memory, each warp its own; Q, dO read by every warp),
-    # dV += P^T dO and dK += dS^T Q (dO, Q read by every warp), dS^T written to shared memory,
-    # then dQ = dS K by a grid of RG x CG warps (each reads 16 rows of dS and DC columns of K)
-    KB, QB, WB = bwd["BK"], bwd["BQ"], bwd["WARPS"]
-    RG = QB // 16
-    CG = WB // RG
-    DC = hs // CG
-    smem_read = (tb(KB) + WB * tb(QB)) + WB * tb(QB) + (tb(KB) + WB * tb(QB)) + WB * tb(QB) + \
-        (WB * 16 * KB * BF16 + WB * KB * DC * BF16) + WB * 2 * QB * 4
-    b = dict(kernel="flash_backward_kernel", phase="backward", warps=WB, products=[(KB, QB, hs)] * 5,
-             smem_read=smem_read, smem_write=2 * tb(QB) + KB * QB * BF16 + 2 * QB * 4,
-             smem_block=(2 * KB + 4 * QB) * P * BF16 + KB * (QB + 8) * BF16 + 4 * QB * 4 + 16, min_blocks=bwd["MIN_BLOCKS"],
-             # four products skip a warp's 16 keys above the query tile; dQ runs on the whole block
-             causal=lambda T: 5 / (4 / causal_fraction(T, QB, 16) + 1 / causal_fraction(T, QB, KB)))
-    for k in (f, b):
-        k["regs"], k["spills"] = ptxas.get((k["kernel"], hs), (None, None))
-    return [f, b]
+# ---------------------------------------------------------------------------------------------
+# the work of one warp on one tile: mma.sync m16n8k16 count, ldmatrix.x4 count, exp results, FP32
+# warp instructions, other shared-memory bytes
 
 
-def kernels_before(hs):
-    """The earlier design (BEFORE): forward, dQ and dK/dV kernels on 64 x 64 tiles."""
-    T, W, BQ = BEFORE["tile"], BEFORE["warps"], BEFORE["bq"][hs]
-    P = hs + 8
-    tb = lambda rows: rows * hs * BF16  # noqa: E731
-    r = lambda name: BEFORE["regs"][(name, hs)]  # noqa: E731
-    return [
-        dict(kernel="forward (before)", phase="forward", warps=W, products=[(T, T, hs)] * 2,
-             smem_read=W * 2 * tb(T), smem_write=2 * tb(T), smem_block=3 * T * P * BF16, regs=r("forward"),
-             causal=lambda t: causal_fraction(t, T, T)),
-        # dQ: S = Q K^T, dP = dO V^T, dQ += dS K; K read twice and V once by every warp, dO once
-        dict(kernel="dq (before)", phase="backward", warps=W, products=[(T, T, hs)] * 3,
-             smem_read=W * 3 * tb(T) + tb(T), smem_write=2 * tb(T), smem_block=4 * T * P * BF16, regs=r("dq"),
-             causal=lambda t: causal_fraction(t, T, T)),
-        # dK, dV: S^T, dV += P^T dO, dP^T, dK += dS^T Q; Q and dO read twice by every warp
-        dict(kernel="dkv (before)", phase="backward", warps=W, products=[(T, BQ, hs)] * 4,
-             smem_read=W * 4 * tb(BQ) + 2 * tb(T) + W * 2 * BQ * 4, smem_write=2 * tb(BQ) + 2 * BQ * 4,
-             smem_block=(2 * T + 4 * BQ) * P * BF16 + 4 * BQ * 4, regs=r("dkv"),
-             causal=lambda t: causal_fraction(t, BQ, T)),
-    ]
+def mma_clk(hw):
+    """SM clocks of one mma.sync m16n8k16 (4096 FLOPs) at the measured rate."""
+    return 2 * 16 * 8 * 16 / (MMA_TFLOPS * 1e12 / (hw["sms"] * hw["clock_ghz"] * 1e9))
 
 
-def causal_fraction(T, rows, cols):
-    """Useful (under-diagonal) share of the tiles a causal loop computes: a block of `rows`
-    queries visits the key tiles of `cols` up to its diagonal, whole (the same count for key
-    blocks visiting query tiles, with rows and cols exchanged)."""
-    if T <= 0:
-        return 0.0
-    computed = 0
-    nb = -(-T // rows)
-    for i in range(nb):
-        lo, hi = i * rows, min(T, (i + 1) * rows)
-        computed += (hi - lo) * (-(-hi // cols) * cols)  # rows x keys up to the last tile it touches
-    useful = T * (T + 1) / 2
-    return useful / computed
+def pipe_clk(w, hw):
+    """{pipe: SM clocks} of the work w at each pipe's rate."""
+    return dict(mma=w.get("mma", 0) * mma_clk(hw), ldsm=w.get("ldsm", 0) * 512 / LDSM_BYTES_PER_CLK,
+                exp=w.get("exp", 0) / EXP_PER_CLK, fp32=w.get("fp32", 0) / FP32_WARP_INSTR_PER_CLK,
+                smem=w.get("smem", 0) / SMEM_BYTES_PER_CLK)
 
 
-def blocks_per_sm(k, hw):
-    """Resident blocks per SM by registers (allocated per thread in units of 8), shared memory
-    and the hardware limit; None without a register count."""
-    threads = 32 * k["warps"]
-    by_smem = hw["smem_per_sm"] // k["smem_block"]
-    if not k.get("regs"):
-        return None
-    by_regs = hw["regs_per_sm"] // (-(-k["regs"] // 8) * 8 * threads)
+def pipes_added(w, hw, blocks):
+    """SM clocks of the work w: the pipes added, less OVERLAP_TWO_BLOCKS of the smaller ones when
+    two or more blocks share the SM."""
+    p = pipe_clk(w, hw)
+    total, largest = sum(p.values()), max(p.values())
+    return total - (OVERLAP_TWO_BLOCKS if blocks >= 2 else 0.0) * (total - largest)
+
+
+def fwd_warp_tile(f, hs):
+    """One forward warp's work on one key tile (BQ / WARPS query rows, M row tiles of 16): S = Q Kᵀ
+    and O += P V (each K and V fragment read once for the M row tiles; Q's fragments from registers
+    or read at every tile), the online softmax (an exp per score and 2 corrections a row tile and
+    lane)."""
+    BK, M = f["BK"], f["BQ"] // f["WARPS"] // 16
+    return dict(mma=2 * M * (BK // 8) * (hs // 16), ldsm=2 * (hs // 16) * (BK // 16) + (0 if f["Q_REGS"] else (hs // 16) * M),
+                exp=32 * M * (BK // 2 + 2),
+                fp32=M * (FP32_PER_SCORE * BK / 2 + FWD_FP32_PER_OUT * hs / 2 + 2 * FWD_FP32_PER_ROW_HALF))
+
+
+def bwd_warp_tile(b, hs):
+    """One backward compute warp's work on one query tile: (Sᵀ = K Qᵀ, dV += Pᵀ dO, dPᵀ = V dOᵀ,
+    dK += dSᵀ Q with the exp and dS, done when its 16 keys reach the tile; dQ's part = dS K, done
+    always, on a grid of BQ/16 row x WARPS/(BQ/16) column warps)."""
+    BQ, BK, W = b["BQ"], b["BK"], b["WARPS"]
+    DC = hs // (W // (BQ // 16))
+    four = dict(mma=4 * (BQ // 8) * (hs // 16), ldsm=2 * (hs // 16) * (1 + BQ // 16) + 2 * (BQ // 16) * (hs // 16), exp=16 * BQ,
+                fp32=FP32_PER_SCORE * BQ / 2,
+                smem=16 * BQ * BF16 + (BQ // 4) * 32 * 8)  # dSᵀ stored; lse and D read (8 bytes a lane per column pair)
+    dq = dict(mma=(BK // 16) * (DC // 8), ldsm=(BK // 16) * (1 + DC // 16))
+    return four, dq
+
+
+# ---------------------------------------------------------------------------------------------
+# blocks
+
+
+def blocks_per_sm(threads, regs, smem, hw, min_blocks):
+    """Resident blocks per SM by registers, shared memory and the hardware limit; the launch
+    bound's count where the registers are not known. Registers: a warp takes 32 x its count
+    rounded up to 8, from the 16K of the sub-partition it runs on, the warps of the SM's blocks
+    spread over 4 sub-partitions (so 9 warps leave 3 on one: at most 168 registers)."""
+    by_smem = hw["smem_per_sm"] // smem
+    if not regs:
+        return min(min_blocks, by_smem)
+    warps, per_warp = -(-threads // 32), 32 * (-(-regs // 8) * 8)
+    by_regs = 0
+    while -(-(by_regs + 1) * warps // 4) * per_warp <= hw["regs_per_sm"] // 4:
+        by_regs += 1
     return min(by_regs, by_smem, hw["max_blocks_per_sm"])
 
 
-def model(k, T, hw, mma_tflops, efficiency):
-    flops = sum(2 * m * n * kk for m, n, kk in k["products"])
-    smem = k["smem_read"] + k["smem_write"]
-    smem_tbs = hw["sms"] * hw["smem_bytes_per_clk"] * hw["clock_ghz"] * 1e9 / 1e12  # TB/s
-    smem_ceiling = flops / smem * smem_tbs  # TFLOP/s
-    causal = k["causal"](T)
-    return dict(flops=flops, smem=smem, intensity=flops / smem, tensor=mma_tflops, smem_ceiling=smem_ceiling,
-                causal=causal, blocks=blocks_per_sm(k, hw), ceiling=min(mma_tflops, smem_ceiling) * causal * efficiency)
+def register_cap(threads, blocks, hw):
+    """The registers per thread that leave `blocks` blocks of `threads` resident (as ptxas caps a
+    kernel under __launch_bounds__(threads, blocks))."""
+    return hw["regs_per_sm"] // 4 // (-(-blocks * -(-threads // 32) // 4) * 32) // 8 * 8
+
+
+def fwd_smem(f, hs):
+    return (f["BQ"] + 2 * f["STAGES"] * f["BK"]) * (hs + 8) * BF16
+
+
+def bwd_smem(b, hs):
+    BQ, BK = b["BQ"], b["BK"]
+    return (2 * BK + 4 * BQ) * (hs + 8) * BF16 + BK * (BQ + 8) * BF16 + 2 * BQ * 8 + b["DQ_STAGES"] * (BQ * (hs + 8) * FP32 + 16) + 16
+
+
+def fwd_active_warps(f, T, qt):
+    """Per key tile of forward block row qt, the warps that compute it (a warp skips the tiles
+    whose keys all lie above its rows)."""
+    BQ, BK, W = f["BQ"], f["BK"], f["WARPS"]
+    R, q0 = BQ // W, qt * BQ
+    nkt = min(-(-T // BK), (q0 + BQ) // BK)
+    return [sum(1 for w in range(W) if kt * BK <= q0 + w * R + R - 1) for kt in range(nkt)]
+
+
+def forward_blocks(f, hs, T, hw, blocks):
+    """{qt: (work, latency)} of every forward block row qt: the work of its tiles in SM clocks with
+    the SM to itself; its barriers and start."""
+    per_warp = pipes_added(fwd_warp_tile(f, hs), hw, blocks)
+    fill = pipe_clk(dict(smem=2 * f["BK"] * hs * BF16), hw)["smem"]  # the K and V tiles cp.async writes
+    out = {}
+    for qt in range(-(-T // f["BQ"])):
+        active = fwd_active_warps(f, T, qt)
+        out[qt] = (sum(a * per_warp + fill for a in active), BLOCK_START_CLK + len(active) * BARRIER_CLK)
+    return out
+
+
+def backward_blocks(b, hs, T, group, dq, hw, spill, parts=()):
+    """{kb: (0, time)} of every backward key block kb (one block per SM): per query tile the
+    compute warps' pipes and waits and the dQ structure's; with a writer warp, the longer of the
+    compute warps' and the writer's time. parts: what an ablation removed (fence, poll, dq: the dQ
+    product and its read-modify-write, writer: the writer's global work, turn: the turn order)."""
+    BQ, BK, W = b["BQ"], b["BK"], b["WARPS"]
+    four, dqp = bwd_warp_tile(b, hs)
+    c_four, c_dq = pipes_added(four, hw, 1), (pipes_added(dqp, hw, 1) if "dq" not in parts else 0.0)
+    serial = dq == "serial"
+    # Q, dO (and, by cp.async, their rows' lse and D) written to shared memory; dQ's part stored
+    # and read back by the writer; the spill code sits in the tile loop (SASS), so every compute
+    # thread moves its spill bytes through L1 once a tile
+    smem = 2 * BQ * hs * BF16 + (0 if serial else BQ * 8 + 2 * BQ * hs * FP32) + 32 * W * (spill or 0)
+    fill = pipe_clk(dict(smem=smem), hw)["smem"]
+    chain = 2 * (hs // (W // (BQ // 16))) // 8  # float2 of the sum a thread reads and writes: 8
+    out = {}
+    for kb in range(-(-T // BK)):
+        compute, writer, last = BLOCK_START_CLK, 0.0, 0.0
+        for qi in range(kb * BK // BQ, -(-T // BQ)):
+            q0 = qi * BQ
+            active = sum(1 for w in range(W) if kb * BK + 16 * w <= q0 + BQ - 1)
+            turn = q0 // BK - kb  # key blocks before this one in the tile's order
+            tile = active * c_four + W * c_dq + fill
+            if serial:
+                tile += L2_ROUND_TRIP_CLK + 3 * BARRIER_CLK  # lse and D loaded, stored to shared memory
+                if turn > 0 and "poll" not in parts:
+                    tile += L2_ROUND_TRIP_CLK + FENCE_CLK + BARRIER_CLK
+                if turn > 0 and "dq" not in parts:
+                    tile += chain * L2_ROUND_TRIP_CLK
+                if kb > 0 and "fence" not in parts:
+                    tile += FENCE_CLK
+                compute += tile
+                continue
+            compute += tile + 2 * BARRIER_CLK
+            w = 0.0
+            if "writer" not in parts:
+                if turn > 0 and "turn" not in parts:
+                    w += L2_ROUND_TRIP_CLK + FENCE_CLK  # the poll
+                if dq == "writer_bf16" and kb == 0:
+                    w += KB0_SUM_READ_CLK
+                if kb > 0 and "turn" not in parts:
+                    w += FENCE_CLK  # before the turn passes on
+            writer, last = writer + w, w
+        out[kb] = (0.0, (max(compute, writer) + last) * group)
+    return out
+
+
+def tail_clk(blocks, sms, slots):
+    """The clock at which the last block ends. blocks: (work, latency) per block in launch order,
+    the work in SM clocks with the SM to itself. They take free block slots (`slots` per SM) in
+    order, SM by SM for the first wave; the k blocks on one SM share it, each progressing at 1 /
+    (k x work + latency) of itself per clock, k following the blocks that come and go."""
+    blocks = list(blocks)
+    nxt, end = 0, 0.0
+    res = [[] for _ in range(sms)]  # per SM: [remaining fraction, work, latency] of each block on it
+    last, version, heap = [0.0] * sms, [0] * sms, []
+
+    def advance(sm, t):
+        k = len(res[sm])
+        for b in res[sm]:
+            b[0] -= (t - last[sm]) / (k * b[1] + b[2])
+        last[sm] = t
+
+    def predict(sm):
+        k = len(res[sm])
+        version[sm] += 1
+        if k:
+            heapq.heappush(heap, (last[sm] + min(b[0] * (k * b[1] + b[2]) for b in res[sm]), sm, version[sm]))
+
+    for _ in range(slots):
+        for sm in range(sms):
+            if nxt < len(blocks):
+                res[sm].append([1.0, *blocks[nxt]])
+                nxt += 1
+    for sm in range(sms):
+        predict(sm)
+    while heap:
+        t, sm, v = heapq.heappop(heap)
+        if v != version[sm]:
+            continue
+        advance(sm, t)
+        res[sm] = [b for b in res[sm] if b[0] > 1e-9]
+        end = max(end, t)
+        while len(res[sm]) < slots and nxt < len(blocks):
+            res[sm].append([1.0, *blocks[nxt]])
+            nxt += 1
+        predict(sm)
+    return end
+
+
+def model_forward(f, hs, shape, hw=H200, regs=None):
+    """The modelled forward call: ms, blocks per SM, ms without the tail (every slot busy to the
+    end)."""
+    B, T, NH, NKV, _ = shape
+    n = blocks_per_sm(32 * f["WARPS"], regs, fwd_smem(f, hs), hw, f["MIN_BLOCKS"])
+    per = forward_blocks(f, hs, T, hw, n)
+    nqt = -(-T // f["BQ"])
+    order = [per[nqt - 1 - x] for _ in range(B * NH) for x in range(nqt)]  # blockIdx.x 0: the last query rows
+    clk = tail_clk(order, hw["sms"], n)
+    to_ms = 1 / (hw["clock_ghz"] * 1e6)
+    launch = LAUNCH_US * 1e-3
+    return dict(ms=clk * to_ms + launch, blocks_per_sm=n, no_tail_ms=sum(n * w + l for w, l in order) / (hw["sms"] * n) * to_ms + launch)
+
+
+def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=()):
+    """The modelled backward call (the counters' memset, D, the backward, the dQ conversion): ms,
+    blocks per SM, ms without the tail."""
+    B, T, NH, NKV, _ = shape
+    threads = 32 * b["WARPS"] + (0 if dq == "serial" else 32)
+    n = blocks_per_sm(threads, regs, bwd_smem(b, hs), hw, b["MIN_BLOCKS"])
+    if n != 1:
+        die(f"the backward model assumes one block per SM; the tiles at HS {hs} give {n}")
+    per = backward_blocks(b, hs, T, NH // NKV, dq, hw, spill, parts)
+    nkb = -(-T // b["BK"])
+    order = [per[nkb - 1 - t % nkb] for t in range(B * NKV * nkb)]  # tickets: the last key block of a head first
+    clk = tail_clk(order, hw["sms"], 1)
+    # D reads dO and O and writes (lse·log2 e, D) (5ec15b9: D); the conversion reads fp32 dQ, writes bf16
+    rows = B * NH * T
+    small_bytes, kernels = 2 * rows * hs * BF16 + rows * (FP32 + (FP32 if dq == "serial" else 8)), 3
+    if dq == "writer_red":
+        small_bytes, kernels = small_bytes + rows * hs * (FP32 + BF16), 4
+    extra = small_bytes / (HBM_TBS * 1e12) * 1e3 + kernels * LAUNCH_US * 1e-3
+    to_ms = 1 / (hw["clock_ghz"] * 1e6)
+    return dict(ms=clk * to_ms + extra, blocks_per_sm=n, no_tail_ms=sum(l for _, l in order) / hw["sms"] * to_ms + extra)
+
+
+def causal_flops(shape, direction):
+    """dev_attention's count: 4 B NH T² HS / 2 forward, 2.5 times that backward."""
+    B, T, NH, NKV, hs = shape
+    f = 4 * B * NH * T * T * hs / 2
+    return f if direction == "forward" else 2.5 * f
+
+
+# ---------------------------------------------------------------------------------------------
+# the measured designs and variants
+
+
+def design_tiles(name, hs):
+    d = DESIGNS[name]
+    return parse_fields(d["fwd"], hs), parse_fields(d["bwd"], hs)
+
+
+# the +x / -x of dev/flash_measured.csv's variants (and of ABLATION_5EC15B9): (forward tile changes
+# at HS 64, backward tile changes, parts removed)
+VARIANT_EDITS = {
+    "dq_stages3": ({}, {"DQ_STAGES": 3}, ()),
+    "writer_global_work": ({}, {}, ("writer",)),
+    "dq_product": ({}, {}, ("dq",)),
+    "fwd_hs64_4warps_q_shared": ({"WARPS": 4, "Q_REGS": False}, {}, ()),
+    "fwd_hs64_4warps_bk32_q_shared": ({"WARPS": 4, "Q_REGS": False, "BK": 32}, {}, ()),
+    "fwd_hs64_q_shared": ({"Q_REGS": False}, {}, ()),
+    "dq_turn_order": ({}, {}, ("turn",)),
+    "fence": ({}, {}, ("fence",)),
+    "poll": ({}, {}, ("poll",)),
+    "dq": ({}, {}, ("dq",)),
+}
+
+
+def model_variant(variant, shape_name, direction, hw=H200):
+    """Modelled ms of a measured row ("commit", "commit+x", "commit-x-y" at a benchmark shape), or
+    None when the model does not know the commit, an edit or the shape."""
+    m = re.fullmatch(r"([0-9a-f]{7})((?:[+-]\w+?)*)", variant)
+    if not m or m.group(1) not in DESIGNS or shape_name not in SHAPES:
+        return None
+    shape = SHAPES[shape_name]
+    hs = shape[4]
+    f, b = design_tiles(m.group(1), hs)
+    ptxas = DESIGNS[m.group(1)]["ptxas"]
+    fregs = ptxas[("forward", hs)][0]
+    parts = []
+    for _, name in re.findall(r"([+-])([a-z0-9_]+?)(?=[+-]|$)", m.group(2)):
+        if name not in VARIANT_EDITS:
+            return None
+        fe, be, pe = VARIANT_EDITS[name]
+        if fe and hs == 64:
+            f, fregs = dict(f, **fe), None  # its registers not known: the launch bound's occupancy
+        b = dict(b, **be)
+        parts += pe
+    if direction == "forward":
+        return model_forward(f, hs, shape, hw, fregs)["ms"]
+    return model_backward(b, hs, shape, DESIGNS[m.group(1)]["dq"], hw, *ptxas[("backward", hs)], parts)["ms"]
+
+
+def read_measured(path):
+    """The rows of dev/flash_measured.csv (its comment lines skipped)."""
+    try:
+        lines = [l for l in open(path).read().splitlines() if l and not l.startswith("#")]
+    except OSError as e:
+        die(f"--measured: cannot read '{path}' ({e.strerror})")
+    rows = list(csv.DictReader(lines))
+    need = {"variant", "call", "shape", "direction", "ms"}
+    if not rows or not need <= set(rows[0]):
+        die(f"--measured: '{path}' has no rows with the columns {', '.join(sorted(need))}")
+    for r in rows:
+        try:
+            r["ms"] = float(r["ms"])
+        except (TypeError, ValueError):
+            die(f"--measured: '{path}': ms '{r['ms']}' of variant {r['variant']} is not a number")
+    return rows
+
+
+def is_plain(variant):
+    return re.fullmatch(r"[0-9a-f]{7}", variant) is not None
+
+
+def calibration(measured_path, out=sys.stdout):
+    """Prints, as each is modelled, every row of the table the model knows and the 5ec15b9
+    ablation: measured ms, modelled ms, modelled / measured; then the newest design's rows at
+    llama300m and hs128_t4096 (measured: the mean of its rows), the table docs/gpu.md quotes.
+    Returns the ratios of the plain-commit rows."""
+    rows = read_measured(measured_path)
+    rows += [dict(variant=v, call="ablation", shape=s, direction="backward", ms=ms) for v, s, ms in ABLATION_5EC15B9]
+    print("variant,call,shape,direction,measured_ms,modelled_ms,modelled/measured", file=out, flush=True)
+    plain, cache = [], {}
+    for r in rows:
+        key = (r["variant"], r["shape"], r["direction"])
+        if key not in cache:
+            cache[key] = model_variant(*key)
+        got = cache[key]
+        if got is None:
+            continue
+        ratio = got / r["ms"]
+        if is_plain(r["variant"]):
+            plain.append(ratio)
+        print(f"{r['variant']},{r['call']},{r['shape']},{r['direction']},{r['ms']:.4f},{got:.4f},{ratio:.3f}", file=out, flush=True)
+    print(f"\n{NEWEST} (the kernels as built), measured (the mean of its rows) and modelled:", file=out)
+    print("| shape | direction | measured ms | modelled ms | modelled / measured |", file=out)
+    print("| --- | --- | --- | --- | --- |", file=out)
+    for shape in ("llama300m", "hs128_t4096"):
+        for direction in ("forward", "backward"):
+            ms = [r["ms"] for r in rows if (r["variant"], r["shape"], r["direction"]) == (NEWEST, shape, direction)]
+            if not ms:
+                continue
+            mean = sum(ms) / len(ms)
+            got = cache.get((NEWEST, shape, direction)) or model_variant(NEWEST, shape, direction)
+            print(f"| {shape} | {direction} | {mean:.3f} | {got:.3f} | {got / mean:.2f} |", file=out)
+    return plain
+
+
+def full_tile(phase, t, hs, spill=0, hw=H200):
+    """{pipe: SM clocks, waits: SM clocks} of one block on one tile where every warp computes
+    (as built: the forward with two blocks' overlap, the backward with the writer warp)."""
+    if phase == "forward":
+        w = {k: v * t["WARPS"] for k, v in fwd_warp_tile(t, hs).items()}
+        w["smem"] = 2 * t["BK"] * hs * BF16
+        p = pipe_clk(w, hw)
+        total, largest = sum(p.values()), max(p.values())
+        scale = (total - OVERLAP_TWO_BLOCKS * (total - largest)) / total if t["MIN_BLOCKS"] >= 2 else 1.0
+        p = {k: v * scale for k, v in p.items()}
+        p["waits"] = BARRIER_CLK
+        return p
+    four, dq = bwd_warp_tile(t, hs)
+    W, BQ = t["WARPS"], t["BQ"]
+    w = {k: W * (four.get(k, 0) + dq.get(k, 0)) for k in set(four) | set(dq)}
+    w["smem"] += 2 * BQ * hs * BF16 + BQ * 8 + 2 * BQ * hs * FP32 + 32 * W * spill
+    p = pipe_clk(w, hw)
+    p["waits"] = 2 * BARRIER_CLK
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernels as built
+
+
+def as_built(cfg, ptxas, hs):
+    """The as-built kernels at head size hs: [(kernel, phase, tiles, threads, launch bound, smem,
+    registers, spill bytes)]."""
+    f, b = cfg[hs]
+    out = []
+    for kernel, phase, t, threads, smem in (("flash_forward_kernel", "forward", f, 32 * f["WARPS"], fwd_smem(f, hs)),
+                                            ("flash_backward_kernel", "backward", b, 32 * b["WARPS"] + 32, bwd_smem(b, hs))):
+        regs, spill = ptxas.get((kernel, hs), (None, None))
+        out.append(dict(kernel=kernel, phase=phase, tiles=t, threads=threads, min_blocks=t["MIN_BLOCKS"], smem=smem, regs=regs, spill=spill))
+    return out
 
 
 def check(cfg, ptxas, hw):
-    """Lines for --check: every as-built kernel is in the ptxas report, spills nothing and fits
-    its launch bound's blocks per SM; (lines, all ok)."""
+    """Lines for --check: every as-built kernel is in the ptxas report and its registers and
+    shared memory give the blocks per SM its launch bound asks (the backward block: WARPS x 32 +
+    32 threads); spills are a WARN line (the model counts them as L1 traffic every tile).
+    (lines, all ok)."""
     lines, ok = [], True
-    for hs, (fwd, bwd) in sorted(cfg.items()):
-        for k in kernels_as_built(fwd, bwd, hs, ptxas):
+    for hs in sorted(cfg):
+        for k in as_built(cfg, ptxas, hs):
+            name = f"{k['kernel']}<{hs}>"
             if k["regs"] is None:
-                lines.append(f"FAIL {k['kernel']}<{hs}>: not in the ptxas report (make ptxas-report)")
+                lines.append(f"FAIL {name}: not in the ptxas report (make ptxas-report)")
                 ok = False
                 continue
-            blocks = blocks_per_sm(k, hw)
-            good = k["spills"] == 0 and blocks >= k["min_blocks"]
+            blocks = blocks_per_sm(k["threads"], k["regs"], k["smem"], hw, k["min_blocks"])
+            good = blocks >= k["min_blocks"]
             ok &= good
-            lines.append(f"{'PASS' if good else 'FAIL'} {k['kernel']}<{hs}>: {k['regs']} registers, {k['spills']} spill bytes, "
-                         f"{blocks} blocks ({blocks * k['warps']} warps) per SM, launch bound {k['min_blocks']}")
+            lines.append(f"{'PASS' if good else 'FAIL'} {name}: {k['regs']} registers x {k['threads']} threads, "
+                         f"{k['smem'] / 1024:.1f} KB shared: {blocks} blocks per SM, launch bound {k['min_blocks']}")
+            if k["spill"]:
+                lines.append(f"WARN {name}: {k['spill']} spill bytes a thread, stored + loaded (the launch bound caps it "
+                             f"at {register_cap(k['threads'], k['min_blocks'], hw)} registers; the model counts them as L1 traffic every tile)")
     return lines, ok
+
+
+def parse_shapes(text):
+    """[(name, (B, T, NH, NKV, HS))] of --shape: benchmark shape names or B:T:NH:NKV:HS, commas between."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item in SHAPES:
+            out.append((item, SHAPES[item]))
+            continue
+        try:
+            B, T, NH, NKV, HS = (int(x) for x in item.split(":"))
+        except ValueError:
+            die(f"--shape: expected a name among {', '.join(SHAPES)} or B:T:NH:NKV:HS, found '{item}'")
+        if min(B, T, NH, NKV) < 1 or NH % NKV or HS not in (16, 32, 64, 128) or T > 1 << 20:
+            die(f"--shape: '{item}' needs B, T, NH, NKV >= 1, NKV dividing NH, T <= 1048576 and HS among 16, 32, 64, 128")
+        out.append((item, (B, T, NH, NKV, HS)))
+    return out
 
 
 def main(argv=None):
     ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-t", "--seq-len", type=cli_util.int_in(1, 1 << 20), default=4096, help="causal sequence length")
-    ap.add_argument("--hs", default="64,128", help="comma list of head sizes (16, 32, 64, 128)")
-    ap.add_argument("--mma-tflops", type=cli_util.positive_float, default=MMA_TFLOPS,
-                    help="dense bf16 mma.sync rate of the whole GPU (an assumption until measured)")
-    ap.add_argument("--efficiency", type=cli_util.fraction, default=1.0,
-                    help="measured / modelled of a first GPU run, applied to every modelled figure")
-    ap.add_argument("--header", default=os.path.join(REPO, "llmc", "flash_attention.cuh"), help="the kernels' source")
+    ap.add_argument("--shape", default=",".join(SHAPES), help="comma list of shape names or B:T:NH:NKV:HS")
+    ap.add_argument("--hs", default="16,32,64,128", help="--check: comma list of head sizes (16, 32, 64, 128)")
+    ap.add_argument("--header", default=os.path.join(REPO, "llmc", "flash_common.cuh"), help="the kernels' source")
     ap.add_argument("--ptxas", default=os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"), help="registers per thread (make ptxas-report)")
+    ap.add_argument("--measured", default=os.path.join(REPO, "dev", "flash_measured.csv"), help="--calibration: the measured table")
     ap.add_argument("--csv", action="store_true", help="CSV rows instead of the table")
+    ap.add_argument("--calibration", action="store_true",
+                    help="every measured row the model knows: measured and modelled ms (exit 1 if a plain commit's row is off by more than 20%%)")
     ap.add_argument("--check", action="store_true",
-                    help="only check the as-built kernels against the ptxas report: no spills, launch-bound blocks per SM (exit 1 if not)")
+                    help="only check the as-built kernels against the ptxas report: launch-bound blocks per SM (exit 1 if not); spills warn")
     a = ap.parse_args(argv)
+    if a.calibration:
+        plain = calibration(a.measured)
+        worst = max((abs(r - 1) for r in plain), default=0.0)
+        print(f"plain commits: {len(plain)} rows, modelled / measured {min(plain, default=0):.3f} to {max(plain, default=0):.3f}")
+        return 0 if plain and worst <= 0.2 else 1
     try:
         hss = [int(x) for x in a.hs.split(",")]
     except ValueError:
         die(f"--hs: expected a comma list of head sizes, found '{a.hs}'")
     if not hss or any(h not in (16, 32, 64, 128) for h in hss):
         die(f"--hs: expected head sizes among 16, 32, 64, 128, found '{a.hs}'")
-    cfg = read_config(a.header, hss)
-    ptxas = read_ptxas(a.ptxas)
-    if a.check and not os.path.isfile(a.ptxas):
-        die(f"--ptxas: cannot read '{a.ptxas}' (make ptxas-report writes it)")
     if a.check:
-        lines, ok = check(cfg, ptxas, H200)
+        if not os.path.isfile(a.ptxas):
+            die(f"--ptxas: cannot read '{a.ptxas}' (make ptxas-report writes it)")
+        lines, ok = check(read_config(a.header, hss), read_ptxas(a.ptxas), H200)
         print("\n".join(lines))
         return 0 if ok else 1
-    head = ["design", "kernel", "HS", "flops/tile", "smem B/tile", "flop/B", "tensor TF/s", "smem TF/s", "causal",
-            "regs", "blocks/SM", "smem KB/block", "modelled TF/s"]
+    shapes = parse_shapes(a.shape)
+    cfg = read_config(a.header, sorted({s[4] for _, s in shapes}))
+    ptxas = read_ptxas(a.ptxas)
+    head = ["shape", "direction", "HS", "blocks/SM", "mma clk", "ldmatrix clk", "exp clk", "fp32 clk", "smem clk", "waits clk",
+            "ms without tail", "ms", "causal TFLOP/s"]
     rows = []
-    totals = {}
-    for hs in hss:
-        for design, ks in (("as built", kernels_as_built(*cfg[hs], hs, ptxas)), ("before", kernels_before(hs))):
-            for k in ks:
-                m = model(k, a.seq_len, H200, a.mma_tflops, a.efficiency)
-                rows.append([design, k["kernel"], hs, m["flops"], m["smem"], "%.1f" % m["intensity"], "%.0f" % m["tensor"],
-                             "%.0f" % m["smem_ceiling"], "%.3f" % m["causal"], k["regs"] if k["regs"] else "-",
-                             m["blocks"] if m["blocks"] is not None else "-", "%.1f" % (k["smem_block"] / 1024), "%.0f" % m["ceiling"]])
-                # a phase's time: each kernel does its products at its ceiling; useful FLOPs are the
-                # forward's 2 and the backward's 5 products per tile pair
-                t = totals.setdefault((design, hs, k["phase"]), [0.0, 0])
-                t[0] += len(k["products"]) / m["ceiling"]
-                t[1] = 2 if k["phase"] == "forward" else 5
+    for name, shape in shapes:
+        hs = shape[4]
+        for k in as_built(cfg, ptxas, hs):
+            t = k["tiles"]
+            if k["phase"] == "forward":
+                r = model_forward(t, hs, shape, H200, k["regs"])
+            else:
+                r = model_backward(t, hs, shape, AS_BUILT_DQ, H200, k["regs"], k["spill"] or 0)
+            p = full_tile(k["phase"], t, hs, k["spill"] or 0)
+            rows.append([name, k["phase"], hs, r["blocks_per_sm"]] + ["%.0f" % p[x] for x in ("mma", "ldsm", "exp", "fp32", "smem", "waits")] +
+                        ["%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, k["phase"]) / r["ms"] / 1e9)])
     if a.csv:
-        import csv
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(head)
         w.writerows(rows)
-    else:
-        print(f"causal T={a.seq_len}, H200: {H200['sms']} SMs at {H200['clock_ghz']} GHz, shared memory "
-              f"{H200['smem_bytes_per_clk']} B/clock/SM, mma.sync {a.mma_tflops:g} TFLOP/s (assumed), efficiency {a.efficiency:g}")
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for r in rows:
-            print("| " + " | ".join(str(x) for x in r) + " |")
-    print("phase figures (useful FLOPs: 2 products a tile pair forward, 5 backward; modelled, not measured):")
-    for (design, hs, phase), (time, useful) in sorted(totals.items(), key=lambda kv: (kv[0][1], kv[0][2] != "forward", kv[0][0])):
-        print(f"  HS {hs} {phase:8s} {design:9s} {useful / time:6.0f} TFLOP/s")
+        return 0
+    print(f"the kernels as built ({os.path.relpath(a.header, REPO)}), modelled on an H200 ({H200['sms']} SMs at {H200['clock_ghz']} GHz, "
+          f"mma.sync {MMA_TFLOPS:g} TFLOP/s, ldmatrix.x4 {LDSM_BYTES_PER_CLK} B/clk/SM, exp {EXP_PER_CLK}/clk/SM: measured). "
+          "clk: SM clocks of one block on one tile below the diagonal, per pipe (added, less the two-block overlap) "
+          "and its waits; the forward's with the SM to itself. --calibration compares the model with the measured times.")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
     return 0
 
 

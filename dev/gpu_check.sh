@@ -22,7 +22,7 @@
 #                 R = this run's / the baseline's; "no baseline" where it has no such row)
 #   bench_attention  dev_attention --bench-only (causal TFLOP/s of the flash and cublas kernels at
 #                 llama300m's shape and at HS=128, T=4096, next to a measured GEMM ceiling and to
-#                 dev/flash_model.py's modelled ceilings; each TFLOP/s beside the baseline's), then
+#                 dev/flash_model.py's modelled figures; each TFLOP/s beside the baseline's), then
 #                 llama300m (B=4, T=4096) again with --attention cublas (the unfused path): ms/step
 #                 and peak memory next to bench_llama300m's (flash), and the speed-up
 #   bench_buckets d12 (B=4, T=1024) on a one-rank NCCL communicator: -c fp8 with --bucket-mb 0
@@ -925,11 +925,11 @@ if wanted "$key"; then
                         [ -n "$now" ] && kern=${kern/"$what $now $unit"/"$what $now $unit ($(baseline_note "$key" "$what" "$unit" "$now"))"}
                     done < <(speed_figures "$key")
                 else kern="dev_attention --bench-only failed: $(why "$LOGS/${key}_kernels.log")"; fi
-                # beside each measured figure the model's ceiling for the kernels as built
-                # (dev/flash_model.py): the ratio calibrates it (--efficiency)
-                model=$(for hs in 64 128; do (cd "$RUN_DIR" && timeout 30 python3 dev/flash_model.py -t 4096 --hs $hs 2>/dev/null) |
-                            awk -v hs=$hs '$1 == "HS" && $4 == "as" { printf "%sHS %s %s %s", sep, hs, $3, $6; sep = ", " }'; echo -n "; "; done)
-                kern="kernels (causal, GEMM ceiling ${ceil:-?} TFLOP/s): $kern; modelled ceilings at T=4096 (dev/flash_model.py, TFLOP/s): ${model%; }; "
+                # beside each measured figure the model's for the kernels as built (dev/flash_model.py,
+                # calibrated on the 2026-12-04 H200 run)
+                model=$( (cd "$RUN_DIR" && timeout 30 python3 dev/flash_model.py --csv --shape llama300m,hs128_t4096 2>/dev/null) |
+                            awk -F, 'NR > 1 { printf "%s%s %s %s", sep, $1, $2, $13; sep = ", " }')
+                kern="kernels (causal, GEMM ceiling ${ceil:-?} TFLOP/s): $kern; modelled (dev/flash_model.py, TFLOP/s): ${model:-?}; "
             fi
             B=4; T=4096
             rm -rf "${LOGS:?}/$key"

@@ -1,11 +1,12 @@
-"""Tests for dev/flash_model.py on hand-computed configurations: the figures of the as-built
-forward kernel at HS 64 and backward kernel at HS 128 (FLOPs and shared-memory bytes per tile,
-their ratio, the H200 ceiling from shared memory), the causal fraction of a two-block sequence,
-the configuration read from the kernel source (a header with other tile constants changes the
-figures as computed by hand), --check against ptxas reports with a spill, too many registers and
-a missing kernel, the report `make ptxas-report` writes now against the committed one (same
-lines, and --check passes: no spills, every launch bound met), README's and docs/gpu.md's
-modelled figures against the script's, and the one-line errors.
+"""Tests for dev/flash_model.py: the work per warp and tile of the as-built forward at HS 64 and
+backward at HS 128 against hand counts (which match the FP32, HMMA and LDSM counts of the
+kernels' SASS), the header's tile expressions (nested and ordered comparisons of HS), the warps a
+causal forward block row computes, the block schedule of the causal tail on small cases worked by
+hand, the configuration read from the kernel source (a header with other tiles changes the
+counts), the calibration (every plain-commit row of dev/flash_measured.csv within 20%, the docs'
+table the one the script prints), --check against ptxas reports with a spill (a warning), too many
+registers and a missing kernel, the report `make ptxas-report` writes now against the committed
+one, and the one-line errors.
 
 Prints "PASS name" / "FAIL name: detail" / "SKIP name: why" lines; exits 1 on any failure.
 
@@ -30,84 +31,100 @@ REPORT = os.path.join(REPO, "dev", "cuda", "ptxas_report.txt")
 check = testlib.Checks()
 
 
+def run(*args):
+    r = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
 def rows_of(*args):
-    r = subprocess.run([sys.executable, SCRIPT, "--csv", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = [l for l in r.stdout.splitlines() if "," in l]
-    table = list(csv.DictReader(lines)) if r.returncode == 0 else []
-    return r.returncode, table, r.stderr
+    rc, out, err = run("--csv", *args)
+    table = list(csv.DictReader([l for l in out.splitlines() if "," in l])) if rc == 0 else []
+    return rc, table, err
 
 
-def row(table, kernel):
-    got = [r for r in table if r["design"] == "as built" and r["kernel"] == kernel]
+def row(table, shape, direction):
+    got = [r for r in table if r["shape"] == shape and r["direction"] == direction]
     return got[0] if len(got) == 1 else None
 
 
-def figures(r, flops, smem, intensity, smem_tflops=None):
-    return r is not None and r["flops/tile"] == str(flops) and r["smem B/tile"] == str(smem) and r["flop/B"] == intensity and \
-        (smem_tflops is None or r["smem TF/s"] == smem_tflops)
-
-
 def run_check(report, hs="16,32,64,128"):
-    r = subprocess.run([sys.executable, SCRIPT, "--check", "--hs", hs, "--ptxas", report], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    return r.returncode, r.stdout + r.stderr
+    rc, out, err = run("--check", "--hs", hs, "--ptxas", report)
+    return rc, out + err
 
 
 def main():
-    rc, table, err = rows_of("-t", "4096", "--hs", "64")
-    fwd = row(table, "flash_forward_kernel")
-    # by hand, the header's HS 64 forward (128 queries, 8 warps, 64-key tiles, Q in registers):
-    # 2 products of 2*128*64*64 FLOPs = 2097152; each of 8 warps reads the K and V tiles
-    # (64*64*2 = 8192 bytes each), the loads write both: 8*2*8192 + 2*8192 = 147456 bytes; 14.2
-    # FLOP/B x (132 SMs x 128 B x 1.98e9 /s = 33.45 TB/s) = 476 TFLOP/s
-    check("flash_model_forward_hs64_by_hand", rc == 0 and figures(fwd, 2097152, 147456, "14.2", "476"), f"rc {rc} {fwd} {err}")
-    rc, table, err = rows_of("-t", "4096", "--hs", "128")
-    bwd = row(table, "flash_backward_kernel")
+    header = os.path.join(REPO, "llmc", "flash_common.cuh")
+    cfg = flash_model.read_config(header, [64, 128])
+    # by hand, the HS 64 forward (128 queries, 4 warps of 32 rows: M = 2 row tiles, 64-key tiles,
+    # Q in registers): S and P V each 2 row tiles x 8 n tiles x 4 k steps = 64 mma; K and V each
+    # 4 x 4 ldmatrix.x4; exp: 32 lanes x 2 row tiles x (32 scores + 2 corrections) = 2176; FP32:
+    # 2 x (8.5 x 32 + 32 + 14) = 636 (the SASS of its tile loop: 636 FP32 instructions, 128 HMMA,
+    # 32 LDSM, 68 MUFU)
+    got = flash_model.fwd_warp_tile(cfg[64][0], 64)
+    check("flash_model_forward_hs64_by_hand", got == dict(mma=128, ldsm=32, exp=2176, fp32=636), f"{got}")
     # by hand, the HS 128 backward (128 keys, 8 warps, query tiles of 32; dQ on 2 x 4 warps of
-    # 16 rows x 32 columns): 5 products of 2*128*32*128 = 5242880 FLOPs; reads: K Qᵀ 32768 +
-    # 8*8192, Pᵀ dO 8*8192, V dOᵀ 32768 + 8*8192, dSᵀ Q 8*8192, dS K 8*16*128*2 + 8*128*32*2,
-    # lse and D 8*2*32*4: 428032; writes: Q and dO 2*8192, dSᵀ 128*32*2, lse and D 256: 24832;
-    # 452864 bytes, 11.6 FLOP/B, 387 TFLOP/s
-    check("flash_model_backward_hs128_by_hand", rc == 0 and figures(bwd, 5242880, 452864, "11.6", "387"), f"rc {rc} {bwd} {err}")
-    # causal T=128 in 64 x 64 tiles: block 0 computes 64 x 64, block 1 64 x 128: 12288 pairs for
-    # 128*129/2 = 8256 under the diagonal
-    got = flash_model.causal_fraction(128, 64, 64)
-    check("flash_model_causal_fraction_by_hand", abs(got - 8256 / 12288) < 1e-12, f"{got} vs {8256 / 12288}")
-    check("flash_model_causal_fraction_one_tile", abs(flash_model.causal_fraction(64, 64, 64) - 2080 / 4096) < 1e-12)
+    # 16 rows x 32 columns): the four products 4 x 4 n tiles x 8 k steps = 128 mma; Sᵀ and dPᵀ
+    # 8 x (1 + 2) ldmatrix.x4 each, dV and dK 2 x 8 each: 80; exp 16 x 32 = 512; FP32 8.5 x 16 =
+    # 136; dQ = dS K: 8 k steps x 4 n tiles = 32 mma, 8 x (1 + 2) = 24 ldmatrix.x4 (the SASS of
+    # its tile loop: 160 HMMA, 104 LDSM)
+    four, dq = flash_model.bwd_warp_tile(cfg[128][1], 128)
+    ok = (four["mma"], four["ldsm"], four["exp"], four["fp32"], dq["mma"], dq["ldsm"]) == (128, 80, 512, 136, 32, 24)
+    check("flash_model_backward_hs128_by_hand", ok, f"{four} {dq}")
+    # the tile expressions of the header: ordered comparisons and nested conditionals
+    cv = flash_model.c_value
+    ok = (cv("HS >= 64 ? 4 : 8", 64), cv("HS >= 64 ? 4 : 8", 32), cv("HS == 128 ? 32 : HS == 16 ? 128 : 64", 16),
+          cv("HS == 128 ? 32 : HS == 16 ? 128 : 64", 64), cv("HS != 128", 128), cv("HS < 32", 16)) == (4, 8, 128, 64, False, True)
+    check("flash_model_tile_expressions", ok)
+    # causal T = 256 in 128-query blocks of 4 warps of 32 rows over 64-key tiles: block 0 computes
+    # tile 0 with 4 warps and tile 1 (keys 64..127) with warps 2 and 3; block 1 tiles 0..2 with 4
+    # warps, tile 3 (keys 192..255) with warps 2 and 3
+    f = dict(BQ=128, WARPS=4, BK=64)
+    got = [flash_model.fwd_active_warps(f, 256, qt) for qt in (0, 1)]
+    check("flash_model_causal_warps_by_hand", got == [[4, 2], [4, 4, 4, 2]], f"{got}")
+    # the schedule: 3 blocks of work 10 on one SM of 2 slots: two share it (20 clocks), the
+    # third runs alone (10): 30; works 10 and 30 sharing: the first ends at 20 with a third of
+    # the second done, the second alone ends at 40; a latency adds to the block's time unshared
+    got = [flash_model.tail_clk([(10, 0)] * 3, 1, 2), flash_model.tail_clk([(10, 0), (30, 0)], 1, 2),
+           flash_model.tail_clk([(10, 5), (10, 5)], 2, 1)]
+    check("flash_model_schedule_by_hand", all(abs(g - w) < 1e-9 for g, w in zip(got, [30, 40, 15])), f"{got}")
 
     with tempfile.TemporaryDirectory() as tmp:
-        # the configuration comes from the header: other tiles, a nested ternary
-        header = os.path.join(tmp, "fa.cuh")
-        with open(header, "w") as f:
-            f.write("template <int HS>\nstruct FlashFwdTile {\n    static const int BQ = 64, WARPS = 4, BK = 32, STAGES = 2, MIN_BLOCKS = 1;\n"
-                    "    static const bool Q_REGS = HS != 128;\n};\ntemplate <int HS>\nstruct FlashBwdTile {\n"
-                    "    static const int BK = 64, WARPS = 4, BQ = HS == 128 ? 16 : HS == 64 ? 32 : 64, MIN_BLOCKS = 1;\n};\n")
-        rc, table, err = rows_of("--header", header, "--hs", "64", "-t", "4096")
-        # forward: 2 x 2*64*32*64 = 524288 FLOPs; Q in registers; 4 warps x 2 x 4096 + 2 x 4096 = 40960 bytes: 12.8 FLOP/B
-        # backward (BQ 32 at HS 64; dQ on 2 x 2 warps of 16 rows x 32 columns): 5 x 2*64*32*64 =
-        # 1310720 FLOPs; reads 8192 + 4*4096, 4*4096, 8192 + 4*4096, 4*4096, 4*16*64*2 + 4*64*32*2,
-        # 4*2*32*4 = 107520; writes 2*4096 + 64*32*2 + 256 = 12544: 120064 bytes, 10.9 FLOP/B
-        ok = rc == 0 and figures(row(table, "flash_forward_kernel"), 524288, 40960, "12.8") and \
-            figures(row(table, "flash_backward_kernel"), 1310720, 120064, "10.9")
+        # the configuration comes from the header: other tiles, conditionals
+        fake = os.path.join(tmp, "fa.cuh")
+        with open(fake, "w") as fh:
+            fh.write("template <int HS>\nstruct FlashFwdTile {\n    static const int BQ = 64, WARPS = HS >= 64 ? 4 : 2, BK = 32, STAGES = 2, MIN_BLOCKS = 1;\n"
+                     "    static const bool Q_REGS = HS != 128;\n};\ntemplate <int HS>\nstruct FlashBwdTile {\n"
+                     "    static const int BK = 64, WARPS = 4, BQ = HS == 128 ? 16 : HS == 64 ? 32 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;\n};\n")
+        rc, table, err = rows_of("--header", fake, "--shape", "1:256:2:2:64", "--ptxas", os.path.join(tmp, "none.txt"))
+        # forward: M = 1 row tile of 16; 2 x 1 x 4 n tiles x 4 k steps = 32 mma; 2 x 4 x 2 = 16
+        # ldmatrix.x4 (Q in registers); one warp's tile: 32 mma at 4096 FLOPs / (620e12 / (132 x
+        # 1.98e9)) = 1.727 clocks each; the block of 4 warps, alone on its SM: 221 clocks of mma
+        # backward (BQ 32 at HS 64; dQ on 2 x 2 warps of 16 rows x 32 columns): four products of 4
+        # n tiles x 4 k steps, dQ 4 k steps x 4 n tiles: 80 mma a warp, 4 warps: 553 clocks
+        fr, br = row(table, "1:256:2:2:64", "forward"), row(table, "1:256:2:2:64", "backward")
+        ok = rc == 0 and fr is not None and br is not None and fr["mma clk"] == "221" and br["mma clk"] == "553"
         check("flash_model_reads_the_header", ok, f"rc {rc} {table} {err}")
-        open(header, "w").write("nothing here\n")
-        r = subprocess.run([sys.executable, SCRIPT, "--header", header], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        check("flash_model_refuses_header_without_config", testlib.one_error_line(r.returncode, r.stderr) and "cannot find struct FlashFwdTile" in r.stderr,
-              f"rc {r.returncode} {r.stderr.strip()}")
+        open(fake, "w").write("nothing here\n")
+        rc, out, err = run("--header", fake)
+        check("flash_model_refuses_header_without_config", testlib.one_error_line(rc, err) and "cannot find struct FlashFwdTile" in err,
+              f"rc {rc} {err.strip()}")
 
-        # --check on reports: the committed one passes; a spill, 255 registers at HS 64 (one block
-        # of 256 threads where the launch bound asks 2) and a missing kernel each fail
+        # --check on reports: the committed one passes (the backward's spills warn); a spill
+        # elsewhere warns, 255 registers at HS 32 (one block of 256 threads where the launch
+        # bound asks 2) and a missing kernel fail
         committed = open(REPORT).read()
         rc, out = run_check(REPORT)
         check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 8, f"rc {rc} {out.strip()}")
-        cases = [("spill", lambda l: l if "flash_forward_kernel<128>" not in l else "251   0      0      8       8       " + l.split(None, 5)[5], "16 spill bytes"),
-                 ("registers", lambda l: l if "flash_forward_kernel<64>" not in l else "255   0      0      0       0       " + l.split(None, 5)[5], "1 blocks"),
-                 ("missing_kernel", lambda l: "" if "flash_backward_kernel<32>" in l else l, "not in the ptxas report")]
-        for name, edit, want in cases:
+        cases = [("spill", lambda l: l if "flash_forward_kernel<128>" not in l else "251   0      0      8       8       " + l.split(None, 5)[5],
+                  0, "WARN flash_forward_kernel<128>: 16 spill bytes"),
+                 ("registers", lambda l: l if "flash_forward_kernel<32>" not in l else "255   0      0      0       0       " + l.split(None, 5)[5],
+                  1, "FAIL flash_forward_kernel<32>: 255 registers x 256 threads, 40.0 KB shared: 1 blocks per SM"),
+                 ("missing_kernel", lambda l: "" if "flash_backward_kernel<32>" in l else l, 1, "not in the ptxas report")]
+        for name, edit, want_rc, want in cases:
             bad = os.path.join(tmp, name + ".txt")
             open(bad, "w").write("\n".join(edit(l) for l in committed.splitlines()) + "\n")
             rc, out = run_check(bad)
-            check(f"flash_model_check_fails_on_{name}", rc == 1 and "FAIL" in out and want in out, f"rc {rc} {out.strip()}")
+            check(f"flash_model_check_{name}", rc == want_rc and want in out, f"rc {rc} {out.strip()}")
 
         # the report as the compiler writes it now: the same kernel lines as the committed one
         if shutil.which("nvcc") is None or shutil.which("make") is None:
@@ -121,21 +138,28 @@ def main():
             ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 8
             diff = [l for l in lines(now) if l not in lines(committed)][:3]
             check("flash_model_ptxas_report_current", ok, f"rc {r.returncode}; new lines {diff}; {r.stdout.strip()[-300:]}")
-    # README and docs/gpu.md quote the as-built phase figures at causal T = 4096: they must be the
-    # ones the script prints now (a kernel change that moves the model moves the docs with it)
-    r = subprocess.run([sys.executable, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    figs = {(hs, ph): v for hs, ph, v in re.findall(r"HS (\d+) (forward|backward) +as built +(\d+) TFLOP/s", r.stdout)}
-    pair = lambda ph: f"{figs.get(('64', ph))} / {figs.get(('128', ph))}"  # noqa: E731
-    quote = f"{pair('forward')} TFLOP/s forward and {pair('backward')} backward"
-    for name, doc in (("readme", "README.md"), ("gpu", os.path.join("docs", "gpu.md"))):
-        text = " ".join(open(os.path.join(REPO, doc)).read().split())  # line breaks as spaces
-        check(f"flash_model_figures_in_{name}", len(figs) == 4 and quote in text, f"{doc} does not quote '{quote}' (rc {r.returncode})")
-    for name, args, want in [("head_size", ["--hs", "48"], "--hs: expected head sizes among"),
-                             ("efficiency", ["--efficiency", "2"], "--efficiency"),
-                             ("seq_len", ["-t", "0"], "-t/--seq-len"),
+
+    # the calibration: a line for every row of the measured table whose variant is a plain
+    # commit, each within 20%; docs/gpu.md quotes the table it ends with
+    rc, out, err = run("--calibration")
+    measured = [l for l in open(os.path.join(REPO, "dev", "flash_measured.csv")).read().splitlines() if l and not l.startswith("#")]
+    plain = [r for r in csv.DictReader(measured) if re.fullmatch(r"[0-9a-f]{7}", r["variant"])]
+    got = [l.split(",") for l in out.splitlines() if re.match(r"[0-9a-f]{7},", l)]
+    ratios = [float(g[6]) for g in got]
+    check("flash_model_calibration_within_20_percent", rc == 0 and len(got) == len(plain) and len(plain) >= 32 and
+          all(0.8 <= x <= 1.2 for x in ratios), f"rc {rc}, {len(got)} of {len(plain)} rows, ratios {min(ratios, default=0)}..{max(ratios, default=0)} {err}")
+    table = [l for l in out.splitlines() if l.startswith("| ")]
+    docs = open(os.path.join(REPO, "docs", "gpu.md")).read()
+    missing = [l for l in table if l not in docs]
+    check("flash_model_figures_in_gpu", len(table) == 6 and not missing, f"docs/gpu.md lacks {missing or table}")
+
+    for name, args, want in [("head_size", ["--check", "--hs", "48"], "--hs: expected head sizes among"),
+                             ("shape", ["--shape", "llama9b"], "--shape: expected a name"),
+                             ("shape_numbers", ["--shape", "4:0:16:16:64"], "--shape: '4:0:16:16:64' needs"),
+                             ("measured", ["--calibration", "--measured", os.path.join(REPO, "no_such.csv")], "--measured: cannot read"),
                              ("missing_report_in_check", ["--check", "--ptxas", os.path.join(REPO, "no_such_report.txt")], "--ptxas: cannot read")]:
-        r = subprocess.run([sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        check(f"flash_model_refuses_{name}", testlib.one_error_line(r.returncode, r.stderr) and want in r.stderr, f"rc {r.returncode} {r.stderr.strip()}")
+        rc, out, err = run(*args)
+        check(f"flash_model_refuses_{name}", testlib.one_error_line(rc, err) and want in err, f"rc {rc} {err.strip()}")
     return 1 if check.failed else 0
 
 
