@@ -8,6 +8,8 @@
 #     patterns (E4M3, E5M2, BF16) and the ml_dtypes fixture;
 #   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise, E4M3 and E5M2);
 #   - test_mma_layout: the emulated tensor-core instructions against the PTX ISA's fragment tables;
+#   - dev_rmsnorm (and the other layer tools dev/emu builds) --small: each kernel against its CPU
+#     reference and against the version it replaced (dev/cuda/<op>.cu's version 1);
 #   - dev_attention --small: the fused flash kernels and the cuBLAS path against the CPU attention
 #     and each other, then again with every kernel's blocks run last first (flash bitwise the
 #     same); tiny (GPT-2's vocabulary) trained 8 steps with --attention flash and
@@ -103,6 +105,20 @@ rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/attn_launch.bin" ] && cmp -s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin"; then
     pass emu.flash_bitwise_in_reverse_block_order
 else fail emu.flash_bitwise_in_reverse_block_order "rc=$rc, $(stat -c %s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | tr '\n' ' ')$(cmp "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | head -1) $(why "$TMP/attn_reverse.out")"; fi
+
+# the layer and optimizer kernels dev/emu builds, at their small shapes (the odd ones and tiny):
+# each against its CPU reference and against the version it replaced, which dev/cuda/<op>.cu keeps
+# as version 1 (rmsnorm's dweight in slabs; rope's 16-byte runs bitwise the pair-per-thread kernel);
+# the fewest PASS lines each must print
+for spec in rmsnorm:18; do
+    op=${spec%%:*}; want=${spec#*:}
+    timeout 300 "$EMU/dev_$op" --small >"$TMP/dev_$op.out" 2>&1
+    rc=$?
+    np=$(grep -c "^PASS dev_$op" "$TMP/dev_$op.out"); nf=$(grep -c '^FAIL' "$TMP/dev_$op.out")
+    grep '^FAIL' "$TMP/dev_$op.out" | sed 's/^FAIL /FAIL emu./'
+    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -ge "$want" ]; then pass "emu.dev_${op}_small: $np checks"
+    else fail "emu.dev_${op}_small" "rc=$rc, $np passed (want $want), $nf failed: $(why "$TMP/dev_$op.out")"; fi
+done
 
 # --attention flash (the default at tiny's head size 32) trains as the unfused cublas path: the
 # same 8 steps on one emulated GPU, per-step losses within bf16 tolerance, the choice in the table
