@@ -229,9 +229,13 @@ static bool compare(const char* preset, const char* what_name, int rows, int col
     float ms1 = cuda_bench_ms([&] { newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, false); }, 2, 10);
     float msc = cuda_bench_ms([&] { newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, true); }, 2, 10);
     float ms2 = cuda_bench_ms([&] { muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0); }, 2, 10);
-    char shape[96], note[160];
+    matmul_set_tune(MATMUL_TUNE_OFF);  // v2 on the heuristic's first algorithms: the copies' share apart from autotuning's
+    float ms_off = cuda_bench_ms([&] { muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0); }, 2, 10);
+    matmul_set_tune(MATMUL_TUNE_EXACT);
+    char shape[96], note[200];
     snprintf(shape, sizeof(shape), "%s %s %dx%d x%d, %d iterations", preset, what_name, rows, cols, batch, cfg.ns_steps);
-    snprintf(note, sizeof(note), "v1 cuBLAS + 2 copies an iteration; v2 cuBLASLt ping-pong (with the copies %.4f ms)", msc);
+    snprintf(note, sizeof(note), "v1 cuBLAS + 2 copies an iteration; v2 cuBLASLt ping-pong, autotuned (untuned %.4f ms; "
+             "with the copies %.4f ms)", ms_off, msc);
     cuda_print_compare("muon_newton_schulz", shape, ms1, ms2, note);
     CUBLAS_CHECK(cublasDestroy(h));
     muon_workspace_free(&ws);
