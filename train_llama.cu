@@ -568,11 +568,12 @@ static float llama_grad_norm(LlamaModel* m) {
     return (float)sqrt(sq);
 }
 
-static void llama_clip_grads(LlamaModel* m, float norm, float max_norm) {
-    if (max_norm <= 0.0f) return;
+// The clip's scale, as train_llama_cpu's llama_clip_grads computes it (1: no clip). It is no pass
+// over the gradient: the optimizer kernels read each gradient times this scale (global_norm.cuh).
+static float llama_clip_scale(float norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
     float coef = (float)(max_norm / ((double)norm + CLIP_EPS));
-    if (coef >= 1.0f) return;
-    global_norm_clip(m->grads, m->num_params, coef, m->stream);
+    return coef >= 1.0f ? 1.0f : coef;
 }
 
 // ----------------------------------------------------------------------------
@@ -607,8 +608,10 @@ static std::vector<MuonGroup> llama_muon_groups(const LlamaConfig* c, const Muon
     return groups;
 }
 
-// Returns the number of matrices this rank orthogonalized.
-static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step, GpuCommGrid* grid) {
+// On the gradient times grad_scale (the clip's, llama_clip_scale). Returns the number of matrices
+// this rank orthogonalized.
+static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, float grad_scale, int step,
+                        GpuCommGrid* grid) {
     const LlamaConfig* c = &m->config;
     bool use_muon = tc->optimizer == "muon";
     size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
@@ -621,7 +624,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
         bool is_norm = t == T_LN1W || t == T_LN2W || t == T_LNFW;
         float wd = is_norm ? 0.0f : tc->weight_decay;
         size_t o = offs[t];
-        adamw_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, m->opt_v + o, sizes[t], lr,
+        adamw_update(m->params + o, m->params_bf16 + o, m->grads + o, grad_scale, m->opt_m + o, m->opt_v + o, sizes[t], lr,
                      ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, wd, step + 1, m->stream);
     }
     if (!use_muon) return 0;
@@ -629,7 +632,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
         int count = 0;
         for (const MuonGroup& gr : llama_muon_groups(c, mc)) {
             size_t o = gr.offset;
-            muon_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, gr.rows, gr.cols, c->L,
+            muon_update(m->params + o, m->params_bf16 + o, m->grads + o, grad_scale, m->opt_m + o, gr.rows, gr.cols, c->L,
                         gr.layer_stride, mc, lr, tc->weight_decay, &m->muon, m->stream);
             count += c->L;
         }
@@ -656,7 +659,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
     if (!m->muon_x) m->muon_x = cuda_malloc<bf16>(xoff.back());  // the same size every step
     for (size_t i = 0; i < items.size(); i++) {
         const Item& it = items[i];
-        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream);
+        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, grad_scale, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream);
         if (owner[i] != grid->rank) continue;
         bf16* x = muon_newton_schulz(&m->muon, it.rows, it.cols, 1, mc, m->stream);
         mine++;
@@ -780,8 +783,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     // kept, unlike the skips above
     if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size + 1; return st; }
     sp = gradcomm_timer_begin(timer, GC_T_OPTIMIZER);
-    llama_clip_grads(m, st.grad_norm, tc->grad_clip);
-    st.ns_matrices = llama_update(m, tc, mc, st.lr, step, grid);
+    st.ns_matrices = llama_update(m, tc, mc, st.lr, llama_clip_scale(st.grad_norm, tc->grad_clip), step, grid);
     gradcomm_timer_end(timer, sp);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return st;

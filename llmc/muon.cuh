@@ -10,7 +10,9 @@
 // Shapes: W, G, M (batch matrices (rows, cols), matrix l at offset l*batch_stride of the flat
 // buffers: per-layer slices of one stacked tensor, or one row block of each layer's qkv);
 // W_bf16 likewise in the bf16 copy (or NULL).
-// Conventions: W, M (and W_bf16) updated in place (=); G read only. Zero G with zero M gives an
+// Conventions: W, M (and W_bf16) updated in place (=); G read only, as G * grad_scale (one fp32
+// multiply, never fused: the gradient clip's scale, bitwise what an in-place clip leaves; 1 when
+// not clipping), so the clip needs no pass of its own. Zero G with zero M gives an
 // exactly zero update (U = 0, X = 0 / 1e-7 = 0, every GEMM of zeros is zero): no NaN.
 // Batching: the whole Newton–Schulz loop runs on all matrices of the batch at once, each GEMM one
 // strided-batched cuBLASLt matmul over the batch (matmul_cublaslt, llmc/matmul.cuh: bf16 A/B/C/D,
@@ -90,14 +92,14 @@ static inline void muon_workspace_reserve(MuonWorkspace* ws, int rows, int cols,
 // kernels
 
 // u (batch, rows*cols) fp32; M, G: batch matrices of rc elements at batch_stride
-__global__ void muon_momentum_kernel(float* u, float* M, const float* G, size_t rc, int batch, size_t batch_stride,
-                                     float beta, int nesterov) {
+__global__ void muon_momentum_kernel(float* u, float* M, const float* G, float grad_scale, size_t rc, int batch,
+                                     size_t batch_stride, float beta, int nesterov) {
     size_t total = rc * batch;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     float one_minus_beta = 1.0f - beta;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         size_t off = (idx / rc) * batch_stride + idx % rc;
-        float g = G[off];
+        float g = __fmul_rn(G[off], grad_scale);  // the clipped gradient, rounded as a stored one
         float m = beta * M[off] + one_minus_beta * g;
         M[off] = m;
         u[idx] = nesterov ? one_minus_beta * g + beta * m : m;
@@ -231,12 +233,12 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
 // The parts of muon_update, for the sharded step (train_llama.cu): the momentum of `batch`
 // matrices, M <- beta M + (1-beta) G, and U into ws->u; then muon_newton_schulz(ws, ...) gives
 // X (bf16, its own layout); muon_apply: W <- W (1 - lr wd) - lr s X (and the bf16 copy).
-static inline void muon_momentum(float* M, const float* G, int rows, int cols, int batch, size_t batch_stride, const MuonConfig* cfg,
-                                 MuonWorkspace* ws, cudaStream_t stream) {
+static inline void muon_momentum(float* M, const float* G, float grad_scale, int rows, int cols, int batch, size_t batch_stride,
+                                 const MuonConfig* cfg, MuonWorkspace* ws, cudaStream_t stream) {
     muon_workspace_reserve(ws, rows, cols, batch);
     size_t rc = (size_t)rows * cols;
     muon_momentum_kernel<<<cuda_grid_for(rc * batch, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
-        ws->u, M, G, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
+        ws->u, M, G, grad_scale, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
     KERNEL_CHECK();
 }
 
@@ -253,11 +255,12 @@ static inline void muon_apply(float* W, bf16* W_bf16, const bf16* x, int rows, i
 static inline void muon_update(float* W,            // batch x (rows, cols), matrix l at l*batch_stride
                                bf16* W_bf16,        // same layout in the bf16 copy, or NULL
                                const float* G,      // same layout
+                               float grad_scale,    // the clip's scale (1: none)
                                float* M,            // same layout
                                int rows, int cols, int batch, size_t batch_stride,
                                const MuonConfig* cfg, float lr, float weight_decay,
                                MuonWorkspace* ws, cudaStream_t stream) {
-    muon_momentum(M, G, rows, cols, batch, batch_stride, cfg, ws, stream);
+    muon_momentum(M, G, grad_scale, rows, cols, batch, batch_stride, cfg, ws, stream);
     bf16* x = muon_newton_schulz(ws, rows, cols, batch, cfg, stream);
     muon_apply(W, W_bf16, x, rows, cols, batch, batch_stride, cfg, lr, weight_decay, stream);
 }

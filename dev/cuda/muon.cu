@@ -145,7 +145,7 @@ static bool validate(const char* tag, MuonPreset preset, int rows, int cols, int
     float* d_M = cuda_upload(M.data(), total);
     MuonWorkspace ws;
     muon_workspace_init(&ws);
-    muon_update(d_W, d_W16, d_G, d_M, rows, cols, batch, stride, &cfg, lr, wd, &ws, 0);
+    muon_update(d_W, d_W16, d_G, 1.0f, d_M, rows, cols, batch, stride, &cfg, lr, wd, &ws, 0);
     std::vector<float> W = W0;
     std::vector<float> scratch(muon_scratch_floats(rows, cols));
     for (int l = 0; l < batch; l++)
@@ -201,7 +201,7 @@ static void bench(const char* preset, const char* what_name, int rows, int cols,
     MuonConfig cfg = muon_config(MUON_MOONLIGHT);
     MuonWorkspace ws;
     muon_workspace_init(&ws);
-    float ms = cuda_bench_ms([&] { muon_update(W, W16, G, M, rows, cols, batch, (size_t)rows * cols, &cfg, 1e-3f, 0.1f, &ws, 0); }, 2, 10);
+    float ms = cuda_bench_ms([&] { muon_update(W, W16, G, 1.0f, M, rows, cols, batch, (size_t)rows * cols, &cfg, 1e-3f, 0.1f, &ws, 0); }, 2, 10);
     double m = std::min(rows, cols), n = std::max(rows, cols);
     double flops = (4.0 * m * m * n + 2.0 * m * m * m) * cfg.ns_steps * batch;
     char what[96];
