@@ -23,7 +23,8 @@
 // in the run uses the same algorithm. GEMMs under MATMUL_TUNE_MIN_FLOPS keep the first candidate
 // (launch latency dominates them). Where the call accumulates into D (C == D, beta != 0) D is
 // saved before the trials and put back after them, so the call still adds its product once (a
-// shape whose copy of D finds no memory keeps the first candidate).
+// shape whose copy of D finds no memory keeps the first candidate). The trials wait for the GPU
+// and allocate that copy: in the trainer, during the first step only (and at sampling's new T).
 //   MATMUL_TUNE_EXACT (the default): only candidates whose D is bitwise the first candidate's (a
 //     hash of D after one run of each) are timed. Which one wins may differ between runs and
 //     machines (timing noise), but the result does not: every run gets the heuristic's first
