@@ -101,6 +101,7 @@ typedef struct {
     bf16* datty;       // (B, T, NH*HS)
     bf16* dfc1;        // (B, T, 2*FF)
     bf16* dsw;         // (B, T, FF)
+    float* dw_partials;  // (ceil(B*T / RMSNORM_DW_SLAB), C) the norm-weight gradient's partial sums
 } Activations;
 
 // The bf16 compute copy of the weights, in the flat layout (pointers into params_bf16).
@@ -201,6 +202,7 @@ static void llama_model_alloc(LlamaModel* m, const LlamaConfig* c, int B, int T,
     a->datty = cuda_malloc<bf16>(N * HSNH);
     a->dfc1 = cuda_malloc<bf16>(N * 2 * FF);
     a->dsw = cuda_malloc<bf16>(N * FF);
+    a->dw_partials = cuda_malloc<float>(rmsnorm_dweight_scratch_floats((int)N, (int)C));
     std::vector<float> cos_t((size_t)T * (HS / 2)), sin_t((size_t)T * (HS / 2));
     rope_precompute_cpu(cos_t.data(), sin_t.data(), T, HS);
     m->rope_cos = cuda_upload(cos_t.data(), cos_t.size());
@@ -232,7 +234,7 @@ static void llama_model_free(LlamaModel* m) {
     void* bufs[] = {m->params, m->params_bf16, m->grads, m->opt_m, m->opt_v, a->residual, a->res_mid, a->ln1,
                     a->ln1_rstd, a->qkv, a->atty, a->lse, a->ln2, a->ln2_rstd, a->fc1, a->sw, a->lnf, a->lnf_rstd,
                     a->logits, a->dlogits, a->losses, a->dres, a->dres_bf16, a->dln, a->dqkv, a->datty, a->dfc1,
-                    a->dsw, m->rope_cos, m->rope_sin, m->tokens, m->targets, m->buckets, m->norm_sq, m->norm_partials};
+                    a->dsw, a->dw_partials, m->rope_cos, m->rope_sin, m->tokens, m->targets, m->buckets, m->norm_sq, m->norm_partials};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     if (m->muon_x) CUDA_CHECK(cudaFree(m->muon_x));
     HostStaging* h = &m->stage;
@@ -417,7 +419,7 @@ static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* 
     matmul_backward(a->dln, g.lm_head, a->dlogits, a->lnf, w.lm_head, N, C, c->Vp, s);
     done(T_LMHEAD, -1);
     CUDA_CHECK(cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), s));
-    rmsnorm_backward(a->dres, a->dres_bf16, g.lnfw, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C, s);
+    rmsnorm_backward(a->dres, a->dres_bf16, g.lnfw, a->dw_partials, a->dln, a->residual + (size_t)L * N * C, p.lnfw, a->lnf_rstd, N, C, s);
     done(T_LNFW, -1);
 
     for (int l = L - 1; l >= 0; l--) {
@@ -442,7 +444,7 @@ static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* 
         if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_FC1W, l), a->dfc1, N, s);
         matmul_backward(a->dln, g.fc1w + (size_t)l * 2 * FF * C, a->dfc1, ln2, w.fc1w + (size_t)l * 2 * FF * C, N, C, 2 * FF, s);
         done(T_FC1W, l);
-        rmsnorm_backward(a->dres, a->dres_bf16, g.ln2w + (size_t)l * C, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C, s);
+        rmsnorm_backward(a->dres, a->dres_bf16, g.ln2w + (size_t)l * C, a->dw_partials, a->dln, mid, p.ln2w + (size_t)l * C, ln2_rstd, N, C, s);
         done(T_LN2W, l);
         // attention half; dres becomes d(x)
         if (kfac) gradcomm_gpu_observe_output_grad(gc, llama_unit_index(c, T_PROJW, l), a->dres_bf16, N, s);
@@ -454,7 +456,7 @@ static void llama_backward_enqueue(LlamaModel* m, const int* tokens, const int* 
         matmul_backward(a->dln, g.qkvw + (size_t)l * QKV * C, a->dqkv, ln1, w.qkvw + (size_t)l * QKV * C, N, C, QKV, s);
         done(T_QKVW, l);
         // layer 0's input gradient only feeds the embedding, which reads the fp32 copy
-        rmsnorm_backward(a->dres, l > 0 ? a->dres_bf16 : NULL, g.ln1w + (size_t)l * C, a->dln, x, p.ln1w + (size_t)l * C,
+        rmsnorm_backward(a->dres, l > 0 ? a->dres_bf16 : NULL, g.ln1w + (size_t)l * C, a->dw_partials, a->dln, x, p.ln1w + (size_t)l * C,
                          ln1_rstd, N, C, s);
         done(T_LN1W, l);
     }
@@ -566,11 +568,12 @@ static float llama_grad_norm(LlamaModel* m) {
     return (float)sqrt(sq);
 }
 
-static void llama_clip_grads(LlamaModel* m, float norm, float max_norm) {
-    if (max_norm <= 0.0f) return;
+// The clip's scale, as train_llama_cpu's llama_clip_grads computes it (1: no clip). It is no pass
+// over the gradient: the optimizer kernels read each gradient times this scale (global_norm.cuh).
+static float llama_clip_scale(float norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
     float coef = (float)(max_norm / ((double)norm + CLIP_EPS));
-    if (coef >= 1.0f) return;
-    global_norm_clip(m->grads, m->num_params, coef, m->stream);
+    return coef >= 1.0f ? 1.0f : coef;
 }
 
 // ----------------------------------------------------------------------------
@@ -605,8 +608,10 @@ static std::vector<MuonGroup> llama_muon_groups(const LlamaConfig* c, const Muon
     return groups;
 }
 
-// Returns the number of matrices this rank orthogonalized.
-static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, int step, GpuCommGrid* grid) {
+// On the gradient times grad_scale (the clip's, llama_clip_scale). Returns the number of matrices
+// this rank orthogonalized.
+static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, float lr, float grad_scale, int step,
+                        GpuCommGrid* grid) {
     const LlamaConfig* c = &m->config;
     bool use_muon = tc->optimizer == "muon";
     size_t sizes[LLAMA_NUM_TENSORS], offs[LLAMA_NUM_TENSORS];
@@ -619,7 +624,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
         bool is_norm = t == T_LN1W || t == T_LN2W || t == T_LNFW;
         float wd = is_norm ? 0.0f : tc->weight_decay;
         size_t o = offs[t];
-        adamw_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, m->opt_v + o, sizes[t], lr,
+        adamw_update(m->params + o, m->params_bf16 + o, m->grads + o, grad_scale, m->opt_m + o, m->opt_v + o, sizes[t], lr,
                      ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, wd, step + 1, m->stream);
     }
     if (!use_muon) return 0;
@@ -627,7 +632,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
         int count = 0;
         for (const MuonGroup& gr : llama_muon_groups(c, mc)) {
             size_t o = gr.offset;
-            muon_update(m->params + o, m->params_bf16 + o, m->grads + o, m->opt_m + o, gr.rows, gr.cols, c->L,
+            muon_update(m->params + o, m->params_bf16 + o, m->grads + o, grad_scale, m->opt_m + o, gr.rows, gr.cols, c->L,
                         gr.layer_stride, mc, lr, tc->weight_decay, &m->muon, m->stream);
             count += c->L;
         }
@@ -654,7 +659,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
     if (!m->muon_x) m->muon_x = cuda_malloc<bf16>(xoff.back());  // the same size every step
     for (size_t i = 0; i < items.size(); i++) {
         const Item& it = items[i];
-        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream);
+        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, grad_scale, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream);
         if (owner[i] != grid->rank) continue;
         bf16* x = muon_newton_schulz(&m->muon, it.rows, it.cols, 1, mc, m->stream);
         mine++;
@@ -778,8 +783,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     // kept, unlike the skips above
     if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size + 1; return st; }
     sp = gradcomm_timer_begin(timer, GC_T_OPTIMIZER);
-    llama_clip_grads(m, st.grad_norm, tc->grad_clip);
-    st.ns_matrices = llama_update(m, tc, mc, st.lr, step, grid);
+    st.ns_matrices = llama_update(m, tc, mc, st.lr, llama_clip_scale(st.grad_norm, tc->grad_clip), step, grid);
     gradcomm_timer_end(timer, sp);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return st;

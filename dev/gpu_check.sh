@@ -257,6 +257,9 @@ if [ "$ACTION" = list ]; then
     src_root=${REPO:-$ROOT}
     if [ "$LAYOUT" = bundle ]; then self_src=$SELF; else self_src=$src_root/dev/gpu_check.sh; fi
     echo "gpu_check.sh $self_src"
+    # the small kernels' old-against-new timings (not a row here: bash bench_small_kernels.sh)
+    if [ "$LAYOUT" = bundle ]; then echo "bench_small_kernels.sh $ROOT/bench_small_kernels.sh"
+    else echo "bench_small_kernels.sh $src_root/dev/bench_small_kernels.sh"; fi
     for b in train_llama "${GPU_TESTS[@]}" "${DEV_OPS[@]/#/dev_}"; do echo "bin/$b $BIN/$b"; done
     ref_files | while read -r f; do echo "refs/$f $REFS/$f"; done
     base=$ROOT; [ "$LAYOUT" = repo ] && base=$src_root
@@ -666,7 +669,7 @@ count_checks() {  # LOG KEY: the row of a program that prints PASS / FAIL / SKIP
     else row "$key" FAIL "$DT" "exit $RC, $np checks passed: $(tail -2 "$log" | oneline 160)"; fi
 }
 
-# kernels, at the presets' real shapes (the emulation builds dev_geofp8 alone, run --small)
+# kernels, at the presets' real shapes (the emulation builds some of them, run --small)
 for op in "${DEV_OPS[@]}"; do
     key=dev_$op
     wanted "$key" || continue

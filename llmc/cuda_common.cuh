@@ -364,6 +364,16 @@ static inline void cuda_print_bench(const char* what, float ms, double bytes, do
     fflush(stdout);
 }
 
+// One line of a dev/cuda --compare run: a kernel's earlier version (v1, kept in the dev/cuda
+// program as the reference) against the one in llmc/ (v2), both timed by cuda_bench_ms on the same
+// inputs. dev/bench_small_kernels.sh reads these lines:
+//   COMPARE <kernel> | <shape> | v1 <ms> ms | v2 <ms> ms | <v1 / v2>x | <what changed>
+static inline void cuda_print_compare(const char* kernel, const char* shape, float ms_v1, float ms_v2, const char* note) {
+    printf("COMPARE %s | %s | v1 %.4f ms | v2 %.4f ms | %.2fx | %s\n", kernel, shape, ms_v1, ms_v2,
+           ms_v2 > 0.0f ? ms_v1 / ms_v2 : 0.0f, note);
+    fflush(stdout);
+}
+
 // max|got - ref| / max|ref| (NaN anywhere fails), printed as one PASS or FAIL line.
 // Each thread keeps its own maxima, merged at the end (a max does not depend on the order); a NaN
 // difference (a NaN in ref) makes the measurement NaN, which fails.

@@ -1,7 +1,12 @@
-// global_norm.cuh — the global L2 norm of the flat fp32 gradient buffer and the clip that
-// scales it, on the GPU. CPU reference: llama_grad_norm / llama_clip_grads in train_llama_cpu.cpp.
+// global_norm.cuh — the global L2 norm of the flat fp32 gradient buffer on the GPU. CPU
+// reference: llama_grad_norm in train_llama_cpu.cpp.
+// The clip (train_llama_cpu's llama_clip_grads: x *= max_norm / (norm + 1e-6) when that is < 1)
+// is no pass here: the trainer hands the scale to the optimizer kernels, which read each gradient
+// as x * scale (adamw_update, muon_momentum), the same fp32 product an in-place clip stores, so
+// the update is bitwise what a clip pass before it gave (dev/cuda/global_norm.cu checks it and
+// keeps that pass as version 1) without reading and writing the whole buffer once more.
 // Shapes: x (n) fp32; partials (GLOBAL_NORM_BLOCKS) fp64 scratch; out (1) fp64 = sum x².
-// Conventions: global_norm_squared writes *out (=); global_norm_clip scales x in place.
+// Conventions: global_norm_squared writes *out (=).
 // Determinism: a fixed grid of GLOBAL_NORM_BLOCKS blocks (independent of the device), each a
 // grid-stride loop in a fixed order into a fixed tree, then one block sums the partials in a fixed
 // tree: bitwise reproducible run to run, no atomics.
@@ -41,19 +46,5 @@ static inline void global_norm_squared(double* out,       // (1)
     global_norm_squared_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_BLOCK, 0, stream>>>(partials, x, n);
     KERNEL_CHECK();
     global_norm_finish_kernel<<<1, 1024, 0, stream>>>(out, partials, GLOBAL_NORM_BLOCKS);
-    KERNEL_CHECK();
-}
-
-// x (n) *= coef
-__global__ void global_norm_clip_kernel(float* x, size_t n, float coef) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] *= coef;
-}
-
-// x *= coef, with coef = max_norm / (norm + 1e-6) computed by the caller as the CPU does; the
-// caller skips the call when coef >= 1.
-static inline void global_norm_clip(float* x,  // (n)
-                                    size_t n, float coef, cudaStream_t stream) {
-    global_norm_clip_kernel<<<cuda_grid_for(n, 256), 256, 0, stream>>>(x, n, coef);
     KERNEL_CHECK();
 }

@@ -15,8 +15,32 @@
 // Precision: bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F), outputs as stated.
 // Stream: the stream argument; the workspace is shared, so calls must not run concurrently on
 // different streams.
-// Plans (descriptors + the heuristic's algorithm) are cached per shape, layout and alignment: the
+// Plans (descriptors + the chosen algorithm) are cached per shape, layout and alignment: the
 // heuristic query costs tens of microseconds and would otherwise run for every GEMM of every step.
+// Autotuning (matmul_ctx.tune): the first call of a shape asks the heuristic for up to
+// MATMUL_TUNE_CANDIDATES algorithms and times each on that call's own operands (a run, then
+// MATMUL_TUNE_REPS timed by events); the plan keeps the fastest, so every later call of the shape
+// in the run uses the same algorithm. GEMMs under MATMUL_TUNE_MIN_FLOPS keep the first candidate
+// (launch latency dominates them). Where the call accumulates into D (C == D, beta != 0) D is
+// saved before the trials and put back after them, so the call still adds its product once (a
+// shape whose copy of D finds no memory keeps the first candidate). The trials wait for the GPU
+// and allocate that copy: in the trainer, during the first step only (and at sampling's new T).
+//   MATMUL_TUNE_EXACT (the default): only candidates whose D is bitwise the first candidate's (a
+//     hash of D after one run of each) are timed. Which one wins may differ between runs and
+//     machines (timing noise), but the result does not: every run gets the heuristic's first
+//     algorithm's bits, so bitwise reruns, bitwise resume and the ranks' agreement on what each
+//     of them computes (Muon's Newton–Schulz runs on every rank on the same gradient) hold
+//     whatever the timing chose. The equality is checked on the first call's operands only: two
+//     kernels that agree there and round differently elsewhere would break it. Kernels that
+//     differ only in how they tile M and N keep the order of the sum over K and so the bits;
+//     split-K kernels change that order and are set aside (how many of the candidates pass is
+//     not yet measured on a GPU).
+//   MATMUL_TUNE_FASTEST: the fastest of all candidates. Two runs, or two ranks, may pick
+//     different kernels and so differ in the last bits: for measurements (dev/cuda/matmul.cu
+//     --compare), not for the trainer.
+//   MATMUL_TUNE_OFF: the heuristic's first algorithm, as before autotuning.
+// Under dev/emu every event reads 1 ms, so the first candidate always wins (ties keep the
+// earlier one).
 // Where cuBLASLt has no algorithm (leading dimensions that are not multiples of 16 bytes, as in
 // sampling's growing T), the same GEMM runs through cublasGemmStridedBatchedEx instead. Each such
 // shape prints one "matmul: ... falls back ..." line on stderr the first time it runs (shape,
@@ -33,14 +57,30 @@ static const size_t MATMUL_WORKSPACE_BYTES = (size_t)32 << 20;  // cuBLASLt spli
 // all would bury the log, and the training shapes, which run first, are the ones that matter.
 static const int MATMUL_FALLBACK_LINES = 16;
 
+typedef enum { MATMUL_TUNE_OFF = 0, MATMUL_TUNE_EXACT, MATMUL_TUNE_FASTEST } MatmulTune;
+static const int MATMUL_TUNE_CANDIDATES = 8;      // algorithms asked of the heuristic per shape
+static const int MATMUL_TUNE_REPS = 5;            // timed runs per candidate
+static const double MATMUL_TUNE_MIN_FLOPS = 1e9;  // 2 M N K batch below which the first candidate is kept
+
 typedef struct {
     bool lt;  // false: cuBLASLt offered no algorithm (odd leading dimensions); use classic cuBLAS
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c, d;
     cublasLtMatmulAlgo_t algo;
+    int candidates;  // the heuristic's count (1 when not tuned)
+    int choice;      // the index of algo among them (0: the heuristic's first)
 } MatmulPlan;
 
 typedef std::array<long long, 20> MatmulKey;
+
+// What autotuning did since matmul_init (dev/cuda/matmul.cu prints it)
+typedef struct {
+    int shapes;      // shapes timed (more than one candidate, over the FLOP floor)
+    int timed;       // candidates timed
+    int set_aside;   // candidates not timed under MATMUL_TUNE_EXACT: D not bitwise the first's
+    int failed;      // candidates cublasLtMatmul refused
+    int not_first;   // shapes whose choice is not the heuristic's first
+} MatmulTuneStats;
 
 typedef struct {
     cublasLtHandle_t handle;
@@ -48,17 +88,23 @@ typedef struct {
     void* workspace;
     std::map<MatmulKey, MatmulPlan>* plans;
     std::set<MatmulKey>* fallback_shapes;  // keys without the alignments: one line per shape
+    MatmulTune tune;
+    double tune_min_flops;
+    unsigned long long* hash;  // (1) device scratch of the EXACT check
+    MatmulTuneStats stats;
 } MatmulContext;
 
-static MatmulContext matmul_ctx = {NULL, NULL, NULL, NULL, NULL};
+static MatmulContext matmul_ctx = {NULL, NULL, NULL, NULL, NULL, MATMUL_TUNE_EXACT, MATMUL_TUNE_MIN_FLOPS, NULL, {}};
 
 static inline void matmul_init(void) {
     if (matmul_ctx.handle != NULL) return;
     CUBLAS_CHECK(cublasLtCreate(&matmul_ctx.handle));
     CUBLAS_CHECK(cublasCreate(&matmul_ctx.blas));
     CUDA_CHECK(cudaMalloc(&matmul_ctx.workspace, MATMUL_WORKSPACE_BYTES));
+    CUDA_CHECK(cudaMalloc((void**)&matmul_ctx.hash, sizeof(unsigned long long)));
     matmul_ctx.plans = new std::map<MatmulKey, MatmulPlan>();
     matmul_ctx.fallback_shapes = new std::set<MatmulKey>();
+    matmul_ctx.stats = MatmulTuneStats{};
 }
 
 static inline void matmul_free(void) {
@@ -74,9 +120,47 @@ static inline void matmul_free(void) {
     delete matmul_ctx.plans;
     delete matmul_ctx.fallback_shapes;
     CUDA_CHECK(cudaFree(matmul_ctx.workspace));
+    CUDA_CHECK(cudaFree(matmul_ctx.hash));
     CUBLAS_CHECK(cublasDestroy(matmul_ctx.blas));
     CUBLAS_CHECK(cublasLtDestroy(matmul_ctx.handle));
-    matmul_ctx = {NULL, NULL, NULL, NULL, NULL};
+    MatmulTune tune = matmul_ctx.tune;
+    double min_flops = matmul_ctx.tune_min_flops;
+    matmul_ctx = {NULL, NULL, NULL, NULL, NULL, tune, min_flops, NULL, {}};
+}
+
+// Sets the autotuning mode and FLOP floor for the shapes planned from now on; the plans made so
+// far are dropped (the next call of each shape plans, and tunes, again).
+static inline void matmul_set_tune(MatmulTune tune, double min_flops = MATMUL_TUNE_MIN_FLOPS) {
+    matmul_free();
+    matmul_ctx.tune = tune;
+    matmul_ctx.tune_min_flops = min_flops;
+}
+
+// *out += a hash of n 16-bit words of x: each word mixed with its index (splitmix64), the mixes
+// added as integers, so the sum does not depend on the order the threads add in.
+// out (1), x (n)
+__global__ void matmul_hash_kernel(unsigned long long* out, const uint16_t* x, size_t n) {
+    unsigned long long acc = 0;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        unsigned long long z = (unsigned long long)x[i] + (i + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        acc += z ^ (z >> 31);
+    }
+    atomicAdd(out, acc);
+}
+
+// The hash of `bytes` bytes of device memory at p (even), on the stream (waits for it).
+static inline unsigned long long matmul_hash(const void* p, size_t bytes, cudaStream_t stream) {
+    size_t n = bytes / 2;
+    CUDA_CHECK(cudaMemsetAsync(matmul_ctx.hash, 0, sizeof(unsigned long long), stream));
+    matmul_hash_kernel<<<cuda_grid_for(n, 256) < 1024 ? cuda_grid_for(n, 256) : 1024, 256, 0, stream>>>(matmul_ctx.hash, (const uint16_t*)p, n);
+    KERNEL_CHECK();
+    unsigned long long h = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&h, matmul_ctx.hash, sizeof(h), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return h;
 }
 
 // Distinct GEMM shapes (alignments aside) that have run on the cuBLAS fallback since matmul_init.
@@ -128,6 +212,65 @@ static inline cublasLtMatrixLayout_t matmul_layout(cudaDataType t, int rows, int
     return l;
 }
 
+// Runs each of the plan's `found` candidates on this call's operands and returns the index of the
+// fastest (under MATMUL_TUNE_EXACT, of those whose D is bitwise the first's). D spans `span` bytes;
+// accumulate: C == D with beta != 0, so D is saved first and put back after the trials.
+static inline int matmul_tune_pick(const MatmulPlan& p, const cublasLtMatmulHeuristicResult_t* cand, int found,
+                                   void* d, const void* c, const bf16* a, const bf16* b, float alpha, float beta,
+                                   size_t span, bool accumulate, cudaStream_t stream) {
+    MatmulTuneStats* st = &matmul_ctx.stats;
+    void* saved = NULL;
+    if (accumulate) {
+        if (cudaMalloc(&saved, span) != cudaSuccess) {  // no room to save D: the first candidate, untimed
+            cudaGetLastError();
+            return 0;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(saved, d, span, cudaMemcpyDeviceToDevice, stream));
+    }
+    st->shapes++;
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    auto run = [&](int k) {
+        return cublasLtMatmul(matmul_ctx.handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.d, &cand[k].algo,
+                              matmul_ctx.workspace, MATMUL_WORKSPACE_BYTES, stream);
+    };
+    int best = 0;
+    float best_ms = INFINITY;
+    unsigned long long first = 0;
+    for (int k = 0; k < found; k++) {
+        if (accumulate) CUDA_CHECK(cudaMemcpyAsync(d, saved, span, cudaMemcpyDeviceToDevice, stream));
+        cublasStatus_t rs = run(k);  // also the warm-up of the timed runs
+        if (rs != CUBLAS_STATUS_SUCCESS) {
+            if (k == 0) CUBLAS_CHECK(rs);  // the heuristic's first: as an untuned call would, stop
+            st->failed++;
+            continue;
+        }
+        if (matmul_ctx.tune == MATMUL_TUNE_EXACT) {
+            unsigned long long h = matmul_hash(d, span, stream);
+            if (k == 0) first = h;
+            else if (h != first) { st->set_aside++; continue; }
+        }
+        CUDA_CHECK(cudaEventRecord(t0, stream));
+        for (int r = 0; r < MATMUL_TUNE_REPS; r++) CUBLAS_CHECK(run(k));
+        CUDA_CHECK(cudaEventRecord(t1, stream));
+        CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        st->timed++;
+        if (ms < best_ms) { best_ms = ms; best = k; }  // a tie keeps the earlier candidate
+    }
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
+    if (accumulate) {
+        CUDA_CHECK(cudaMemcpyAsync(d, saved, span, cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaFree(saved));
+    }
+    if (best != 0) st->not_first++;
+    return best;
+}
+
 // Row-major, optionally strided-batched:  D (M, N) = alpha · op(A) · op(B) + beta · C
 //   op(A) (M, K): A is stored (M, K) row-major, or (K, M) when trans_a; lda = its row length.
 //   op(B) (K, N): B is stored (K, N), or (N, K) when trans_b; ldb likewise.
@@ -173,13 +316,24 @@ static inline void matmul_cublaslt(void* d, cudaDataType d_type, const void* c,
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-        cublasLtMatmulHeuristicResult_t result;
+        cublasLtMatmulHeuristicResult_t result[MATMUL_TUNE_CANDIDATES];
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, p.op, p.a, p.b, p.c, p.d, pref, 1, &result, &found);
+        const int want = matmul_ctx.tune == MATMUL_TUNE_OFF ? 1 : MATMUL_TUNE_CANDIDATES;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, p.op, p.a, p.b, p.c, p.d, pref, want, result, &found);
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         p.lt = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        if (p.lt) p.algo = result.algo;
-        else matmul_report_fallback(key, st, found);
+        p.candidates = p.lt ? found : 0;
+        p.choice = 0;
+        if (p.lt) {
+            const double flops = 2.0 * M * N * K * batch;
+            if (found > 1 && flops >= matmul_ctx.tune_min_flops) {
+                size_t span = ((size_t)(batch - 1) * stride_d + (size_t)(M - 1) * ldd + N) * d_bytes;
+                p.choice = matmul_tune_pick(p, result, found, d, c, a, b, alpha, beta, span, beta != 0.0f && c == d, stream);
+            }
+            p.algo = result[p.choice].algo;
+        } else {
+            matmul_report_fallback(key, st, found);
+        }
         it = matmul_ctx.plans->emplace(key, p).first;
     }
     MatmulPlan& p = it->second;

@@ -10,18 +10,26 @@
 // Shapes: W, G, M (batch matrices (rows, cols), matrix l at offset l*batch_stride of the flat
 // buffers: per-layer slices of one stacked tensor, or one row block of each layer's qkv);
 // W_bf16 likewise in the bf16 copy (or NULL).
-// Conventions: W, M (and W_bf16) updated in place (=); G read only. Zero G with zero M gives an
+// Conventions: W, M (and W_bf16) updated in place (=); G read only, as G * grad_scale (one fp32
+// multiply, never fused: the gradient clip's scale, bitwise what an in-place clip leaves; 1 when
+// not clipping), so the clip needs no pass of its own. Zero G with zero M gives an
 // exactly zero update (U = 0, X = 0 / 1e-7 = 0, every GEMM of zeros is zero): no NaN.
-// Batching: the whole Newton–Schulz loop runs on all matrices of the batch at once, each GEMM a
-// cublasGemmStridedBatchedEx over the batch (bf16 A/B/C, CUBLAS_COMPUTE_32F), so L small GEMMs
-// become one launch that fills the GPU.
+// Batching: the whole Newton–Schulz loop runs on all matrices of the batch at once, each GEMM one
+// strided-batched cuBLASLt matmul over the batch (matmul_cublaslt, llmc/matmul.cuh: bf16 A/B/C/D,
+// CUBLAS_COMPUTE_32F, the plan and algorithm cached per shape), so L small GEMMs become one
+// launch that fills the GPU. cuBLASLt reads C and writes D as two buffers, so the polynomial's
+// "+ b S" and "+ a X" terms come in as C and nothing is copied: the iterate ping-pongs between
+// two buffers (the first version, on cublasGemmStridedBatchedEx, which accumulates into C itself,
+// copied S and X once each per iteration; dev/cuda/muon.cu keeps it as version 1).
 // Precision: momentum and the weight update in fp32 (as the CPU); the Frobenius norm in fp64
 // with a fixed reduction order; the iteration in bf16 with fp32 accumulation, as Keller Jordan's
 // reference runs it. The output's singular values land in roughly [0.7, 1.2] either way, so bf16
 // and fp32 orthogonalizations differ by ~1e-2 relative per element (dev/cuda/muon.cu measures it).
-// Stream: the stream argument; the workspace's cuBLAS handle is bound to it on every call.
+// Stream: the stream argument. The GEMMs use matmul.cuh's shared workspace, so a Muon step must
+// not run concurrently with other matmul calls on another stream.
 #pragma once
 #include "cuda_common.cuh"
+#include "matmul.cuh"
 #include "muon.h"
 
 static const int MUON_BLOCK = 256;
@@ -31,7 +39,6 @@ static const int MUON_TILE = 32;         // transpose tile (MUON_TILE x MUON_TIL
 // Scratch for one batched update; grown on demand (muon_workspace_reserve at setup keeps the
 // training loop free of allocations).
 typedef struct {
-    cublasHandle_t blas;
     float* u;           // (batch, rows, cols) fp32 U
     bf16* x0;           // (batch, m, n) Newton–Schulz iterate (m = min(rows, cols), n = max)
     bf16* x1;           // (batch, m, n) the other iterate
@@ -45,13 +52,11 @@ typedef struct {
 
 static inline void muon_workspace_init(MuonWorkspace* ws) {
     memset(ws, 0, sizeof(*ws));
-    CUBLAS_CHECK(cublasCreate(&ws->blas));
 }
 
 static inline void muon_workspace_free(MuonWorkspace* ws) {
     void* bufs[] = {ws->u, ws->x0, ws->x1, ws->s, ws->p, ws->partials, ws->norms};
     for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
-    if (ws->blas) CUBLAS_CHECK(cublasDestroy(ws->blas));
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -87,14 +92,14 @@ static inline void muon_workspace_reserve(MuonWorkspace* ws, int rows, int cols,
 // kernels
 
 // u (batch, rows*cols) fp32; M, G: batch matrices of rc elements at batch_stride
-__global__ void muon_momentum_kernel(float* u, float* M, const float* G, size_t rc, int batch, size_t batch_stride,
-                                     float beta, int nesterov) {
+__global__ void muon_momentum_kernel(float* u, float* M, const float* G, float grad_scale, size_t rc, int batch,
+                                     size_t batch_stride, float beta, int nesterov) {
     size_t total = rc * batch;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     float one_minus_beta = 1.0f - beta;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         size_t off = (idx / rc) * batch_stride + idx % rc;
-        float g = G[off];
+        float g = __fmul_rn(G[off], grad_scale);  // the clipped gradient, rounded as a stored one
         float m = beta * M[off] + one_minus_beta * g;
         M[off] = m;
         u[idx] = nesterov ? one_minus_beta * g + beta * m : m;
@@ -194,22 +199,13 @@ __global__ void muon_apply_kernel(float* W, bf16* W_bf16, const bf16* x, int row
 // ----------------------------------------------------------------------------
 // Newton–Schulz and the update
 
-// bf16 batched GEMM, column-major (cuBLAS's own convention), fp32 accumulation.
-static inline void muon_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                             float alpha, const bf16* A, int lda, long long sa, const bf16* B, int ldb, long long sb,
-                             float beta, bf16* C, int ldc, long long sc, int batch) {
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb,
-                                            &beta, C, CUDA_R_16BF, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
 // Orthogonalizes the batch in ws->u (batch, rows, cols) fp32 (left unchanged) and returns the
 // bf16 result in the wide orientation (batch, m, n): one of ws->x0 / ws->x1, each matrix stored
 // (cols, rows) when rows > cols.
-// A row-major (m, n) iterate X is cuBLAS's column-major Y = Xᵀ (n x m, ld n), so
-//   S = X Xᵀ = Yᵀ Y           -> gemm(T, N, m, m, n)
-//   P = c S S + b S           -> P <- S (copy), gemm(N, N, m, m, m, alpha c, beta b)
-//   X' = a X + P X, Y' = Y Pᵀ -> X' <- X (copy), gemm(N, N, n, m, m, alpha 1, beta a) with the P
-//                                buffer read as column-major, which is Pᵀ of the row-major P
+// Each iteration, on the row-major (m, n) iterate X (matmul_cublaslt: D = alpha op(A) op(B) + beta C):
+//   S  = X Xᵀ          (m, m)   A = X, B = X read transposed
+//   P  = c S S + b S   (m, m)   A = B = S, C = S, D = P
+//   X' = P X + a X     (m, n)   A = P, B = X, C = X, D = the other iterate
 static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, int batch, const MuonConfig* cfg,
                                        cudaStream_t stream) {
     const bool tall = rows > cols;
@@ -221,15 +217,13 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
     if (tall) muon_normalize_kernel<true><<<tgrid, tblock, 0, stream>>>(ws->x0, ws->u, ws->norms, rows, cols);
     else muon_normalize_kernel<false><<<tgrid, tblock, 0, stream>>>(ws->x0, ws->u, ws->norms, rows, cols);
     KERNEL_CHECK();
-    CUBLAS_CHECK(cublasSetStream(ws->blas, stream));
     bf16* cur = ws->x0;
     bf16* nxt = ws->x1;
     for (int it = 0; it < cfg->ns_steps; it++) {
-        muon_gemm(ws->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, cur, n, smn, cur, n, smn, 0.0f, ws->s, m, smm, batch);
-        CUDA_CHECK(cudaMemcpyAsync(ws->p, ws->s, (size_t)batch * smm * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
-        muon_gemm(ws->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, cfg->c, ws->s, m, smm, ws->s, m, smm, cfg->b, ws->p, m, smm, batch);
-        CUDA_CHECK(cudaMemcpyAsync(nxt, cur, (size_t)batch * smn * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
-        muon_gemm(ws->blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, 1.0f, cur, n, smn, ws->p, m, smm, cfg->a, nxt, n, smn, batch);
+        matmul_cublaslt(ws->s, CUDA_R_16BF, NULL, cur, cur, m, m, n, false, true, n, n, m, 1.0f, 0.0f, batch, smn, smn, smm, stream);
+        matmul_cublaslt(ws->p, CUDA_R_16BF, ws->s, ws->s, ws->s, m, m, m, false, false, m, m, m, cfg->c, cfg->b, batch, smm, smm, smm,
+                        stream);
+        matmul_cublaslt(nxt, CUDA_R_16BF, cur, ws->p, cur, m, n, m, false, false, m, n, n, 1.0f, cfg->a, batch, smm, smn, smn, stream);
         bf16* t = cur; cur = nxt; nxt = t;
     }
     return cur;
@@ -239,12 +233,12 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
 // The parts of muon_update, for the sharded step (train_llama.cu): the momentum of `batch`
 // matrices, M <- beta M + (1-beta) G, and U into ws->u; then muon_newton_schulz(ws, ...) gives
 // X (bf16, its own layout); muon_apply: W <- W (1 - lr wd) - lr s X (and the bf16 copy).
-static inline void muon_momentum(float* M, const float* G, int rows, int cols, int batch, size_t batch_stride, const MuonConfig* cfg,
-                                 MuonWorkspace* ws, cudaStream_t stream) {
+static inline void muon_momentum(float* M, const float* G, float grad_scale, int rows, int cols, int batch, size_t batch_stride,
+                                 const MuonConfig* cfg, MuonWorkspace* ws, cudaStream_t stream) {
     muon_workspace_reserve(ws, rows, cols, batch);
     size_t rc = (size_t)rows * cols;
     muon_momentum_kernel<<<cuda_grid_for(rc * batch, MUON_BLOCK), MUON_BLOCK, 0, stream>>>(
-        ws->u, M, G, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
+        ws->u, M, G, grad_scale, rc, batch, batch_stride, cfg->beta, cfg->nesterov);
     KERNEL_CHECK();
 }
 
@@ -261,11 +255,12 @@ static inline void muon_apply(float* W, bf16* W_bf16, const bf16* x, int rows, i
 static inline void muon_update(float* W,            // batch x (rows, cols), matrix l at l*batch_stride
                                bf16* W_bf16,        // same layout in the bf16 copy, or NULL
                                const float* G,      // same layout
+                               float grad_scale,    // the clip's scale (1: none)
                                float* M,            // same layout
                                int rows, int cols, int batch, size_t batch_stride,
                                const MuonConfig* cfg, float lr, float weight_decay,
                                MuonWorkspace* ws, cudaStream_t stream) {
-    muon_momentum(M, G, rows, cols, batch, batch_stride, cfg, ws, stream);
+    muon_momentum(M, G, grad_scale, rows, cols, batch, batch_stride, cfg, ws, stream);
     bf16* x = muon_newton_schulz(ws, rows, cols, batch, cfg, stream);
     muon_apply(W, W_bf16, x, rows, cols, batch, batch_stride, cfg, lr, weight_decay, stream);
 }

@@ -9,6 +9,8 @@
 #   - dev_geofp8 --small: every GeoFP8 kernel against the CPU codec (codes bitwise, E4M3 and E5M2);
 #   - test_mma_layout: the emulated tensor-core instructions against the PTX ISA's fragment tables,
 #     and the GPU's NaN (0x7fffffff) from the float operations dev/emu computes itself;
+#   - dev_rmsnorm (and the other layer tools dev/emu builds) --small: each kernel against its CPU
+#     reference and against the version it replaced (dev/cuda/<op>.cu's version 1);
 #   - dev_attention --small: the fused flash kernels and the cuBLAS path against the CPU attention
 #     and each other, then again with every kernel's blocks run last first (flash bitwise the
 #     same); tiny (GPT-2's vocabulary) trained 8 steps with --attention flash and
@@ -106,6 +108,22 @@ rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/attn_launch.bin" ] && cmp -s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin"; then
     pass emu.flash_bitwise_in_reverse_block_order
 else fail emu.flash_bitwise_in_reverse_block_order "rc=$rc, $(stat -c %s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | tr '\n' ' ')$(cmp "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | head -1) $(why "$TMP/attn_reverse.out")"; fi
+
+# the layer and optimizer kernels dev/emu builds, at their small shapes (the odd ones and tiny):
+# each against its CPU reference and against the version it replaced, which dev/cuda/<op>.cu keeps
+# as version 1 (rmsnorm's dweight in slabs; rope's 16-byte runs bitwise the pair-per-thread kernel;
+# Muon's Newton-Schulz without copies bitwise the one with them; matmul's autotuning bitwise the
+# untuned GEMMs, its trials on the 3 candidates dev/emu offers, one of which differs; the update
+# reading the clip's scale bitwise a clip pass before it); the fewest PASS lines each must print
+for spec in rmsnorm:18 rope:14 muon:38 matmul:42 global_norm:6 adamw:16; do
+    op=${spec%%:*}; want=${spec#*:}
+    timeout 300 "$EMU/dev_$op" --small >"$TMP/dev_$op.out" 2>&1
+    rc=$?
+    np=$(grep -c "^PASS dev_$op" "$TMP/dev_$op.out"); nf=$(grep -c '^FAIL' "$TMP/dev_$op.out")
+    grep '^FAIL' "$TMP/dev_$op.out" | sed 's/^FAIL /FAIL emu./'
+    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -ge "$want" ]; then pass "emu.dev_${op}_small: $np checks"
+    else fail "emu.dev_${op}_small" "rc=$rc, $np passed (want $want), $nf failed: $(why "$TMP/dev_$op.out")"; fi
+done
 
 # --attention flash (the default at tiny's head size 32) trains as the unfused cublas path: the
 # same 8 steps on one emulated GPU, per-step losses within bf16 tolerance, the choice in the table

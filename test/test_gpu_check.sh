@@ -151,7 +151,7 @@ else
 
     # --- the emulated run; $OUT watched while it runs
     mkdir -p "$TMP/out"
-    ONLY='^(tiny|mode_geofp8|bitwise|skip_nan_loss|dev_matmul|test_(blas_shim|fp8_device)|(memcheck|racecheck)(_attention)?|bench_.*|scaling_model|torch_.*)$'
+    ONLY='^(tiny|mode_geofp8|bitwise|skip_nan_loss|dev_swiglu|test_(blas_shim|fp8_device)|(memcheck|racecheck)(_attention)?|bench_.*|scaling_model|torch_.*)$'
     OUT=$TMP/out EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs" GPU_CHECK_ONLY="$ONLY" \
         timeout 900 bash dev/gpu_check.sh >"$TMP/emu.out" 2>&1 &
     pid=$!
@@ -167,7 +167,7 @@ else
     check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(why "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
-    want="gpu nvcc libraries refs binaries dev_matmul test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
+    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
@@ -180,7 +180,7 @@ else
         pass "gpu_check.emulated_tiny_measured: max rel $tiny_rel, bound 5e-3 (4 steps, bf16 against fp32)"
     else fail gpu_check.emulated_tiny_measured "no max rel in: $(detail_of tiny "$R")"; fi
     check gpu_check.emulated_mode_labelled 'detail_of mode_geofp8 "$R" | grep -q "^orchestration only (1 rank): max rel"' "$(detail_of mode_geofp8 "$R")"
-    for k in dev_matmul memcheck racecheck memcheck_attention racecheck_attention bench_d12 bench_llama600m bench_attention bench_buckets scaling_model torch_llama300m; do
+    for k in dev_swiglu memcheck racecheck memcheck_attention racecheck_attention bench_d12 bench_llama600m bench_attention bench_buckets scaling_model torch_llama300m; do
         check "gpu_check.emulated_${k}_skipped_with_reason" '[ "$(result_of $k "$R")" = SKIP ] && detail_of $k "$R" | grep -q "^emulated: ."' "$(row_of $k "$R")"
     done
     check gpu_check.results_in_out_while_running '[ "$seen_live" -ge 5 ]' "$seen_live rows seen in \$OUT before the end"

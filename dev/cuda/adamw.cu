@@ -7,7 +7,10 @@
 // (tiny 6.4e6, d12 3.9e7, llama300m 5.2e7, llama600m 7.7e7 elements) and a norm of C, 3 steps
 // each, plus an odd n = 1001. Full size: the reference is elementwise (~1 s on one core for
 // llama600m's 3 steps). The benchmark runs the embedding of each preset.
-// Usage: build/dev_adamw [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+// The gradient scale (the clip's, read by the kernel): the odd n again with scale 0.37, where the
+// reference updates on the gradients times 0.37 in fp32, as an in-place clip leaves them.
+// Usage: build/dev_adamw [--validate-only] [--small]   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
+//   --small: the odd n and tiny only (what dev/emu runs).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
@@ -17,7 +20,7 @@
 static const double TOL_STATE = 1e-6;
 static const double TOL_DELTA = 1e-5;
 
-static bool validate(const char* tag, size_t n, float wd, uint64_t seed) {
+static bool validate(const char* tag, size_t n, float wd, uint64_t seed, float scale = 1.0f) {
     std::string t = tag;
     std::vector<float> p0 = cuda_host_uniform(n, seed, 0.1f), p = p0;
     std::vector<float> m(n, 0.0f), v(n, 0.0f);
@@ -32,8 +35,9 @@ static bool validate(const char* tag, size_t n, float wd, uint64_t seed) {
         cuda_host_uniform_to(g.data(), n, seed + 10 * step, 0.01f);
         if (step == 2) for (size_t i = 0; i < n; i += 7) g[i] = 0.0f;  // zero gradients occur (unused tokens)
         CUDA_CHECK(cudaMemcpy(d_g, g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        adamw_update(d_p, d_p16, d_g, scale, d_m, d_v, n, lr, 0.9f, 0.95f, 1e-8f, wd, step, 0);
+        if (scale != 1.0f) for (size_t i = 0; i < n; i++) g[i] *= scale;  // what the CPU engine's clip leaves
         adamw_update_cpu(p.data(), g.data(), m.data(), v.data(), n, lr, 0.9f, 0.95f, 1e-8f, wd, step);
-        adamw_update(d_p, d_p16, d_g, d_m, d_v, n, lr, 0.9f, 0.95f, 1e-8f, wd, step, 0);
     }
     std::vector<float> gp = cuda_download(d_p, n), gm = cuda_download(d_m, n), gv = cuda_download(d_v, n);
     std::vector<float> g16 = cuda_download_float(d_p16, n);
@@ -58,7 +62,7 @@ static void bench(const char* preset, size_t n) {
     cuda_fill_uniform(g, n, 2, 0.01f);
     CUDA_CHECK(cudaMemset(m, 0, n * sizeof(float)));
     CUDA_CHECK(cudaMemset(v, 0, n * sizeof(float)));
-    float ms = cuda_bench_ms([&] { adamw_update(p, p16, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 0); }, 3, 20);
+    float ms = cuda_bench_ms([&] { adamw_update(p, p16, g, 1.0f, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 0); }, 3, 20);
     char what[96];
     snprintf(what, sizeof(what), "%s adamw_update n=%zu (embedding)", preset, n);
     cuda_print_bench(what, ms, (double)n * (4 * 4 + 3 * 4 + 2), 0);  // read p g m v, write p m v + bf16
@@ -67,11 +71,18 @@ static void bench(const char* preset, size_t n) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    bool validate_only = false, small = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
+        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
+        else { fprintf(stderr, "usage: dev_adamw [--validate-only] [--small]\n"); return 2; }
+    }
     if (!cuda_device_present()) { printf("SKIP dev_adamw: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     bool ok = validate("dev_adamw.odd_n1001", 1001, 0.1f, 1);
+    ok &= validate("dev_adamw.odd_n1001_grad_scale", 1001, 0.1f, 2, 0.37f);
     for (const char* name : presets) {
+        if (small && strcmp(name, "tiny") != 0) continue;
         LlamaConfig c = {};
         llama_preset(name, &c);
         ok &= validate((std::string("dev_adamw.") + name + ".embedding").c_str(), (size_t)c.Vp * c.C, 0.1f, 10);

@@ -23,7 +23,20 @@
 // fills, conversions and comparisons run on every core (cuda_common.cuh), and four (N, OC) host
 // buffers of the largest shape (13 GB) serve every shape and output.
 // The benchmark runs every projection at B=4 and the preset's T.
-// Usage: build/dev_matmul [--validate-only]   exit 0 ok, 1 a check failed, 77 no GPU (SKIP).
+// Autotuning (llmc/matmul.cuh): the validations run with the default MATMUL_TUNE_EXACT; then at
+// the odd shape and tiny's projections every GEMM kind (bf16 out, fp32 out with and without the
+// residual, dinp, dweight accumulated) runs untuned (MATMUL_TUNE_OFF, the heuristic's first
+// algorithm) and tuned with the FLOP floor at 0, and the outputs must be bitwise the same. Under
+// dev/emu the heuristic offers 3 candidates of which the third gives other bits
+// (dev/emu/emu_runtime.cpp): there every tuned shape must time the first two, set the third aside
+// and keep the first (the emulated events tie).
+// Usage: build/dev_matmul [--validate-only] [--small] [--compare]
+//   --small: the odd shape and tiny's projections at N = 256 only (what dev/emu runs);
+//   --compare: every projection's forward and backward of llama300m (N = 16384) and llama600m
+//   (N = 8192), with the heuristic's first algorithm (version 1) against the autotuned choice
+//   (MATMUL_TUNE_EXACT; the fastest of all candidates in the note): COMPARE lines for
+//   dev/bench_small_kernels.sh, no CPU reference;
+//   exit 0 ok, 1 a check failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <memory>
 #include <string>
@@ -114,6 +127,95 @@ static bool validate(const char* tag, int N, int C, int OC, uint64_t seed, OutBu
     return ok;
 }
 
+// Every GEMM kind at (N, C, OC), untuned and tuned (MATMUL_TUNE_EXACT, no FLOP floor): bitwise
+// the same outputs. Under dev/emu the tuning statistics must be exactly those of its 3 candidates.
+static bool tune_checks(const char* tag, int N, int C, int OC, uint64_t seed, bool emulated) {
+    std::string t = tag;
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    std::vector<float> inp = cuda_host_uniform(nin, seed, 1.0f), w = cuda_host_uniform(nw, seed + 1, 0.05f);
+    std::vector<float> dout = cuda_host_uniform(nout, seed + 2, 0.1f), resid = cuda_host_uniform(nout, seed + 3, 1.0f);
+    std::vector<float> dw0 = cuda_host_uniform(nw, seed + 4, 0.5f);
+    bf16* d_inp = cuda_upload_bf16(inp.data(), nin);
+    bf16* d_w = cuda_upload_bf16(w.data(), nw);
+    bf16* d_dout = cuda_upload_bf16(dout.data(), nout);
+    float* d_resid = cuda_upload(resid.data(), nout);
+    float* d_dw = cuda_malloc<float>(nw);
+    bf16* d_out = cuda_malloc<bf16>(nout);
+    float* d_out32 = cuda_malloc<float>(nout);
+    float* d_sum = cuda_malloc<float>(nout);
+    bf16* d_dinp = cuda_malloc<bf16>(nin);
+    std::vector<char> bytes[2];
+    MatmulTuneStats stats = {};
+    for (int mode = 0; mode < 2; mode++) {  // untuned, then tuned
+        matmul_set_tune(mode == 0 ? MATMUL_TUNE_OFF : MATMUL_TUNE_EXACT, 0.0);
+        CUDA_CHECK(cudaMemcpy(d_dw, dw0.data(), nw * sizeof(float), cudaMemcpyHostToDevice));
+        matmul_forward(d_out, d_inp, d_w, N, C, OC, 0);
+        matmul_forward_fp32(d_out32, NULL, d_inp, d_w, N, C, OC, 0);
+        matmul_forward_fp32(d_sum, d_resid, d_inp, d_w, N, C, OC, 0);
+        matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC, 0);
+        matmul_backward(d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC, 0);  // a second micro-step: the plans as planned
+        const void* outs[] = {d_out, d_out32, d_sum, d_dinp, d_dw};
+        const size_t sizes[] = {nout * 2, nout * 4, nout * 4, nin * 2, nw * 4};
+        for (int k = 0; k < 5; k++) {
+            std::vector<char> h(sizes[k]);
+            CUDA_CHECK(cudaMemcpy(h.data(), outs[k], sizes[k], cudaMemcpyDeviceToHost));
+            bytes[mode].insert(bytes[mode].end(), h.begin(), h.end());
+        }
+        if (mode == 1) stats = matmul_ctx.stats;
+    }
+    matmul_set_tune(MATMUL_TUNE_EXACT);
+    bool same = bytes[0] == bytes[1];
+    printf("%s %s.tuned_bitwise_untuned: %d shapes tuned, %d candidates timed, %d set aside (other bits), %d refused, %d not the first\n",
+           same ? "PASS" : "FAIL", tag, stats.shapes, stats.timed, stats.set_aside, stats.failed, stats.not_first);
+    bool ok = same;
+    if (emulated) {
+        // 5 shapes (bf16 out, fp32 out, fp32 with the residual, dinp, dweight), each offered 3
+        bool ok_stats = stats.shapes > 0 && stats.timed == 2 * stats.shapes && stats.set_aside == stats.shapes &&
+                        stats.failed == 0 && stats.not_first == 0;
+        printf("%s %s.tune_emulated_candidates: each tuned shape timed 2, set 1 aside, kept the first\n", ok_stats ? "PASS" : "FAIL", tag);
+        ok &= ok_stats;
+    }
+    void* bufs[] = {d_inp, d_w, d_dout, d_resid, d_dw, d_out, d_out32, d_sum, d_dinp};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    (void)t;
+    return ok;
+}
+
+// One projection's forward and backward at N tokens with the heuristic's first algorithms
+// (version 1) against the autotuned ones; the fastest of all candidates in the note.
+static void compare(const char* preset, const Proj& p, int N) {
+    bf16* inp = cuda_malloc<bf16>((size_t)N * p.C);
+    bf16* w = cuda_malloc<bf16>((size_t)p.OC * p.C);
+    bf16* out = cuda_malloc<bf16>((size_t)N * p.OC);
+    bf16* dinp = cuda_malloc<bf16>((size_t)N * p.C);
+    float* dw = cuda_malloc<float>((size_t)p.OC * p.C);
+    cuda_fill_uniform(inp, (size_t)N * p.C, 1, 1.0f);
+    cuda_fill_uniform(w, (size_t)p.OC * p.C, 2, 0.05f);
+    cuda_fill_uniform(out, (size_t)N * p.OC, 3, 0.1f);
+    CUDA_CHECK(cudaMemset(dw, 0, (size_t)p.OC * p.C * sizeof(float)));
+    const MatmulTune modes[3] = {MATMUL_TUNE_OFF, MATMUL_TUNE_EXACT, MATMUL_TUNE_FASTEST};
+    float fwd[3], bwd[3];
+    MatmulTuneStats st[3];
+    for (int k = 0; k < 3; k++) {
+        matmul_set_tune(modes[k]);
+        fwd[k] = cuda_bench_ms([&] { matmul_forward(out, inp, w, N, p.C, p.OC, 0); }, 3, 20);
+        bwd[k] = cuda_bench_ms([&] { matmul_backward(dinp, dw, out, inp, w, N, p.C, p.OC, 0); }, 3, 20);
+        st[k] = matmul_ctx.stats;
+    }
+    matmul_set_tune(MATMUL_TUNE_EXACT);
+    char shape[96], note[160];
+    snprintf(shape, sizeof(shape), "%s %s forward N=%d (%d->%d)", preset, p.name, N, p.C, p.OC);
+    snprintf(note, sizeof(note), "v1 the heuristic's first; v2 autotuned, same bits (%d shape, %d timed, %d set aside); fastest of all %.4f ms",
+             st[1].shapes, st[1].timed, st[1].set_aside, fwd[2]);
+    cuda_print_compare("matmul", shape, fwd[0], fwd[1], note);
+    snprintf(shape, sizeof(shape), "%s %s backward N=%d (dinp + dweight)", preset, p.name, N);
+    snprintf(note, sizeof(note), "as above (forward and backward: %d shapes, %d timed, %d set aside); fastest of all %.4f ms",
+             st[1].shapes, st[1].timed, st[1].set_aside, bwd[2]);
+    cuda_print_compare("matmul", shape, bwd[0], bwd[1], note);
+    void* bufs[] = {inp, w, out, dinp, dw};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+}
+
 static void bench(const char* preset, const Proj& p, int N) {
     bf16* inp = cuda_malloc<bf16>((size_t)N * p.C);
     bf16* w = cuda_malloc<bf16>((size_t)p.OC * p.C);
@@ -137,15 +239,31 @@ static void bench(const char* preset, const Proj& p, int N) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    bool validate_only = false, small = false, compare_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
+        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
+        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
+        else { fprintf(stderr, "usage: dev_matmul [--validate-only] [--small] [--compare]\n"); return 2; }
+    }
     if (!cuda_device_present()) { printf("SKIP dev_matmul: no CUDA device\n"); return 77; }
     matmul_init();
+    if (compare_only) {
+        for (const char* name : {"llama300m", "llama600m"}) {
+            LlamaConfig c = {};
+            llama_preset(name, &c);
+            for (const Proj& p : projections(&c)) compare(name, p, 4 * c.T);
+        }
+        matmul_free();
+        return 0;
+    }
     // the shapes: (tag, N, C, OC); an odd small one first (N not a multiple of the tile sizes),
     // then every projection of three presets at N = 256, then the real shapes, N = B*T at B = 4
     struct Shape { std::string tag; int N, C, OC; };
     std::vector<Shape> shapes = {{"dev_matmul.odd_N72_C40_OC24", 72, 40, 24}};
     const char* presets[] = {"tiny", "d12", "llama600m"};
     for (const char* name : presets) {
+        if (small && strcmp(name, "tiny") != 0) continue;
         LlamaConfig c = {};
         llama_preset(name, &c);
         for (const Proj& p : projections(&c))
@@ -153,6 +271,7 @@ int main(int argc, char** argv) {
     }
     const char* real[] = {"d12", "llama300m", "llama600m"};
     for (const char* name : real) {
+        if (small) break;
         LlamaConfig c = {};
         llama_preset(name, &c);
         int N = 4 * c.T;
@@ -169,6 +288,16 @@ int main(int argc, char** argv) {
         seed += 10;
     }
     ob = OutBuffers{};  // 13 GB of host memory back before the benchmark
+    {
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        bool emulated = strstr(prop.name, "CPU emulation") != NULL;
+        LlamaConfig c = {};
+        llama_preset("tiny", &c);
+        ok &= tune_checks("dev_matmul.odd_N72_C40_OC24", 72, 40, 24, 900, emulated);
+        for (const Proj& p : projections(&c))
+            ok &= tune_checks((std::string("dev_matmul.tiny.") + p.name).c_str(), 256, p.C, p.OC, seed += 10, emulated);
+    }
     if (!validate_only) {
         const char* all[] = {"tiny", "d12", "llama300m", "llama600m"};
         for (const char* name : all) {

@@ -1,5 +1,5 @@
 // dev/cuda/muon.cu — llmc/muon.cuh (momentum, bf16 Newton–Schulz batched over layers with
-// cublasGemmStridedBatchedEx, weight update) against muon_update_cpu (llmc/muon.h, fp32), for the
+// strided-batched cuBLASLt matmuls, weight update) against muon_update_cpu (llmc/muon.h, fp32), for the
 // three presets, then a benchmark.
 // Tolerances:
 //   momentum M (fp32)            1e-6 max rel   (same fp32 formula)
@@ -23,7 +23,21 @@
 // cblas_ssyrk / cblas_sgemm on cuBLAS in plain fp32 (dev/cuda/blas_shim): about a second with
 // the operand copies; OpenBLAS on 16 cores would take a few seconds (estimated).
 // The benchmark runs whole groups (batch L) of d12, llama300m and llama600m.
-// Usage: build/dev_muon [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+// Newton–Schulz three ways, on the same U, at every shape above:
+//   version 1: the loop as first written, cublasGemmStridedBatchedEx (which accumulates into C
+//              itself), so S and X were copied once each per iteration;
+//   copies:    version 1's copies and in-place products on llmc/'s cuBLASLt plans (C = D);
+//   llmc/:     the same products with C and D apart, the iterate ping-ponging, nothing copied.
+// llmc/'s must be bitwise the copies' (the same plans, only where C comes from differs); version 1
+// may differ from both in the last bits on a GPU (cuBLAS's kernel against cuBLASLt's; under
+// dev/emu both are one emulated GEMM, so there it is bitwise too), and must stay within 3e-2
+// relative L2 of llmc/'s (the bf16 bound above).
+// Usage: build/dev_muon [--validate-only] [--small] [--compare]
+//   --small: the zero gradient, the odd tall shape and tiny's matrices only (what dev/emu runs);
+//   --compare: the Newton–Schulz of every group of llama300m and llama600m (batch L), version 1
+//   against llmc/'s (COMPARE lines for dev/bench_small_kernels.sh; the copies' time in the note;
+//   the bitwise check above, no CPU reference);
+//   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
@@ -34,6 +48,48 @@ static const double TOL_M = 1e-6;
 static const double TOL_DW_MAX = 6e-2;
 static const double TOL_DW_L2 = 3e-2;
 
+// Version 1 of muon_newton_schulz (bf16 column-major GEMMs on cuBLAS, which accumulates into C):
+// P <- S and X' <- X copied each iteration, then the products in place. Same contract as llmc/'s.
+static void ns_gemm_v1(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                       const bf16* A, int lda, long long sa, const bf16* B, int ldb, long long sb, float beta, bf16* C, int ldc,
+                       long long sc, int batch) {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb,
+                                            &beta, C, CUDA_R_16BF, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// copies_on_lt: the same loop on matmul_cublaslt, in place (C = D), so the copies are the only
+// difference to llmc/'s
+static bf16* newton_schulz_v1(MuonWorkspace* ws, cublasHandle_t h, int rows, int cols, int batch, const MuonConfig* cfg,
+                              bool copies_on_lt) {
+    const bool tall = rows > cols;
+    const int m = tall ? cols : rows, n = tall ? rows : cols;
+    const long long smn = (long long)m * n, smm = (long long)m * m;
+    muon_frobenius_norm(ws->norms, ws->partials, ws->u, (size_t)rows * cols, batch, 0);
+    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
+    if (tall) muon_normalize_kernel<true><<<tgrid, tblock>>>(ws->x0, ws->u, ws->norms, rows, cols);
+    else muon_normalize_kernel<false><<<tgrid, tblock>>>(ws->x0, ws->u, ws->norms, rows, cols);
+    KERNEL_CHECK();
+    bf16* cur = ws->x0;
+    bf16* nxt = ws->x1;
+    for (int it = 0; it < cfg->ns_steps; it++) {
+        if (copies_on_lt) {
+            matmul_cublaslt(ws->s, CUDA_R_16BF, NULL, cur, cur, m, m, n, false, true, n, n, m, 1.0f, 0.0f, batch, smn, smn, smm, 0);
+            CUDA_CHECK(cudaMemcpyAsync(ws->p, ws->s, (size_t)batch * smm * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
+            matmul_cublaslt(ws->p, CUDA_R_16BF, ws->p, ws->s, ws->s, m, m, m, false, false, m, m, m, cfg->c, cfg->b, batch, smm, smm, smm, 0);
+            CUDA_CHECK(cudaMemcpyAsync(nxt, cur, (size_t)batch * smn * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
+            matmul_cublaslt(nxt, CUDA_R_16BF, nxt, ws->p, cur, m, n, m, false, false, m, n, n, 1.0f, cfg->a, batch, smm, smn, smn, 0);
+        } else {
+            ns_gemm_v1(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, cur, n, smn, cur, n, smn, 0.0f, ws->s, m, smm, batch);
+            CUDA_CHECK(cudaMemcpyAsync(ws->p, ws->s, (size_t)batch * smm * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
+            ns_gemm_v1(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, cfg->c, ws->s, m, smm, ws->s, m, smm, cfg->b, ws->p, m, smm, batch);
+            CUDA_CHECK(cudaMemcpyAsync(nxt, cur, (size_t)batch * smn * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
+            ns_gemm_v1(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, 1.0f, cur, n, smn, ws->p, m, smm, cfg->a, nxt, n, smn, batch);
+        }
+        bf16* t = cur; cur = nxt; nxt = t;
+    }
+    return cur;
+}
+
 static double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < a.size(); i++) {
@@ -42,6 +98,36 @@ static double rel_l2(const std::vector<float>& a, const std::vector<float>& ref)
         den += (double)ref[i] * ref[i];
     }
     return sqrt(num / std::max(den, 1e-300));
+}
+
+// The three Newton–Schulz versions (see the header) on one random U (batch, rows, cols): llmc/'s
+// bitwise the copies', version 1 within TOL_DW_L2 of llmc/'s (bitwise where it is).
+static bool ns_versions_agree(const char* tag, MuonPreset preset, int rows, int cols, int batch, uint64_t seed) {
+    MuonConfig cfg = muon_config(preset);
+    size_t n = (size_t)batch * rows * cols;
+    std::vector<float> u = cuda_host_uniform(n, seed, 1e-3f);
+    MuonWorkspace ws;
+    muon_workspace_init(&ws);
+    muon_workspace_reserve(&ws, rows, cols, batch);
+    CUDA_CHECK(cudaMemcpy(ws.u, u.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    std::vector<bf16> x[3];
+    for (int v = 0; v < 3; v++) {  // llmc/'s, the copies on cuBLASLt, version 1
+        bf16* xv = v == 0 ? muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0) : newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, v == 1);
+        x[v] = cuda_download(xv, n);
+    }
+    CUBLAS_CHECK(cublasDestroy(h));
+    muon_workspace_free(&ws);
+    bool same_copies = memcmp(x[0].data(), x[1].data(), n * sizeof(bf16)) == 0;
+    bool same_v1 = memcmp(x[0].data(), x[2].data(), n * sizeof(bf16)) == 0;
+    std::vector<float> f0(n), f2(n);
+    for (size_t i = 0; i < n; i++) { f0[i] = cuda_host_float(x[0][i]); f2[i] = cuda_host_float(x[2][i]); }
+    double l2 = rel_l2(f2, f0);
+    printf("%s %s.newton_schulz_bitwise_copies_on_cublaslt\n", same_copies ? "PASS" : "FAIL", tag);
+    printf("%s %s.newton_schulz_v1_near: %s, relative L2 %.3e (tol %.0e)\n", l2 <= TOL_DW_L2 ? "PASS" : "FAIL", tag,
+           same_v1 ? "bitwise" : "not bitwise", l2, TOL_DW_L2);
+    return same_copies && l2 <= TOL_DW_L2;
 }
 
 // batch matrices (rows, cols) at stride `stride` >= rows*cols inside flat buffers of batch*stride
@@ -59,7 +145,7 @@ static bool validate(const char* tag, MuonPreset preset, int rows, int cols, int
     float* d_M = cuda_upload(M.data(), total);
     MuonWorkspace ws;
     muon_workspace_init(&ws);
-    muon_update(d_W, d_W16, d_G, d_M, rows, cols, batch, stride, &cfg, lr, wd, &ws, 0);
+    muon_update(d_W, d_W16, d_G, 1.0f, d_M, rows, cols, batch, stride, &cfg, lr, wd, &ws, 0);
     std::vector<float> W = W0;
     std::vector<float> scratch(muon_scratch_floats(rows, cols));
     for (int l = 0; l < batch; l++)
@@ -95,6 +181,7 @@ static bool validate(const char* tag, MuonPreset preset, int rows, int cols, int
         printf("%s %s.weight_change_l2: relative L2 %.3e (tol %.0e)\n", l2_ok ? "PASS" : "FAIL", tag, l2, TOL_DW_L2);
         ok &= l2_ok;
     }
+    if (!zero) ok &= ns_versions_agree(tag, preset, rows, cols, batch, seed + 3);
     printf("%s %s.layer_gap_untouched\n", gap_ok ? "PASS" : "FAIL", tag);
     printf("%s %s.bf16_copy_exact\n", copy_ok ? "PASS" : "FAIL", tag);
     ok &= gap_ok && copy_ok;
@@ -114,7 +201,7 @@ static void bench(const char* preset, const char* what_name, int rows, int cols,
     MuonConfig cfg = muon_config(MUON_MOONLIGHT);
     MuonWorkspace ws;
     muon_workspace_init(&ws);
-    float ms = cuda_bench_ms([&] { muon_update(W, W16, G, M, rows, cols, batch, (size_t)rows * cols, &cfg, 1e-3f, 0.1f, &ws, 0); }, 2, 10);
+    float ms = cuda_bench_ms([&] { muon_update(W, W16, G, 1.0f, M, rows, cols, batch, (size_t)rows * cols, &cfg, 1e-3f, 0.1f, &ws, 0); }, 2, 10);
     double m = std::min(rows, cols), n = std::max(rows, cols);
     double flops = (4.0 * m * m * n + 2.0 * m * m * m) * cfg.ns_steps * batch;
     char what[96];
@@ -125,16 +212,66 @@ static void bench(const char* preset, const char* what_name, int rows, int cols,
     muon_workspace_free(&ws);
 }
 
+// Newton–Schulz of one group (batch matrices (rows, cols)), version 1 against llmc/'s
+static bool compare(const char* preset, const char* what_name, int rows, int cols, int batch) {
+    MuonConfig cfg = muon_config(MUON_MOONLIGHT);
+    MuonWorkspace ws;
+    muon_workspace_init(&ws);
+    muon_workspace_reserve(&ws, rows, cols, batch);
+    cuda_fill_uniform(ws.u, (size_t)batch * rows * cols, 7, 1e-3f);
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    size_t n = (size_t)batch * rows * cols;
+    std::vector<bf16> x2 = cuda_download(muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0), n);
+    std::vector<bf16> xc = cuda_download(newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, true), n);
+    bool same = memcmp(x2.data(), xc.data(), n * sizeof(bf16)) == 0;
+    printf("%s dev_muon.compare.%s.%s.newton_schulz_bitwise_copies_on_cublaslt\n", same ? "PASS" : "FAIL", preset, what_name);
+    float ms1 = cuda_bench_ms([&] { newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, false); }, 2, 10);
+    float msc = cuda_bench_ms([&] { newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, true); }, 2, 10);
+    float ms2 = cuda_bench_ms([&] { muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0); }, 2, 10);
+    matmul_set_tune(MATMUL_TUNE_OFF);  // v2 on the heuristic's first algorithms: the copies' share apart from autotuning's
+    float ms_off = cuda_bench_ms([&] { muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0); }, 2, 10);
+    matmul_set_tune(MATMUL_TUNE_EXACT);
+    char shape[96], note[200];
+    snprintf(shape, sizeof(shape), "%s %s %dx%d x%d, %d iterations", preset, what_name, rows, cols, batch, cfg.ns_steps);
+    snprintf(note, sizeof(note), "v1 cuBLAS + 2 copies an iteration; v2 cuBLASLt ping-pong, autotuned (untuned %.4f ms; "
+             "with the copies %.4f ms)", ms_off, msc);
+    cuda_print_compare("muon_newton_schulz", shape, ms1, ms2, note);
+    CUBLAS_CHECK(cublasDestroy(h));
+    muon_workspace_free(&ws);
+    return same;
+}
+
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    bool validate_only = false, small = false, compare_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
+        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
+        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
+        else { fprintf(stderr, "usage: dev_muon [--validate-only] [--small] [--compare]\n"); return 2; }
+    }
     if (!cuda_device_present()) { printf("SKIP dev_muon: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     const int npresets = 4;
+    if (compare_only) {
+        bool ok = true;
+        for (int pi = 2; pi < npresets; pi++) {
+            LlamaConfig c = {};
+            llama_preset(presets[pi], &c);
+            int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
+            ok &= compare(presets[pi], "qkv", QKV, c.C, c.L);
+            ok &= compare(presets[pi], "proj", c.C, HSNH, c.L);
+            ok &= compare(presets[pi], "fc1", 2 * c.FF, c.C, c.L);
+            ok &= compare(presets[pi], "fc2", c.C, c.FF, c.L);
+        }
+        matmul_free();
+        return ok ? 0 : 1;
+    }
     const MuonPreset muon_presets[3] = {MUON_MOONLIGHT, MUON_KELLER, MUON_MEGATRON_CORE};
     bool ok = validate("dev_muon.zero_gradient", MUON_MOONLIGHT, 96, 40, 2, 96 * 40, 5, true);
     ok &= validate("dev_muon.odd_tall_97x33", MUON_KELLER, 97, 33, 3, 97 * 33 + 5, 6, false);
     uint64_t seed = 100;
-    for (int pi = 0; pi < npresets; pi++) {
+    for (int pi = 0; pi < (small ? 1 : npresets); pi++) {
         LlamaConfig c = {};
         llama_preset(presets[pi], &c);
         int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
@@ -158,5 +295,6 @@ int main(int argc, char** argv) {
             bench(presets[pi], "fc2", c.C, c.FF, c.L);
         }
     }
+    matmul_free();
     return ok ? 0 : 1;
 }

@@ -588,15 +588,23 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     if (!layout_ok((EmuLayout*)A) || !layout_ok((EmuLayout*)B) || !layout_ok((EmuLayout*)C) || !layout_ok((EmuLayout*)D))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     for (int i = 0; i < 4; i++) if (e->al[i] < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
-    memset(res, 0, sizeof(*res));
-    res->state = CUBLAS_STATUS_SUCCESS;
-    *found = 1;
+    // Up to EMU_LT_CANDIDATES algorithms, numbered in algo.data[0], so that autotuning
+    // (llmc/matmul.cuh) runs its trials here: 0 and 1 compute alike; 2 stands for a kernel that
+    // sums in another order (its D differs from the others' in one bit of the first element of
+    // each batch), which MATMUL_TUNE_EXACT must set aside.
+    const int EMU_LT_CANDIDATES = 3;
+    *found = req < EMU_LT_CANDIDATES ? req : EMU_LT_CANDIDATES;
+    for (int i = 0; i < *found; i++) {
+        memset(&res[i], 0, sizeof(res[i]));
+        res[i].algo.data[0] = (uint64_t)i;
+        res[i].state = CUBLAS_STATUS_SUCCESS;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha, const void* A, cublasLtMatrixLayout_t Ad,
                               const void* B, cublasLtMatrixLayout_t Bd, const void* beta, const void* C, cublasLtMatrixLayout_t Cd,
                               void* Dp, cublasLtMatrixLayout_t Dd, const cublasLtMatmulAlgo_t* algo, void* ws, size_t wsn, cudaStream_t) {
-    (void)algo; (void)ws; (void)wsn;
+    (void)ws; (void)wsn;
     EmuDesc* e = (EmuDesc*)desc;
     EmuLayout *a = (EmuLayout*)Ad, *b = (EmuLayout*)Bd, *c = (EmuLayout*)Cd, *d = (EmuLayout*)Dd;
     long long m = d->rows, n = d->cols;
@@ -610,6 +618,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     memcpy(&al, alpha, 4); memcpy(&be, beta, 4);
     gemm_colmajor("cublasLtMatmul", e->ta, e->tb, m, n, ak, al, A, a->type, a->ld, a->stride, B, b->type, b->ld, b->stride, be,
                   C, c->type, c->ld, c->stride, Dp, d->type, d->ld, d->stride, d->batch);
+    if (algo != NULL && algo->data[0] == 2)  // the other summation order (cublasLtMatmulAlgoGetHeuristic)
+        for (int bi = 0; bi < d->batch; bi++) ((unsigned char*)Dp)[(size_t)bi * d->stride * el_size(d->type)] ^= 1;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) { *h = (cublasHandle_t)malloc(16); return CUBLAS_STATUS_SUCCESS; }
