@@ -31,10 +31,13 @@ __device__ __forceinline__ Tio rope_cast(float x) { return (Tio)x; }
 template <>
 __device__ __forceinline__ bf16 rope_cast<bf16>(float x) { return __float2bfloat16(x); }
 
-// y1 = x1*c - x2*s, y2 = x2*c + x1*s: the one place both kernels round, so they agree bitwise
+// y1 = x1*c - x2*s, y2 = x2*c + x1*s: the one place both kernels round, so they agree bitwise.
+// Each is written out as a fused multiply-add onto the other product rounded: left to the
+// compiler, which of the two products it fuses differs between the kernels (seen on an H200), and
+// so would the bits.
 __device__ __forceinline__ void rope_pair(float x1, float x2, float c, float s, float* y1, float* y2) {
-    *y1 = x1 * c - x2 * s;
-    *y2 = x2 * c + x1 * s;
+    *y1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s));
+    *y2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
 }
 
 // One thread per (token, q-or-k head, pair); sign = +1 forward, -1 backward (rope_rotate).

@@ -140,6 +140,7 @@ static inline float __fadd_rn(float a, float b) { return emu_gpu_f32(a + b); }
 static inline float __fsub_rn(float a, float b) { return emu_gpu_f32(a - b); }
 static inline float __fmul_rn(float a, float b) { return emu_gpu_f32(a * b); }
 static inline float __fdiv_rn(float a, float b) { return emu_gpu_f32(a / b); }
+static inline float __fmaf_rn(float a, float b, float c) { return emu_gpu_f32(std::fmaf(a, b, c)); }  // one rounding, as fma.rn.f32
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
 static inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
