@@ -181,18 +181,28 @@ static bool tune_checks(const char* tag, int N, int C, int OC, uint64_t seed, bo
     return ok;
 }
 
+// One projection's operands at N tokens, random (dout in out), dweight zeroed
+typedef struct { bf16 *inp, *w, *out, *dinp; float* dw; } ProjBufs;
+static ProjBufs proj_bufs(const Proj& p, int N) {
+    ProjBufs b = {cuda_malloc<bf16>((size_t)N * p.C), cuda_malloc<bf16>((size_t)p.OC * p.C), cuda_malloc<bf16>((size_t)N * p.OC),
+                  cuda_malloc<bf16>((size_t)N * p.C), cuda_malloc<float>((size_t)p.OC * p.C)};
+    cuda_fill_uniform(b.inp, (size_t)N * p.C, 1, 1.0f);
+    cuda_fill_uniform(b.w, (size_t)p.OC * p.C, 2, 0.05f);
+    cuda_fill_uniform(b.out, (size_t)N * p.OC, 3, 0.1f);
+    CUDA_CHECK(cudaMemset(b.dw, 0, (size_t)p.OC * p.C * sizeof(float)));
+    return b;
+}
+static void proj_bufs_free(ProjBufs* b) {
+    void* bufs[] = {b->inp, b->w, b->out, b->dinp, b->dw};
+    for (void* x : bufs) CUDA_CHECK(cudaFree(x));
+}
+
 // One projection's forward and backward at N tokens with the heuristic's first algorithms
 // (version 1) against the autotuned ones; the fastest of all candidates in the note.
 static void compare(const char* preset, const Proj& p, int N) {
-    bf16* inp = cuda_malloc<bf16>((size_t)N * p.C);
-    bf16* w = cuda_malloc<bf16>((size_t)p.OC * p.C);
-    bf16* out = cuda_malloc<bf16>((size_t)N * p.OC);
-    bf16* dinp = cuda_malloc<bf16>((size_t)N * p.C);
-    float* dw = cuda_malloc<float>((size_t)p.OC * p.C);
-    cuda_fill_uniform(inp, (size_t)N * p.C, 1, 1.0f);
-    cuda_fill_uniform(w, (size_t)p.OC * p.C, 2, 0.05f);
-    cuda_fill_uniform(out, (size_t)N * p.OC, 3, 0.1f);
-    CUDA_CHECK(cudaMemset(dw, 0, (size_t)p.OC * p.C * sizeof(float)));
+    ProjBufs pb = proj_bufs(p, N);
+    bf16 *inp = pb.inp, *w = pb.w, *out = pb.out, *dinp = pb.dinp;
+    float* dw = pb.dw;
     const MatmulTune modes[3] = {MATMUL_TUNE_OFF, MATMUL_TUNE_EXACT, MATMUL_TUNE_FASTEST};
     float fwd[3], bwd[3];
     MatmulTuneStats st[3];
@@ -212,20 +222,13 @@ static void compare(const char* preset, const Proj& p, int N) {
     snprintf(note, sizeof(note), "as above (forward and backward: %d shapes, %d timed, %d set aside); fastest of all %.4f ms",
              st[1].shapes, st[1].timed, st[1].set_aside, bwd[2]);
     cuda_print_compare("matmul", shape, bwd[0], bwd[1], note);
-    void* bufs[] = {inp, w, out, dinp, dw};
-    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    proj_bufs_free(&pb);
 }
 
 static void bench(const char* preset, const Proj& p, int N) {
-    bf16* inp = cuda_malloc<bf16>((size_t)N * p.C);
-    bf16* w = cuda_malloc<bf16>((size_t)p.OC * p.C);
-    bf16* out = cuda_malloc<bf16>((size_t)N * p.OC);
-    bf16* dinp = cuda_malloc<bf16>((size_t)N * p.C);
-    float* dw = cuda_malloc<float>((size_t)p.OC * p.C);
-    cuda_fill_uniform(inp, (size_t)N * p.C, 1, 1.0f);
-    cuda_fill_uniform(w, (size_t)p.OC * p.C, 2, 0.05f);
-    cuda_fill_uniform(out, (size_t)N * p.OC, 3, 0.1f);
-    CUDA_CHECK(cudaMemset(dw, 0, (size_t)p.OC * p.C * sizeof(float)));
+    ProjBufs pb = proj_bufs(p, N);
+    bf16 *inp = pb.inp, *w = pb.w, *out = pb.out, *dinp = pb.dinp;
+    float* dw = pb.dw;
     double flops = 2.0 * N * p.C * p.OC;
     char what[96];
     float ms = cuda_bench_ms([&] { matmul_forward(out, inp, w, N, p.C, p.OC, 0); }, 3, 20);
@@ -234,8 +237,7 @@ static void bench(const char* preset, const Proj& p, int N) {
     ms = cuda_bench_ms([&] { matmul_backward(dinp, dw, out, inp, w, N, p.C, p.OC, 0); }, 3, 20);
     snprintf(what, sizeof(what), "%s %s backward (dinp + dweight)", preset, p.name);
     cuda_print_bench(what, ms, 0, 2 * flops);
-    void* bufs[] = {inp, w, out, dinp, dw};
-    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    proj_bufs_free(&pb);
 }
 
 int main(int argc, char** argv) {

@@ -93,12 +93,18 @@ static bool validate(const char* tag, int B, int T, int NH, int NKV, int HS, uin
     return ok;
 }
 
-static void bench(const char* preset, int B, int T, int NH, int NKV, int HS) {
-    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+// the (T, HS/2) cos and sin tables on the device
+static void rope_tables_on_device(int T, int HS, float** d_cos, float** d_sin) {
     std::vector<float> cos_t((size_t)T * HS / 2), sin_t((size_t)T * HS / 2);
     rope_precompute_cpu(cos_t.data(), sin_t.data(), T, HS);
-    float* d_cos = cuda_upload(cos_t.data(), cos_t.size());
-    float* d_sin = cuda_upload(sin_t.data(), sin_t.size());
+    *d_cos = cuda_upload(cos_t.data(), cos_t.size());
+    *d_sin = cuda_upload(sin_t.data(), sin_t.size());
+}
+
+static void bench(const char* preset, int B, int T, int NH, int NKV, int HS) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *d_cos, *d_sin;
+    rope_tables_on_device(T, HS, &d_cos, &d_sin);
     bf16* x = cuda_malloc<bf16>(n);
     cuda_fill_uniform(x, n, 1, 1.0f);
     float ms = cuda_bench_ms([&] { rope_forward(x, (const bf16*)x, d_cos, d_sin, B, T, NH, NKV, HS, 0); }, 3, 20);
@@ -113,10 +119,8 @@ static void bench(const char* preset, int B, int T, int NH, int NKV, int HS) {
 // rope_rotate against version 1, bf16 in place (as the trainer), at (B, T, NH, NKV, HS)
 static bool compare(const char* preset, int B, int T, int NH, int NKV, int HS) {
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
-    std::vector<float> cos_t((size_t)T * HS / 2), sin_t((size_t)T * HS / 2);
-    rope_precompute_cpu(cos_t.data(), sin_t.data(), T, HS);
-    float* d_cos = cuda_upload(cos_t.data(), cos_t.size());
-    float* d_sin = cuda_upload(sin_t.data(), sin_t.size());
+    float *d_cos, *d_sin;
+    rope_tables_on_device(T, HS, &d_cos, &d_sin);
     bf16* x = cuda_malloc<bf16>(n);
     bf16* y = cuda_malloc<bf16>(n);
     cuda_fill_uniform(x, n, 1, 1.0f);

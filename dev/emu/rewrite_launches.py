@@ -49,7 +49,11 @@ def split_top(s):
 
 
 def main():
+    if len(sys.argv) != 3:
+        sys.exit("error: usage: rewrite_launches.py SRC DST (SRC the repository root, DST the folder to write)")
     src, dst = sys.argv[1], sys.argv[2]
+    if not os.path.isfile(os.path.join(src, "train_llama.cu")) or not os.path.isdir(os.path.join(src, "llmc")):
+        sys.exit("error: rewrite_launches.py: '%s' is not the repository root (expected train_llama.cu and llmc/ in it)" % src)
     files = ["train_llama.cu"]
     for d in ["llmc", "test", "dev/cuda"]:
         files += [os.path.join(d, f) for f in sorted(os.listdir(os.path.join(src, d)))
