@@ -492,6 +492,7 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     bool fidelity = gradcomm_fidelity_step(tc, step);
     gc->stop_signal = run_stop_signal;  // rides on the skip all-reduce, so that every rank sees it at this step
     int bad_rank = gradcomm_finish(gc, loss_bad, fidelity);
+    gradcomm_end_step(gc, step);  // the factors are settled: the next refresh's Ω starts building
     st.stop_signal = gc->stop_signal;
     st.skipped_on_rank = bad_rank - 1;
     if (bad_rank > 0) return st;
@@ -679,6 +680,7 @@ int main(int argc, char** argv) {
     } else {
         llama_init_params(&lc, model.params, tc.seed);
     }
+    gradcomm_omega_prepare(&gc, start_step);  // the first refresh's Ω, built while the run starts
 
     // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
     Logger logger = {NULL, NULL, "", ""};
@@ -821,6 +823,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "ms", dt * 1e3);
             logger_field(&line, "t_sketch_ms", st.sketch_seconds * 1e3);
             logger_field(&line, "t_refresh_ms", gc.stats.refresh_seconds * 1e3);
+            logger_field(&line, "t_omega_ms", gc.stats.omega_seconds * 1e3);
             logger_field(&line, "ns_matrices", st.ns_matrices);
             logger_field(&line, "tokens_per_s", tok_s);
             logger_field(&line, "comm_bytes", comm_bytes);

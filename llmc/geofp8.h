@@ -239,43 +239,70 @@ static inline double geofp8_vulnerability(long saturated, long underflow, long n
 // Sketch width for rank r on a d_in-wide input: k = min(r + 8, d_in).
 static inline int geofp8_sketch_width(int r, int d_in) { return std::min(r + GEOFP8_OVERSAMPLE, d_in); }
 
-// Q of a (m, n) row-major matrix in double, m >= n, in place: Householder QR with LAPACK's
-// conventions (dgeqr2's reflectors, H_j = I - tau_j v_j v_jᵀ with beta = -sign(alpha)·‖x‖, then
-// dorg2r's backward accumulation), so Q equals LAPACKE_dgeqrf + dorgqr's up to rounding
-// (test_geofp8 compares them). Sequential on purpose: the result depends on nothing but the
-// input, so every rank and both engines get bitwise the same Ω without a broadcast, and the GPU
-// build needs no LAPACK. Cost 4·m·n² flops: 6.6 MFLOP at (m, n) = (4096, 40).
+// x · y (n) in double with four partial sums in a fixed order ((s0 + s1) + (s2 + s3), the tail
+// in s0): the same bits whatever the compiler vectorizes, no thread count or BLAS involved.
+static inline double geofp8_dot(const double* x, const double* y, int n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += x[i] * y[i];
+        s1 += x[i + 1] * y[i + 1];
+        s2 += x[i + 2] * y[i + 2];
+        s3 += x[i + 3] * y[i + 3];
+    }
+    for (; i < n; i++) s0 += x[i] * y[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+// y (n) -= w x (n)
+static inline void geofp8_axpy_neg(double* y, double w, const double* x, int n) {
+    for (int i = 0; i < n; i++) y[i] -= w * x[i];
+}
+
+// Q of a (m, n) column-major matrix in double (column j at a + j m), m >= n, in place:
+// Householder QR with LAPACK's conventions (dgeqr2's reflectors, H_j = I - tau_j v_j v_jᵀ with
+// beta = -sign(alpha)·‖x‖, then dorg2r's backward accumulation), so Q equals LAPACKE_dgeqrf +
+// dorgqr's up to rounding (test_geofp8 compares them). Every loop runs down a contiguous column
+// (geofp8_dot, geofp8_axpy_neg). The norms are plain sums of squares in double, not a scaled
+// hypot chain: the entries come from floats (Gaussian draws, a factor's U), |x| <= 3.4e38, so
+// their squares (<= 1.2e77, >= 2e-90 for the smallest subnormal) neither overflow nor underflow,
+// and reflections keep every entry within its column's norm. No threads, no BLAS: the result
+// depends on nothing but the input, so every rank and both engines get bitwise the same Ω
+// without a broadcast, and the GPU build needs no LAPACK. Cost 4·m·n² flops: 18 MFLOP at
+// (m, n) = (2816, 40).
 static inline void geofp8_orthonormalize(double* a, int m, int n) {
     assert(m >= n && n >= 1);
     std::vector<double> tau(n, 0.0);
-    for (int j = 0; j < n; j++) {  // reflector j zeroes a(j+1:m, j)
-        double alpha = a[(size_t)j * n + j], xnorm = 0.0;
-        for (int i = j + 1; i < m; i++) xnorm = hypot(xnorm, a[(size_t)i * n + j]);
-        if (xnorm == 0.0) continue;  // tau = 0: H_j = I
-        double beta = -copysign(hypot(alpha, xnorm), alpha);
+    auto col = [&](int j) { return a + (size_t)j * m; };
+    for (int j = 0; j < n; j++) {  // reflector j zeroes a(j+1:m, j); v = [1; a(j+1:m, j)]
+        double* v = col(j) + j + 1;
+        const int len = m - j - 1;
+        const double alpha = col(j)[j], ss = geofp8_dot(v, v, len);
+        if (ss == 0.0) continue;  // tau = 0: H_j = I
+        const double beta = -copysign(sqrt(alpha * alpha + ss), alpha);
         tau[j] = (beta - alpha) / beta;
-        double inv = 1.0 / (alpha - beta);
-        for (int i = j + 1; i < m; i++) a[(size_t)i * n + j] *= inv;
-        a[(size_t)j * n + j] = beta;
-        for (int c = j + 1; c < n; c++) {  // a(j:m, c) -= tau v (vᵀ a(j:m, c)), v = [1; a(j+1:m, j)]
-            double w = a[(size_t)j * n + c];
-            for (int i = j + 1; i < m; i++) w += a[(size_t)i * n + j] * a[(size_t)i * n + c];
-            w *= tau[j];
-            a[(size_t)j * n + c] -= w;
-            for (int i = j + 1; i < m; i++) a[(size_t)i * n + c] -= w * a[(size_t)i * n + j];
+        const double inv = 1.0 / (alpha - beta);
+        for (int i = 0; i < len; i++) v[i] *= inv;
+        col(j)[j] = beta;
+        for (int c = j + 1; c < n; c++) {  // a(j:m, c) -= tau v (vᵀ a(j:m, c))
+            double* x = col(c);
+            const double w = tau[j] * (x[j] + geofp8_dot(v, x + j + 1, len));
+            x[j] -= w;
+            geofp8_axpy_neg(x + j + 1, w, v, len);
         }
     }
     for (int j = n - 1; j >= 0; j--) {  // Q = H_0 H_1 ... H_{n-1} applied to I's first n columns
-        for (int c = j + 1; c < n; c++) {
-            double w = a[(size_t)j * n + c];  // v's first entry is 1; a(j, c) is 0 here
-            for (int i = j + 1; i < m; i++) w += a[(size_t)i * n + j] * a[(size_t)i * n + c];
-            w *= tau[j];
-            a[(size_t)j * n + c] -= w;
-            for (int i = j + 1; i < m; i++) a[(size_t)i * n + c] -= w * a[(size_t)i * n + j];
+        double* v = col(j) + j + 1;
+        const int len = m - j - 1;
+        for (int c = j + 1; c < n; c++) {  // a(j, c) is 0 here: v's first entry meets a zero
+            double* x = col(c);
+            const double w = tau[j] * geofp8_dot(v, x + j + 1, len);
+            x[j] = -w;
+            geofp8_axpy_neg(x + j + 1, w, v, len);
         }
-        for (int i = j + 1; i < m; i++) a[(size_t)i * n + j] *= -tau[j];
-        a[(size_t)j * n + j] = 1.0 - tau[j];
-        for (int i = 0; i < j; i++) a[(size_t)i * n + j] = 0.0;
+        for (int i = 0; i < len; i++) v[i] *= -tau[j];
+        col(j)[j] = 1.0 - tau[j];
+        for (int i = 0; i < j; i++) col(j)[i] = 0.0;
     }
 }
 
@@ -285,21 +312,23 @@ static inline void geofp8_orthonormalize(double* a, int m, int n) {
 //                   span U_prev exactly, so successive refreshes are a subspace iteration.
 // The Gaussian entries come from rand_normal on Rng(seed), drawn row by row (element (i, j) is
 // draw i * width + j, width = k or k - r). Requires 1 <= k <= d_in and r <= k when U_prev is
-// given. Every rank that passes the same (seed, U_prev) gets bitwise the same Ω.
+// given. Every rank that passes the same (seed, U_prev) gets bitwise the same Ω. About 4 ms at
+// (d_in, k) = (2816, 40) on one core; geofp8_omega.h builds many units' at once, off the step.
 static inline void geofp8_test_matrix(float* omega, int d_in, int k, const float* U_prev, int r, uint64_t seed) {
     assert(k >= 1 && k <= d_in);
     const int r0 = U_prev ? r : 0;
     assert(r0 >= 0 && r0 <= k);
     const int w = k - r0;
-    std::vector<double> a((size_t)d_in * k);
+    std::vector<double> a((size_t)d_in * k);  // column-major: element (i, j) at a[j d_in + i]
     Rng rng;
     rand_init(&rng, seed);
     for (int i = 0; i < d_in; i++) {
-        for (int j = 0; j < r0; j++) a[(size_t)i * k + j] = (double)U_prev[(size_t)i * r + j];
-        for (int j = 0; j < w; j++) a[(size_t)i * k + r0 + j] = rand_normal(&rng);
+        for (int j = 0; j < r0; j++) a[(size_t)j * d_in + i] = (double)U_prev[(size_t)i * r + j];
+        for (int j = 0; j < w; j++) a[(size_t)(r0 + j) * d_in + i] = rand_normal(&rng);
     }
     geofp8_orthonormalize(a.data(), d_in, k);
-    for (size_t i = 0; i < (size_t)d_in * k; i++) omega[i] = (float)a[i];
+    for (int i = 0; i < d_in; i++)
+        for (int j = 0; j < k; j++) omega[(size_t)i * k + j] = (float)a[(size_t)j * d_in + i];
 }
 
 // Scratch floats for geofp8_sketch_accumulate: the (n_tokens, k) product hΩ.

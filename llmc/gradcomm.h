@@ -47,6 +47,7 @@
 #include "comm.h"
 #include "fp8.h"
 #include "geofp8.h"
+#include "geofp8_omega.h"
 #include "gradcomm_common.h"
 #include "llama.h"
 #include "logger.h"
@@ -61,6 +62,7 @@ struct GeoUnit {
     int d_out = 0, d_in = 0;
     GeoFP8Factor factor;           // geofp8: T of the last refresh (identity before the first)
     std::vector<float> omega;      // (d_in, k) test matrix of the current refresh (window)
+    std::vector<float> omega_next; // (d_in, k) the next one, built ahead (geofp8_omega.h), then swapped in
     std::vector<std::vector<float>> Y;  // (V) (d_in, k) sketch accumulator of this step
     std::vector<double> trA;            // (V)
     std::vector<std::vector<float>> Y_ema;  // (V) --geofp8-ema: (d_in, k) average of the window's sketches
@@ -105,6 +107,7 @@ typedef struct {
     std::vector<double> score_sum; // (units) summed per-step vulnerability over the window
     int profiled_steps;
     std::vector<GeoUnit> geo;
+    GeoFP8OmegaBuilder omega_builder;  // the next refresh's Ω, built on host threads (gradcomm_end_step)
     bool refresh_now;              // this step refreshes the factors
     float sketch_weight;           // 1 / tokens per step over all ranks
     // scratch, V copies of num_params each: logical rank v's at v * num_params
@@ -284,14 +287,82 @@ static inline bool gradcomm_ema_window_start(const GradComm* gc, int step) {
     return step == gc->geometry_start || (step - gc->geometry_start - 1) % gc->refresh_every == 0;
 }
 
+// The first step >= from that builds Ω: a refresh step (with --geofp8-ema, a window's first
+// step). -1 while the geometry path is not known yet, or has no Ω (kfac).
+static inline int gradcomm_next_omega_step(const GradComm* gc, int from) {
+    if (gc->geometry_start < 0 || gc->geo.empty() || gc->mode == "kfac") return -1;
+    const int gs = gc->geometry_start, K = gc->refresh_every, t = std::max(from, gs);
+    if (gc->ema > 0.0f && t == gs) return t;
+    const int m = gc->ema > 0.0f ? (t - gs - 1) % K : (t - gs) % K;
+    return m == 0 ? t : t + K - m;
+}
+
+// The jobs that build every geometry unit's Ω of `step` into its omega_next, from the factor in
+// use (geofp8_test_matrix's arguments, as every rank computes them).
+static inline std::vector<GeoFP8OmegaJob> gradcomm_omega_jobs(GradComm* gc, int step) {
+    std::vector<GeoFP8OmegaJob> jobs;
+    for (GeoUnit& g : gc->geo) {
+        GeoFP8OmegaJob j;
+        j.d_in = g.d_in;
+        j.r = g.factor.r;
+        j.k = geofp8_sketch_width(j.r, g.d_in);
+        j.first = step == gc->geometry_start;
+        // identical on every rank: the shared seed, the unit and the step
+        j.seed = gc->seed * 1000003ull + (uint64_t)g.unit * 7919ull + (uint64_t)step;
+        if (!j.first) j.U_prev = g.factor.U;
+        g.omega_next.resize((size_t)g.d_in * j.k);
+        j.out = g.omega_next.data();
+        jobs.push_back(std::move(j));
+    }
+    return jobs;
+}
+
+// Starts building the Ω of the first Ω step >= from on host threads, from the factors in use.
+static inline void gradcomm_omega_prepare(GradComm* gc, int from) {
+    const int t = gradcomm_next_omega_step(gc, from);
+    if (t < 0) return;
+    geofp8_omega_wait(&gc->omega_builder);  // the jobs write omega_next: none may be in flight
+    geofp8_omega_start(&gc->omega_builder, t, gradcomm_omega_jobs(gc, t));
+}
+
+// After `step` is settled (kept or skipped, its factors final): the next refresh's Ω starts now
+// if the factors may have changed (a refresh step) or nothing is building it yet.
+static inline void gradcomm_end_step(GradComm* gc, int step) {
+    const int t = gradcomm_next_omega_step(gc, step + 1);
+    if (t >= 0 && (gc->refresh_now || gc->omega_builder.step != t)) gradcomm_omega_prepare(gc, step + 1);
+}
+
+// Every geometry unit's Ω of `step` into its omega: the builder's, if it ran for this step from
+// the factors in use now; else built here (a factor loaded or put back since). Returns the
+// seconds the step waited for it.
+static inline double gradcomm_omega_install(GradComm* gc, int step) {
+    double waited = 0.0;
+    const std::vector<GeoFP8OmegaJob>* jobs = geofp8_omega_take(&gc->omega_builder, step, &waited);
+    bool ok = jobs && jobs->size() == gc->geo.size();
+    for (size_t i = 0; ok && i < gc->geo.size(); i++) {
+        const GeoFP8OmegaJob& j = (*jobs)[i];
+        ok = j.first == (step == gc->geometry_start) && j.r == gc->geo[i].factor.r && (j.first || j.U_prev == gc->geo[i].factor.U);
+    }
+    if (!ok) {
+        const auto t0 = std::chrono::steady_clock::now();
+        geofp8_omega_start(&gc->omega_builder, step, gradcomm_omega_jobs(gc, step), false);
+        waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    for (GeoUnit& g : gc->geo) g.omega.swap(g.omega_next);
+    gc->omega_builder.step = -1;  // its outputs are in use now
+    return waited;
+}
+
 // Called before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
 static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens) {
     const bool geometry = gc->geometry_start >= 0 && step >= gc->geometry_start && !gc->geo.empty();
     gc->refresh_now = geometry && (step - gc->geometry_start) % gc->refresh_every == 0;
     gc->sketch_now = gc->ema > 0.0f ? geometry : gc->refresh_now;
     gc->sketch_weight = (float)(1.0 / (double)tokens);
+    gc->stats.omega_seconds = 0.0;
     if (!gc->sketch_now) return;
     const bool new_window = gc->ema > 0.0f ? gradcomm_ema_window_start(gc, step) : true;
+    if (new_window && gc->mode != "kfac") gc->stats.omega_seconds = gradcomm_omega_install(gc, step);
     for (size_t i = 0; i < gc->geo.size(); i++) {
         GeoUnit& g = gc->geo[i];
         if (gc->mode == "kfac") {
@@ -302,16 +373,9 @@ static inline void gradcomm_begin_step(GradComm* gc, int step, long long tokens)
             continue;
         }
         int r = g.factor.r, k = geofp8_sketch_width(r, g.d_in);
-        if (new_window) {
-            bool first = step == gc->geometry_start;
-            g.omega.resize((size_t)g.d_in * k);
-            // identical on every rank: the shared seed, the unit and the step
-            uint64_t seed = gc->seed * 1000003ull + (uint64_t)g.unit * 7919ull + (uint64_t)step;
-            geofp8_test_matrix(g.omega.data(), g.d_in, k, first ? NULL : g.factor.U.data(), r, seed);
-            if (gc->ema > 0.0f) {
-                for (int v = 0; v < gc->V; v++) g.Y_ema[v].assign((size_t)g.d_in * k, 0.0f), g.trA_ema[v] = 0.0;
-                g.ema_steps = 0;
-            }
+        if (new_window && gc->ema > 0.0f) {
+            for (int v = 0; v < gc->V; v++) g.Y_ema[v].assign((size_t)g.d_in * k, 0.0f), g.trA_ema[v] = 0.0;
+            g.ema_steps = 0;
         }
         for (int v = 0; v < gc->V; v++) g.Y[v].assign((size_t)g.d_in * k, 0.0f), g.trA[v] = 0.0;
     }

@@ -22,6 +22,7 @@ typedef struct {
     bool skipped = false;          // a non-finite amax: the step must be skipped by every rank
     bool refreshed = false;        // the geometry factors were refreshed this step
     double refresh_seconds = 0.0;  // CPU engine: the refreshes' wall clock on this rank (sketch fold, Nyström, broadcast, residual carry)
+    double omega_seconds = 0.0;    // host: what the step waited for its refresh's Ω (built ahead, geofp8_omega.h), set by begin_step
     std::vector<long> saturated;   // (units) codes at ± the format's max (448 / 57344) after local quantization
     std::vector<long> underflow;   // (units) nonzero values that quantized to ±0
     std::vector<long> nonzero;     // (units)

@@ -412,11 +412,15 @@ static void test_error_feedback() {
 // (tall d_in × k, k = r + 8) and a square one. A rank-deficient column (a repeated one) checks
 // the tau = 0 branch, which the oracle takes too.
 // max |Q - Q_lapack| between geofp8_orthonormalize and LAPACKE dgeqrf + dorgqr on a (m, n)
-static double qr_vs_lapack(const std::vector<double>& a, int m, int n) {
-    std::vector<double> ours = a, ref = a, tau(n);
+// given row-major (both take it column-major)
+static double qr_vs_lapack(const std::vector<double>& a_rows, int m, int n) {
+    std::vector<double> a((size_t)m * n), tau(n);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) a[(size_t)j * m + i] = a_rows[(size_t)i * n + j];
+    std::vector<double> ours = a, ref = a;
     geofp8_orthonormalize(ours.data(), m, n);
-    LAPACKE_dgeqrf(LAPACK_ROW_MAJOR, m, n, ref.data(), n, tau.data());
-    LAPACKE_dorgqr(LAPACK_ROW_MAJOR, m, n, n, ref.data(), n, tau.data());
+    LAPACKE_dgeqrf(LAPACK_COL_MAJOR, m, n, ref.data(), m, tau.data());
+    LAPACKE_dorgqr(LAPACK_COL_MAJOR, m, n, n, ref.data(), m, tau.data());
     double worst = 0.0;
     for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, fabs(ours[i] - ref[i]));
     return worst;
