@@ -911,6 +911,7 @@ int main(int argc, char** argv) {
         llama_init_params(&lc, init.data(), tc.seed);
         llama_set_params(&model, init.data());
     }
+    gradcomm_gpu_omega_prepare(&gc, start_step);  // the first refresh's Ω, built while the run starts
 
     // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
     Logger logger = {NULL, NULL, "", ""};
@@ -1007,6 +1008,7 @@ int main(int argc, char** argv) {
         double t0 = run_now_seconds();
         watchdog_enter("the step");
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader, &gc, &timer);
+        gradcomm_gpu_end_step(&gc, step);  // the factors are settled: the next refresh's Ω starts building
         watchdog_leave();
         stop_sig = st.stop_signal;
         gradcomm_timer_collect(&timer);
@@ -1072,6 +1074,7 @@ int main(int argc, char** argv) {
             logger_field(&line, "eta_s", eta);
             gradcomm_gpu_log_fields(&gc, &line);
             gradcomm_timer_log_fields(&timer, &line);
+            logger_field(&line, "t_omega_ms", gc.stats.omega_seconds * 1e3);
             logger_metrics(&logger, line);
         }
     }

@@ -29,6 +29,9 @@
 #                 (after the backward) and 25 (a stream of its own during the backward), the ms per
 #                 step of each and their ratio (the cost of the bucket plumbing itself at 1 GPU);
 #                 and -c fp32 with --bucket-mb 0, for the next row
+#   bench_geofp8  what a GeoFP8 refresh costs: d12 (B=4, T=1024) and llama300m (B=4, T=4096), every
+#                 fc2 unit whitened, a refresh every 5 steps: the refresh steps' and the other steps'
+#                 ms, their ratio, and geofp8's ordinary step against -c fp8's and fp32's
 #   scaling_model scripts/scaling_model.py on the two --bucket-mb 0 runs: the predicted step time
 #                 and gain of fp8 over fp32 at 64 GPUs, without and with overlap
 #   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio; ms/step
@@ -975,6 +978,47 @@ if wanted "$key"; then
                 if [ "$comm $mb" = "fp8 25" ]; then detail="$detail ratio $(awk -v a="$ms" -v b="$ms0" 'BEGIN { printf "%.3f", a / b }') (bucketed / after the backward);"; fi
             done
             row "$key" "$result" $((SECONDS - t0)) "$detail"
+        fi
+    fi
+fi
+
+# what a GeoFP8 refresh costs: d12 and llama300m, one rank, every fc2 unit on the geometry path
+# with a fresh factor every 5 steps (steps 1, 6, 11 of 12), against -c fp8 and -c fp32 of the same
+# shape. The mean ms of the refresh steps (6, 11) and of the others (3-5, 7-10, 12) of the geofp8 run,
+# their ratio, and geofp8's ordinary step against fp8's; t_omega_ms is what a step waited for its
+# test matrices (built ahead on host threads)
+key=bench_geofp8
+if wanted "$key"; then
+    if [ "$EMULATE" = 1 ]; then row "$key" SKIP 0 "emulated: every timer reads 1 ms, no throughput"
+    elif ! blocked "$key" train_llama; then
+        if ! in_budget 90; then out_of_budget "$key"
+        else
+            detail=""; result=PASS; t0=$SECONDS
+            for spec in "d12 4 1024 12" "llama300m 4 4096 16"; do
+                read -r preset B T L <<<"$spec"
+                fc2=$(seq -s, -f "layers.%g.fc2" 0 $((L - 1)))
+                declare -A MS=()
+                for comm in fp32 fp8 geofp8; do
+                    dir=$LOGS/${key}_${preset}_$comm
+                    rm -rf "${dir:?}"
+                    flags=(-c "$comm")
+                    [ "$comm" = geofp8 ] && flags+=(--geofp8-layers "$fc2" --geofp8-refresh 5)
+                    run 90 "$dir.log" "$BIN/train_llama" -e "$preset" -b "$B" -t "$T" "${flags[@]}" -x 12 -v 0 -n -1 -o "$dir"
+                    if [ $RC -ne 0 ]; then result=FAIL; detail="$detail $preset -c $comm: $(why "$dir.log");"; continue 2; fi
+                    # "NORMAL REFRESH OMEGA": mean ms of steps 3-12 off and on the refresh steps 6 and 11, mean t_omega_ms of those
+                    MS[$comm]=$(awk 'function field(line, key,   m) {
+                            if (!match(line, "\"" key "\": [-+0-9.eE]+")) return ""
+                            m = substr(line, RSTART, RLENGTH); sub(/^[^:]*: /, "", m); return m }
+                        /"train_loss"/ { s = field($0, "step"); if (s < 3) next
+                            if (s == 6 || s == 11) { r += field($0, "ms"); o += field($0, "t_omega_ms"); nr++ } else { n += field($0, "ms"); nn++ } }
+                        END { printf "%.2f %.2f %.2f", nn ? n / nn : 0, nr ? r / nr : 0, nr ? o / nr : 0 }' "$dir/metrics.jsonl")
+                done
+                read -r f32 _ _ <<<"${MS[fp32]}"; read -r f8 _ _ <<<"${MS[fp8]}"; read -r gn gr go <<<"${MS[geofp8]}"
+                detail="$detail $(awk -v p="$preset" -v B="$B" -v T="$T" -v f32="$f32" -v f8="$f8" -v gn="$gn" -v gr="$gr" -v go="$go" 'BEGIN {
+                    printf "%s B=%s T=%s: fp32 %.1f, fp8 %.1f, geofp8 %.1f ms, refresh step %.1f ms (t_omega %.2f ms): refresh/normal %.2fx, geofp8/fp8 %.3fx;",
+                        p, B, T, f32, f8, gn, gr, go, gr / gn, gn / f8 }')"
+            done
+            row "$key" "$result" $((SECONDS - t0)) "${detail# }"
         fi
     fi
 fi

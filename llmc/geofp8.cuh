@@ -61,6 +61,7 @@
 #include "cuda_common.cuh"
 #include "fp8.h"
 #include "geofp8.h"
+#include "geofp8_omega.h"
 
 static inline const char* geofp8_cusolver_status_name(cusolverStatus_t s) {
     switch (s) {
@@ -572,6 +573,20 @@ static inline std::vector<double> geofp8_fidelity_sums(double* scratch, const fl
 // 6 (first part). GeoFP8Device: handles, scratch and per-unit state. Defined before the GEMM
 // paths, which take their handles and scratch from it.
 
+// What rank 0's refresh of one unit found, kept on the device until the refresh's one download
+// (geofp8_refresh.cuh): every decision of geofp8_nystrom is taken by the kernels below from it.
+struct GeoFP8RefreshReport {
+    double ss;                 // ‖Y‖²_F
+    double trA;                // tr(A) as the step summed it
+    double shift;              // ν of the attempt that succeeded (0 with the fallback)
+    double sigma2;             // σ² of the factor
+    double power, q;           // the whitening power used; with auto, the q it came from
+    double total;              // auto: ‖G‖² of rank 0's gradient of the unit
+    int info[GEOFP8_MAX_RETRIES + 1];  // each attempt's Cholesky status (cuSOLVER's devInfo)
+    int eig_info;              // the eigensolver's
+    int status;                // geofp8_nystrom's answer: the retries used, or -1 (the isotropic fallback)
+};
+
 // A unit on the geometry path.
 typedef struct {
     int unit;              // index into the unit table
@@ -595,6 +610,11 @@ typedef struct {
     float* Y_ema;          // --geofp8-ema: (d_in, k) average of the window's sketches (NULL until the first window)
     double* trA_ema;       // (1)
     int ema_steps;         // steps averaged (bias correction 1 / (1 - β^n))
+    // the next refresh's Ω, built on the host ahead of it (geofp8_refresh.cuh)
+    float* omega_host;     // (d_in, k) pinned: the builder's output, uploaded when the refresh begins
+    float* U_host;         // (d_in, r) pinned: the factor's U as the last refresh left it
+    long long factor_version;  // counts every change of `factor` (refresh, undo, load)
+    long long U_host_version;  // the factor_version U_host holds (-1: none)
 } GeoFP8DeviceUnit;
 
 typedef struct {
@@ -627,6 +647,13 @@ typedef struct {
     double* dwork; size_t cap_dwork; // double matrices of the Nyström step / the K-FAC factorization
     double* solver_work; int cap_solver;
     int* info;                       // (1) cuSOLVER status
+    // the refresh (geofp8_refresh.cuh)
+    GeoFP8RefreshReport* reports;    // (geometry units + 1) what each unit's Nyström step found (the last: geofp8_nystrom's own)
+    GeoFP8RefreshReport* reports_host;  // pinned mirror, read once per refresh
+    size_t cap_reports;
+    float* lambda;                   // (GEOFP8_MAX_RANK) λ of the unit being refreshed
+    GeoFP8OmegaBuilder* omega;       // the next refresh's Ω (geofp8_omega.h)
+    cudaEvent_t pinned_done;         // after the last transfer of the pinned buffers (Ω's upload, U's download)
     // twophase (§5.2)
     size_t shard_size;               // ceil(num_params / N); shard j = [j*shard_size, (j+1)*shard_size)
     GeoFP8UnitTable shard;           // this rank's shard: segments (unit ∩ shard), offsets from the shard start
@@ -803,10 +830,20 @@ __global__ void geofp8_to_double_kernel(double* out, const float* in, size_t n) 
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = (double)in[i];
 }
 
-// Yv = (double)Y + shift Ω, as the CPU
-__global__ void geofp8_shift_kernel(double* Yv, const float* Y, const double* Om, size_t n, double shift) {
+// ν of attempt `attempt`: 1e-6 ‖Y‖_F, times 100 per retry, multiplied in the CPU's order.
+__device__ inline double geofp8_attempt_shift(double ss, int attempt) {
+    double shift = GEOFP8_NYSTROM_SHIFT * sqrt(ss);
+    for (int a = 0; a < attempt; a++) shift *= GEOFP8_RETRY_GROWTH;
+    return shift;
+}
+
+// Yv (n) = (double)Y + ν Ω, as the CPU: ν of attempt `attempt`, or (attempt < 0) of the one that
+// succeeded; with the fallback Yv = Ω, so that what follows stays finite (its results are unused).
+__global__ void geofp8_nystrom_shift_kernel(double* Yv, const float* Y, const double* Om, size_t n, const GeoFP8RefreshReport* rep, int attempt) {
+    const bool fallback = attempt < 0 && rep->status < 0;
+    const double shift = attempt < 0 ? rep->shift : geofp8_attempt_shift(rep->ss, attempt);
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) Yv[i] = (double)Y[i] + shift * Om[i];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) Yv[i] = fallback ? Om[i] : (double)Y[i] + shift * Om[i];
 }
 
 // M (k, k) <- (M + Mᵀ) / 2
@@ -816,6 +853,102 @@ __global__ void geofp8_symmetrize_kernel(double* M, int k) {
     double s = 0.5 * (M[(size_t)i * k + j] + M[(size_t)j * k + i]);
     M[(size_t)i * k + j] = s;
     M[(size_t)j * k + i] = s;
+}
+
+// After every attempt's Cholesky factorization of M_a = Ωᵀ Y_ν(a) (Ma: attempt a's (k, k) at
+// a k²): the first attempt that succeeded, as the CPU's retry loop takes it. Its factor goes to Mc,
+// its ν and index to rep; with a non-finite or zero ‖Y‖, a non-finite tr(A) or no success, the
+// status is -1 (the fallback) and Mc = I. One block.
+__global__ void geofp8_nystrom_select_kernel(double* Mc, const double* Ma, int k, GeoFP8RefreshReport* rep, const double* trA) {
+    __shared__ int chosen;
+    if (threadIdx.x == 0) {
+        const double normY = sqrt(rep->ss), tr = *trA;
+        int status = -1;
+        if (isfinite(normY) && isfinite(tr) && normY != 0.0)
+            for (int a = 0; a <= GEOFP8_MAX_RETRIES && status < 0; a++) if (rep->info[a] == 0) status = a;
+        rep->trA = tr;
+        rep->status = status;
+        rep->shift = status >= 0 ? geofp8_attempt_shift(rep->ss, status) : 0.0;
+        chosen = status;
+    }
+    __syncthreads();
+    const size_t kk = (size_t)k * k;
+    for (size_t i = threadIdx.x; i < kk; i += blockDim.x) Mc[i] = chosen >= 0 ? Ma[(size_t)chosen * kk + i] : (i / k == i % k ? 1.0 : 0.0);
+}
+
+// After the eigensolver (K (k, k) column-major eigenvectors, w ascending): Vs (k × r, column-major)
+// = the top r eigenvectors, descending, each over its σ, and λ (r) = max(σ² - ν, 0), as the CPU.
+// A failed eigensolver makes it the fallback; the fallback's Vs is 0 and λ_i = max(tr A, 0) / d_in.
+// One block.
+__global__ void geofp8_nystrom_top_kernel(double* Vs, float* lambda, const double* K, const double* w, int k, int r, int d_in,
+                                          GeoFP8RefreshReport* rep) {
+    __shared__ int status;
+    if (threadIdx.x == 0) {
+        if (rep->eig_info != 0) rep->status = -1;
+        status = rep->status;
+    }
+    __syncthreads();
+    const double tr = rep->trA, iso = isfinite(tr) && tr > 0.0 ? tr / d_in : 0.0;
+    for (int t = threadIdx.x; t < r; t += blockDim.x) {
+        if (status < 0) {
+            for (int i = 0; i < k; i++) Vs[(size_t)t * k + i] = 0.0;
+            lambda[t] = (float)iso;
+            continue;
+        }
+        const int j = k - 1 - t;
+        const double sq = w[j] > 0.0 ? w[j] : 0.0;
+        const double inv = sq > 0.0 ? 1.0 / sqrt(sq) : 0.0;
+        for (int i = 0; i < k; i++) Vs[(size_t)t * k + i] = K[(size_t)j * k + i] * inv;
+        const double l = sq - rep->shift;
+        lambda[t] = (float)(l > 0.0 ? l : 0.0);
+    }
+}
+
+// The factor's U (d_in, r) row-major: (float) Ud, or with the fallback Ω's first r columns.
+__global__ void geofp8_nystrom_u_kernel(float* U, const double* Ud, const float* omega, int d_in, int k, int r, const GeoFP8RefreshReport* rep) {
+    const bool fallback = rep->status < 0;
+    const size_t n = (size_t)d_in * r, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        U[i] = fallback ? omega[(i / r) * k + i % r] : (float)Ud[i];
+}
+
+// The rest of the packed factor [U | D | c | ε] from λ (r): σ² (the fallback's is its λ), the
+// power (power < 0: auto, from the energies e (r) along U and rep->total), then geofp8.h's
+// coefficients; a zero or non-finite tr(A) gives the identity (U = 0, D = c = 1, ε = 0), as
+// geofp8_factor_from_nystrom. One block; the scalars on thread 0.
+__global__ void geofp8_nystrom_coef_kernel(float* factor, const float* lambda, const double* e, int d_in, int r, double power, double damping,
+                                           GeoFP8RefreshReport* rep) {
+    __shared__ bool identity;
+    const size_t nu = (size_t)d_in * r;
+    if (threadIdx.x == 0) {
+        const double tr = rep->trA;
+        const float s2 = rep->status < 0 ? lambda[0] : geofp8_residual_variance(tr, lambda, d_in, r);
+        double p = power, q = 0.0;
+        if (power < 0.0) p = geofp8_power_from_energy(e, rep->total, lambda, s2, d_in, r, damping * tr / d_in, &q);
+        identity = !geofp8_factor_coefficients(factor + nu, factor + nu + r, factor + nu + r + 1, lambda, s2, tr, d_in, r, p, damping);
+        if (identity) factor[nu + r] = 1.0f, factor[nu + r + 1] = 0.0f;
+        rep->sigma2 = s2;
+        rep->power = p;
+        rep->q = q;
+    }
+    __syncthreads();
+    if (!identity) return;
+    for (size_t i = threadIdx.x; i < nu; i += blockDim.x) factor[i] = 0.0f;
+    for (int i = threadIdx.x; i < r; i += blockDim.x) factor[nu + i] = 1.0f;
+}
+
+// S (n) <- b S + a Y in fp32 as the CPU writes it; with trA: *trS <- b *trS + a *trA in double.
+__global__ void geofp8_ema_kernel(float* S, const float* Y, size_t n, float b, float a, double* trS, const double* trA) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) S[i] = __fadd_rn(__fmul_rn(b, S[i]), __fmul_rn(a, Y[i]));
+    if (i == 0 && trS) *trS = (double)b * *trS + (double)a * *trA;
+}
+
+// Y (n) <- (float)(S · c) in double, *trA <- *trS · c: the bias-corrected average as the step's sketch.
+__global__ void geofp8_ema_to_sketch_kernel(float* Y, const float* S, size_t n, double c, double* trA, const double* trS) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) Y[i] = (float)((double)S[i] * c);
+    if (i == 0) *trA = *trS * c;
 }
 
 // cuSOLVER workspace for a (n, n) double matrix at A: dpotrf, and dsyevd when `eig`.
@@ -833,20 +966,11 @@ static inline void geofp8_reserve_solver(GeoFP8Device* g, double* A, int n, int 
     }
 }
 
+// Doubles of geofp8_nystrom's scratch: Ω and Y_ν (d_in, k), every attempt's M and the chosen
+// one's (k, k), the eigenvectors (k, k) and values (k), Vs (k, r), U (d_in, r).
 static inline size_t geofp8_nystrom_doubles(int d_in, int k, int r) {
-    return 2 * (size_t)d_in * k + 2 * (size_t)k * k + (size_t)k + (size_t)k * r + (size_t)d_in * r;
+    return 2 * (size_t)d_in * k + (GEOFP8_MAX_RETRIES + 3) * (size_t)k * k + (size_t)k + (size_t)k * r + (size_t)d_in * r;
 }
-
-// How a refresh turns (U, λ, σ²) into the transform (--geofp8-power, --geofp8-damping); with a
-// negative power (auto), p = geofp8_power_from_energy with the energies of this rank's gradient G
-// of the unit (device, (d_out, d_in)) along the new eigenvectors, as the CPU engine does. chosen and q are
-// written back for the log.
-struct GeoFP8Power {
-    double power = 1.0, damping = GEOFP8_DAMPING;
-    const float* G = NULL;
-    int d_out = 0;
-    double chosen = 1.0, q = 0.0;
-};
 
 // e[j] (r) = Σ_i P[i, j]² over the rows of P (rows, r), in double: one block per column, fixed tree.
 __global__ void geofp8_column_energy_kernel(double* e, const float* P, int rows, int r) {
@@ -855,172 +979,6 @@ __global__ void geofp8_column_energy_kernel(double* e, const float* P, int rows,
     for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += (double)P[(size_t)i * r + j] * (double)P[(size_t)i * r + j];
     acc = cuda_block_sum_double(acc);
     if (threadIdx.x == 0) e[j] = acc;
-}
-
-// geofp8_direction_energy of geofp8.h on the device: e (r, host) = ‖G u_j‖², *total = ‖G‖²;
-// G (d_out, d_in) device, U (d_in, r) host. P = G U: Pᵀ (r × d_out) = Uᵀ Gᵀ -> sgemm(N, N, r,
-// d_out, d_in, U ld r, G ld d_in). Synchronizes the stream.
-static inline void geofp8_direction_energy(GeoFP8Device* g, double* e, double* total, const float* G, int d_out, int d_in, const float* U, int r,
-                                           cudaStream_t stream) {
-    const float one = 1.0f, zero = 0.0f;
-    geofp8_reserve(&g->Z, &g->cap_Z, (size_t)d_in * r);
-    geofp8_reserve(&g->P, &g->cap_P, (size_t)d_out * r);
-    geofp8_reserve(&g->rows, &g->cap_rows, (size_t)r + 1);
-    float* dU = g->Z;
-    float* P = g->P;
-    CUDA_CHECK(cudaMemcpyAsync(dU, U, (size_t)d_in * r * sizeof(float), cudaMemcpyHostToDevice, stream));
-    CUBLAS_CHECK(cublasSetStream(g->blas, stream));
-    CUBLAS_CHECK(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, r, d_out, d_in, &one, dU, r, G, d_in, &zero, P, r));
-    geofp8_column_energy_kernel<<<r, 256, 0, stream>>>(g->rows, P, d_out, r);
-    KERNEL_CHECK();
-    geofp8_sum_squares_kernel<<<1, 1024, 0, stream>>>(g->rows + r, G, (size_t)d_out * d_in);
-    KERNEL_CHECK();
-    std::vector<double> h((size_t)r + 1);
-    CUDA_CHECK(cudaMemcpyAsync(h.data(), g->rows, h.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // U's upload and h's download complete
-    memcpy(e, h.data(), (size_t)r * sizeof(double));
-    *total = h[r];
-}
-
-// The factor from the results of the CPU's formulas (host): U (d_in, r), λ, σ², tr(A) -> packed on
-// the device, with the power and damping of pw (NULL: p = 1, δ = 1e-3).
-static inline void geofp8_upload_factor(GeoFP8Device* g, float* factor, const float* U, const float* lambda, float sigma2, double trA, int d_in,
-                                        int r, GeoFP8Power* pw, cudaStream_t stream) {
-    GeoFP8Power defaults;
-    if (!pw) pw = &defaults;
-    pw->chosen = pw->power;
-    if (pw->power < 0.0) {
-        std::vector<double> e(r);
-        double total = 0.0;
-        geofp8_direction_energy(g, e.data(), &total, pw->G, pw->d_out, d_in, U, r, stream);
-        pw->chosen = geofp8_power_from_energy(e.data(), total, lambda, sigma2, d_in, r, pw->damping * trA / d_in, &pw->q);
-    }
-    GeoFP8Factor f;
-    geofp8_factor_from_nystrom(&f, U, lambda, sigma2, trA, d_in, r, pw->chosen, pw->damping);
-    std::vector<float> packed(geofp8_factor_floats(d_in, r));
-    geofp8_factor_pack(packed.data(), &f);
-    CUDA_CHECK(cudaMemcpy(factor, packed.data(), packed.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
-
-// The stable Nyström step of geofp8_nystrom, then geofp8_factor_from_nystrom, from the
-// all-reduced sketch: factor (packed, device) = T of (U, λ, σ², tr A). Y, Ω (d_in, k) and trA
-// (double) on the device. lambda_out (r) and sigma2_out (host, optional) receive λ and σ².
-// Returns what geofp8_nystrom returns (0, retries, or -1 with the isotropic fallback).
-// Run on rank 0, then broadcast `factor`. Synchronizes the stream.
-// Device work, all in double (d_in-sized products on cuBLAS, k×k factorizations on cuSOLVER);
-// with the row-major buffers read column-major as their transposes (Ω -> Ωᵀ (k × d_in)):
-//   M = Ωᵀ Y_ν (k × k)          dgemm(N, T, k, k, d_in, Ω ld k, Yv ld k), then symmetrized
-//   M = Rᵀ R                     dpotrf(UPPER) — R is the CPU's upper factor C (unique)
-//   Bᵀ = R⁻ᵀ Y_νᵀ                dtrsm(LEFT, UPPER, T) on the Yv buffer (k × d_in), in place
-//   K = Bᵀ B (upper)             dsyrk(UPPER, N, k, d_in) on Bᵀ
-//   K = V diag(w) Vᵀ             dsyevd(VECTOR, UPPER), ascending, eigenvectors in K's columns
-//   Uᵀ = Vsᵀ Bᵀ (r × d_in)       dgemm(T, N, r, d_in, k, Vs ld k, Bᵀ ld k) — the row-major U (d_in, r)
-// Host: ‖Y‖_F and tr(A) checks, the retry decision, Vs (k × r) from the k×k eigenvectors, λ, σ²,
-// D, c, ε with geofp8.h's own functions. Eigenvector signs may differ from LAPACK's; the
-// transform U D Uᵀ + c (I - U Uᵀ) does not depend on them.
-static inline int geofp8_nystrom(GeoFP8Device* g, float* factor, const float* Y, const float* omega, const double* trA_dev, int d_in,
-                                 int k, int r, cudaStream_t stream, float* lambda_out = NULL, float* sigma2_out = NULL, GeoFP8Power* pw = NULL) {
-    if (!(r >= 1 && r <= k && k <= d_in)) { fprintf(stderr, "geofp8_nystrom: need 1 <= r <= k <= d_in\n"); exit(1); }
-    const size_t dk = (size_t)d_in * k, kk = (size_t)k * k;
-    geofp8_reserve(&g->dwork, &g->cap_dwork, geofp8_nystrom_doubles(d_in, k, r));
-    double* Om = g->dwork;
-    double* Yv = Om + dk;
-    double* M = Yv + dk;
-    double* K = M + kk;
-    double* w = K + kk;
-    double* Vs = w + k;
-    double* Ud = Vs + (size_t)k * r;
-    geofp8_reserve_solver(g, M, k, 1);
-    CUBLAS_CHECK(cublasSetStream(g->blas, stream));
-    CUSOLVER_CHECK(cusolverDnSetStream(g->solver, stream));
-
-    double ss = 0.0, trA = 0.0;
-    geofp8_sum_squares_kernel<<<1, 1024, 0, stream>>>(g->dsum, Y, dk);
-    KERNEL_CHECK();
-    CUDA_CHECK(cudaMemcpyAsync(&ss, g->dsum, sizeof(double), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaMemcpyAsync(&trA, trA_dev, sizeof(double), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double normY = sqrt(ss);
-    std::vector<float> lam(r);
-    float s2 = 0.0f;
-    std::vector<float> U((size_t)d_in * r);
-
-    auto fallback = [&]() {
-        std::vector<float> om = cuda_download(omega, dk);
-        double iso = std::isfinite(trA) && trA > 0.0 ? trA / d_in : 0.0;
-        for (int i = 0; i < d_in; i++)
-            for (int j = 0; j < r; j++) U[(size_t)i * r + j] = om[(size_t)i * k + j];
-        for (int j = 0; j < r; j++) lam[j] = (float)iso;
-        s2 = (float)iso;
-        return -1;
-    };
-    int status;
-    if (!std::isfinite(normY) || !std::isfinite(trA) || normY == 0.0) {
-        status = fallback();
-    } else {
-        const double one = 1.0, zero = 0.0;
-        geofp8_to_double_kernel<<<cuda_grid_for(dk, 256), 256, 0, stream>>>(Om, omega, dk);
-        KERNEL_CHECK();
-        double shift = GEOFP8_NYSTROM_SHIFT * normY;
-        int attempt = 0;
-        bool ok = false;
-        for (;; attempt++) {
-            if (attempt > GEOFP8_MAX_RETRIES) break;
-            geofp8_shift_kernel<<<cuda_grid_for(dk, 256), 256, 0, stream>>>(Yv, Y, Om, dk, shift);
-            KERNEL_CHECK();
-            CUBLAS_CHECK(cublasDgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, k, k, d_in, &one, Om, k, Yv, k, &zero, M, k));
-            dim3 sb(16, 16), sg(cuda_ceil_div(k, 16), cuda_ceil_div(k, 16));
-            geofp8_symmetrize_kernel<<<sg, sb, 0, stream>>>(M, k);
-            KERNEL_CHECK();
-            CUSOLVER_CHECK(cusolverDnDpotrf(g->solver, CUBLAS_FILL_MODE_UPPER, k, M, k, g->solver_work, g->cap_solver, g->info));
-            int info = 0;
-            CUDA_CHECK(cudaMemcpyAsync(&info, g->info, sizeof(int), cudaMemcpyDeviceToHost, stream));
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            if (info == 0) { ok = true; break; }
-            shift *= GEOFP8_RETRY_GROWTH;
-        }
-        if (!ok) {
-            status = fallback();
-        } else {
-            CUBLAS_CHECK(cublasDtrsm(g->blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, CUBLAS_DIAG_NON_UNIT, k, d_in, &one,
-                                     M, k, Yv, k));
-            CUBLAS_CHECK(cublasDsyrk(g->blas, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, k, d_in, &one, Yv, k, &zero, K, k));
-            CUSOLVER_CHECK(cusolverDnDsyevd(g->solver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_UPPER, k, K, k, w, g->solver_work,
-                                            g->cap_solver, g->info));
-            int info = 0;
-            std::vector<double> hK(kk), hw(k);
-            CUDA_CHECK(cudaMemcpyAsync(&info, g->info, sizeof(int), cudaMemcpyDeviceToHost, stream));
-            CUDA_CHECK(cudaMemcpyAsync(hK.data(), K, kk * sizeof(double), cudaMemcpyDeviceToHost, stream));
-            CUDA_CHECK(cudaMemcpyAsync(hw.data(), w, (size_t)k * sizeof(double), cudaMemcpyDeviceToHost, stream));
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            if (info != 0) {
-                status = fallback();
-            } else {
-                // Vs (k × r, column-major): the top r eigenvectors, descending, each over its σ
-                std::vector<double> hVs((size_t)k * r);
-                for (int t = 0; t < r; t++) {
-                    int j = k - 1 - t;
-                    double sq = hw[j] > 0.0 ? hw[j] : 0.0;
-                    double inv = sq > 0.0 ? 1.0 / sqrt(sq) : 0.0;
-                    for (int i = 0; i < k; i++) hVs[(size_t)t * k + i] = hK[(size_t)j * k + i] * inv;
-                    double l = sq - shift;
-                    lam[t] = (float)(l > 0.0 ? l : 0.0);
-                }
-                CUDA_CHECK(cudaMemcpyAsync(Vs, hVs.data(), hVs.size() * sizeof(double), cudaMemcpyHostToDevice, stream));
-                CUBLAS_CHECK(cublasDgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, r, d_in, k, &one, Vs, k, Yv, k, &zero, Ud, r));
-                std::vector<double> hU((size_t)d_in * r);
-                CUDA_CHECK(cudaMemcpyAsync(hU.data(), Ud, hU.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
-                CUDA_CHECK(cudaStreamSynchronize(stream));  // hVs must outlive its copy, hU is read below
-                for (size_t i = 0; i < hU.size(); i++) U[i] = (float)hU[i];
-                s2 = geofp8_residual_variance(trA, lam.data(), d_in, r);
-                status = attempt;
-            }
-        }
-    }
-    geofp8_upload_factor(g, factor, U.data(), lam.data(), s2, trA, d_in, r, pw, stream);
-    if (lambda_out) memcpy(lambda_out, lam.data(), (size_t)r * sizeof(float));
-    if (sigma2_out) *sigma2_out = s2;
-    return status;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1202,6 +1160,9 @@ static inline void geofp8_device_init(GeoFP8Device* g, const std::vector<size_t>
     CUDA_CHECK(cudaMemset(g->residual_table, 0, (size_t)std::max(U, 1) * sizeof(float*)));
     g->unit_to_geo.assign(U, -1);
     g->coef = cuda_malloc<float>(GEOFP8_MAX_RANK + 1);
+    g->lambda = cuda_malloc<float>(GEOFP8_MAX_RANK);
+    g->omega = new GeoFP8OmegaBuilder();
+    CUDA_CHECK(cudaEventCreateWithFlags(&g->pinned_done, cudaEventDisableTiming));
     g->dsum = cuda_malloc<double>(1);
     g->info = cuda_malloc<int>(1);
     if (!twophase) return;
@@ -1289,6 +1250,9 @@ static inline int geofp8_device_add_unit(GeoFP8Device* g, int unit, int d_out, i
         geofp8_reserve(&g->P, &g->cap_P, (size_t)d_out * gu.r);
         geofp8_reserve(&g->dwork, &g->cap_dwork, geofp8_nystrom_doubles(d_in, gu.k, gu.r));
         geofp8_reserve_solver(g, g->dwork, gu.k, 1);
+        CUDA_CHECK(cudaMallocHost((void**)&gu.omega_host, dk * sizeof(float)));
+        CUDA_CHECK(cudaMallocHost((void**)&gu.U_host, (size_t)d_in * gu.r * sizeof(float)));
+        gu.U_host_version = -1;
     }
     if (g->residual_next_table) {
         gu.residual_next = cuda_malloc<float>(n);
@@ -1297,6 +1261,15 @@ static inline int geofp8_device_add_unit(GeoFP8Device* g, int unit, int d_out, i
     }
     g->unit_to_geo[unit] = (int)g->geo.size();
     g->geo.push_back(gu);
+    if (g->geo.size() + 1 > g->cap_reports) {  // one report per unit and geofp8_nystrom's own
+        if (g->reports) {
+            CUDA_CHECK(cudaFree(g->reports));
+            CUDA_CHECK(cudaFreeHost(g->reports_host));
+        }
+        g->cap_reports = 2 * g->geo.size() + 1;
+        g->reports = cuda_malloc<GeoFP8RefreshReport>(g->cap_reports);
+        CUDA_CHECK(cudaMallocHost((void**)&g->reports_host, g->cap_reports * sizeof(GeoFP8RefreshReport)));
+    }
     CUDA_CHECK(cudaMemcpy(g->residual_table + unit, &gu.residual, sizeof(float*), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaDeviceSynchronize());
     return (int)g->geo.size() - 1;
@@ -1316,7 +1289,10 @@ static inline void geofp8_device_reserve_tokens(GeoFP8Device* g, int n) {
 }
 
 static inline void geofp8_device_free(GeoFP8Device* g) {
+    delete g->omega;  // waits for a build in flight, which writes omega_host
     for (GeoFP8DeviceUnit& gu : g->geo) {
+        if (gu.omega_host) CUDA_CHECK(cudaFreeHost(gu.omega_host));
+        if (gu.U_host) CUDA_CHECK(cudaFreeHost(gu.U_host));
         void* bufs[] = {gu.factor, gu.factor_next, gu.residual, gu.residual_next, gu.omega, gu.Y, gu.trA, gu.A, gu.Gs, gu.LA, gu.LG, gu.LA_next, gu.LG_next,
                         gu.Y_ema, gu.trA_ema};
         for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
@@ -1325,157 +1301,15 @@ static inline void geofp8_device_free(GeoFP8Device* g) {
     void* bufs[] = {g->q, g->amax, g->scale, g->exps, g->skip, g->counts, g->residual_table, g->residual_next_table, g->P, g->coef, g->widen, g->Z, g->rows,
                     g->dsum, g->dwork, g->solver_work, g->info, g->seg_unit, g->recv, g->server_sum, g->server_residual,
                     g->server_residual_table, g->mine, g->seg_amax, g->seg_scale, g->seg_exps, g->server_skip, g->exps_all, g->server_exps,
-                    g->server_exps_all};
+                    g->server_exps_all, g->reports, g->lambda};
     for (void* b : bufs) if (b) CUDA_CHECK(cudaFree(b));
+    if (g->reports_host) CUDA_CHECK(cudaFreeHost(g->reports_host));
+    if (g->pinned_done) CUDA_CHECK(cudaEventDestroy(g->pinned_done));
     geofp8_units_free(&g->units);
     if (g->twophase) geofp8_units_free(&g->shard);
     if (g->blas) CUBLAS_CHECK(cublasDestroy(g->blas));
     if (g->solver) CUSOLVER_CHECK(cusolverDnDestroy(g->solver));
     *g = GeoFP8Device();
-}
-
-// --- the refresh (every K steps; DESIGN §6 "Factor") ---
-
-// The shared seed of a unit's test matrix at `step` (gradcomm_begin_step's formula).
-static inline uint64_t geofp8_refresh_seed(unsigned long long seed, int unit, int step) {
-    return (uint64_t)seed * 1000003ull + (uint64_t)unit * 7919ull + (uint64_t)step;
-}
-
-// Before the micro-steps of a refresh step: zero the accumulators and build Ω (on the host with
-// geofp8_test_matrix: from the seed at the first refresh, [U_prev | Gaussian] afterwards).
-// Every rank computes bitwise the same Ω without a broadcast: the same seed, the same
-// (broadcast) U_prev and a sequential QR in double (geofp8_orthonormalize) that no thread
-// count or BLAS build can change. Synchronous (a refresh step only).
-// With --geofp8-ema (ema = 1) this runs on every step of the geometry path (gradcomm_begin_step
-// of llmc/gradcomm.h explains the windows): new_window builds Ω and zeroes the average, every
-// call zeroes the step's accumulators.
-static inline void geofp8_device_sketch_begin(GeoFP8Device* g, unsigned long long seed, int step, int first, int new_window, int ema,
-                                              cudaStream_t stream) {
-    for (GeoFP8DeviceUnit& gu : g->geo) {
-        if (gu.kfac) {
-            CUDA_CHECK(cudaMemsetAsync(gu.A, 0, (size_t)gu.d_in * gu.d_in * sizeof(float), stream));
-            CUDA_CHECK(cudaMemsetAsync(gu.Gs, 0, (size_t)gu.d_out * gu.d_out * sizeof(float), stream));
-            continue;
-        }
-        const size_t dk = (size_t)gu.d_in * gu.k;
-        if (new_window) {
-            std::vector<float> U_prev, om(dk);
-            if (!first) U_prev = cuda_download(gu.factor, (size_t)gu.d_in * gu.r);
-            geofp8_test_matrix(om.data(), gu.d_in, gu.k, first ? NULL : U_prev.data(), gu.r, geofp8_refresh_seed(seed, gu.unit, step));
-            CUDA_CHECK(cudaMemcpy(gu.omega, om.data(), dk * sizeof(float), cudaMemcpyHostToDevice));
-            if (ema) {
-                if (!gu.Y_ema) gu.Y_ema = cuda_malloc<float>(dk), gu.trA_ema = cuda_malloc<double>(1);
-                CUDA_CHECK(cudaMemsetAsync(gu.Y_ema, 0, dk * sizeof(float), stream));
-                CUDA_CHECK(cudaMemsetAsync(gu.trA_ema, 0, sizeof(double), stream));
-                gu.ema_steps = 0;
-            }
-        }
-        CUDA_CHECK(cudaMemsetAsync(gu.Y, 0, dk * sizeof(float), stream));
-        CUDA_CHECK(cudaMemsetAsync(gu.trA, 0, sizeof(double), stream));
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
-static inline void geofp8_device_refresh_begin(GeoFP8Device* g, unsigned long long seed, int step, int first, cudaStream_t stream) {
-    geofp8_device_sketch_begin(g, seed, step, first, 1, 0, stream);
-}
-
-// S (n) <- b S + a Y in fp32 as the CPU writes it; with trA: *trS <- b *trS + a *trA in double.
-__global__ void geofp8_ema_kernel(float* S, const float* Y, size_t n, float b, float a, double* trS, const double* trA) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) S[i] = __fadd_rn(__fmul_rn(b, S[i]), __fmul_rn(a, Y[i]));
-    if (i == 0 && trS) *trS = (double)b * *trS + (double)a * *trA;
-}
-
-// Y (n) <- (float)(S · c) in double, *trA <- *trS · c: the bias-corrected average as the step's sketch.
-__global__ void geofp8_ema_to_sketch_kernel(float* Y, const float* S, size_t n, double c, double* trA, const double* trS) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) Y[i] = (float)((double)S[i] * c);
-    if (i == 0) *trA = *trS * c;
-}
-
-// --geofp8-ema, after the backward of a sketching step: S <- β S + (1 - β) Y for each unit.
-static inline void geofp8_device_ema_update(GeoFP8Device* g, float beta, cudaStream_t stream) {
-    for (GeoFP8DeviceUnit& gu : g->geo) {
-        const size_t dk = (size_t)gu.d_in * gu.k;
-        geofp8_ema_kernel<<<cuda_grid_for(dk, 256), 256, 0, stream>>>(gu.Y_ema, gu.Y, dk, beta, 1.0f - beta, gu.trA_ema, gu.trA);
-        KERNEL_CHECK();
-        gu.ema_steps++;
-    }
-}
-
-// --geofp8-ema, at a refresh: this rank's bias-corrected average S / (1 - β^n) into Y and tr(A).
-static inline void geofp8_device_ema_to_sketch(GeoFP8Device* g, float beta, cudaStream_t stream) {
-    for (GeoFP8DeviceUnit& gu : g->geo) {
-        const size_t dk = (size_t)gu.d_in * gu.k;
-        const double c = 1.0 / (1.0 - pow((double)beta, (double)gu.ema_steps));
-        geofp8_ema_to_sketch_kernel<<<cuda_grid_for(dk, 256), 256, 0, stream>>>(gu.Y, gu.Y_ema, dk, c, gu.trA, gu.trA_ema);
-        KERNEL_CHECK();
-    }
-}
-
-// One micro-batch's input h (n, d_in) bf16 of unit `unit` (no-op if the unit is not on the
-// geometry path); weight = 1 / (tokens of the step over all ranks).
-static inline void geofp8_device_observe_input(GeoFP8Device* g, int unit, const bf16* h, int n, float weight, cudaStream_t stream) {
-    int gi = unit >= 0 && unit < (int)g->unit_to_geo.size() ? g->unit_to_geo[unit] : -1;
-    if (gi < 0) return;
-    GeoFP8DeviceUnit& gu = g->geo[gi];
-    if (gu.kfac) geofp8_kfac_accumulate(g, gu.A, h, n, gu.d_in, weight, stream);
-    else geofp8_sketch_accumulate(g, gu.Y, gu.trA, h, n, gu.d_in, gu.omega, gu.k, weight, stream);
-}
-
-// One micro-batch's output gradient δ (n, d_out) bf16 of unit `unit` (kfac only).
-static inline void geofp8_device_observe_output_grad(GeoFP8Device* g, int unit, const bf16* delta, int n, float weight,
-                                                     cudaStream_t stream) {
-    int gi = unit >= 0 && unit < (int)g->unit_to_geo.size() ? g->unit_to_geo[unit] : -1;
-    if (gi < 0 || !g->geo[gi].kfac) return;
-    GeoFP8DeviceUnit& gu = g->geo[gi];
-    geofp8_kfac_accumulate(g, gu.Gs, delta, n, gu.d_out, weight, stream);
-}
-
-// Rank 0, after the SUM all-reduce of gu.Y and gu.trA (kfac: gu.A and gu.Gs): the new factor into
-// gu.factor_next (kfac: gu.LA_next, gu.LG_next), which every rank then broadcasts from rank 0.
-// Returns the status of geofp8_nystrom (kfac: the worse of the two geofp8_kfac_factor results).
-static inline int geofp8_device_refresh_factor(GeoFP8Device* g, int gi, cudaStream_t stream, GeoFP8Power* pw = NULL) {
-    GeoFP8DeviceUnit& gu = g->geo[gi];
-    if (gu.kfac) {
-        int a = geofp8_kfac_factor(g, gu.LA_next, gu.A, gu.d_in, stream);
-        int b = geofp8_kfac_factor(g, gu.LG_next, gu.Gs, gu.d_out, stream);
-        return a < 0 || b < 0 ? -1 : std::max(a, b);
-    }
-    return geofp8_nystrom(g, gu.factor_next, gu.Y, gu.omega, gu.trA, gu.d_in, gu.k, gu.r, stream, NULL, NULL, pw);
-}
-
-// Every rank, after the broadcast of the new factor: R <- R T_old⁻¹ T_new, then the new factor is
-// in use. into_next (a bucketed step, geofp8_device_double_buffer): the carried R goes to
-// residual_next and gu.residual stays as it was, so that a step skipped afterwards can put the old
-// factor back (geofp8_device_refresh_undo) with its residual; the step's quantizer then overwrites
-// residual_next with the new residual, as the unbucketed step overwrites gu.residual.
-static inline void geofp8_device_refresh_finish(GeoFP8Device* g, int gi, cudaStream_t stream, int into_next = 0) {
-    GeoFP8DeviceUnit& gu = g->geo[gi];
-    float* R = gu.residual;
-    if (into_next) {
-        R = gu.residual_next;
-        CUDA_CHECK(cudaMemcpyAsync(R, gu.residual, (size_t)gu.d_out * gu.d_in * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-    }
-    if (gu.kfac) {
-        geofp8_kfac_unwhiten(g, R, gu.d_out, gu.d_in, gu.LG, gu.LA, stream);
-        geofp8_kfac_whiten(g, R, gu.d_out, gu.d_in, gu.LG_next, gu.LA_next, stream);
-        std::swap(gu.LA, gu.LA_next);
-        std::swap(gu.LG, gu.LG_next);
-        return;
-    }
-    geofp8_carry_residual(g, R, gu.d_out, gu.d_in, gu.factor, gu.factor_next, gu.r, stream);
-    std::swap(gu.factor, gu.factor_next);
-}
-
-// A refresh of this step undone (the step is skipped): the old factor is in use again; the new
-// one stays in the broadcast buffer, which the next refresh overwrites.
-static inline void geofp8_device_refresh_undo(GeoFP8Device* g, int gi) {
-    GeoFP8DeviceUnit& gu = g->geo[gi];
-    std::swap(gu.factor, gu.factor_next);
-    std::swap(gu.LA, gu.LA_next);
-    std::swap(gu.LG, gu.LG_next);
 }
 
 // --- the step phases ---

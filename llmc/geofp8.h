@@ -49,19 +49,27 @@
 #include "fp8.h"
 #include "rand.h"
 
+// The scalar formulas of the factor (residual variance, coefficients, whitening power) also run
+// on the GPU, where geofp8.cuh's Nyström step calls them from a kernel.
+#ifdef __CUDACC__
+#define GEOFP8_HD __host__ __device__
+#else
+#define GEOFP8_HD
+#endif
+
 // Elements per scale in the fp8block mode (the paper's per-block ablation).
 static const int GEOFP8_BLOCK = 512;
 // Extra sketch columns beyond the kept rank r: k = r + 8.
 static const int GEOFP8_OVERSAMPLE = 8;
 // Nyström stabilizing shift ν = 1e-6 ‖Y‖_F: about 10 fp32 ulps of the sketch, so Ωᵀ Y_ν is
 // positive definite despite the fp32 rounding of Y, yet far below the eigenvalues we keep.
-static const double GEOFP8_NYSTROM_SHIFT = 1e-6;
+static constexpr double GEOFP8_NYSTROM_SHIFT = 1e-6;
 // Damping ε = 1e-3 tr(A) / d (the low-rank transform and the K-FAC Cholesky factors).
-static const double GEOFP8_DAMPING = 1e-3;
+static constexpr double GEOFP8_DAMPING = 1e-3;
 // When a Cholesky factorization fails, the shift (Nyström) or damping (K-FAC) is multiplied by
 // this much and the factorization retried, at most GEOFP8_MAX_RETRIES times.
-static const double GEOFP8_RETRY_GROWTH = 100.0;
-static const int GEOFP8_MAX_RETRIES = 3;
+static constexpr double GEOFP8_RETRY_GROWTH = 100.0;
+static constexpr int GEOFP8_MAX_RETRIES = 3;
 // geofp8_scale_exponent's answer for a non-finite amax: every rank skips the step.
 static const int GEOFP8_EXP_SKIP = INT_MIN;
 // Exponent range of the scale: 2^-149 is the smallest positive float (subnormal), 2^127 the
@@ -362,7 +370,7 @@ static inline void geofp8_sketch_accumulate(float* Y, double* trA, const float* 
 }
 
 // σ² = max(trA - Σλ, 0) / (d_in - r); 0 when r == d_in (nothing is left over).
-static inline float geofp8_residual_variance(double trA, const float* lambda, int d_in, int r) {
+GEOFP8_HD static inline float geofp8_residual_variance(double trA, const float* lambda, int d_in, int r) {
     if (r >= d_in || !std::isfinite(trA)) return 0.0f;
     double s = 0.0;
     for (int i = 0; i < r; i++) s += (double)lambda[i];
@@ -522,7 +530,7 @@ static inline void geofp8_factor_identity(GeoFP8Factor* f, int d_in, int r) {
 
 // (x)^(-p/2) for the transform's coefficients: p = 1 is 1/sqrt(x) exactly as it always was
 // (so --geofp8-power 1 is bitwise today's factor), p = 0 is exactly 1 (T = I).
-static inline double geofp8_inverse_root(double x, double power) {
+GEOFP8_HD static inline double geofp8_inverse_root(double x, double power) {
     if (power == 1.0) return 1.0 / sqrt(x);
     if (power == 0.0) return 1.0;
     return pow(x, -0.5 * power);
@@ -535,19 +543,27 @@ static inline double geofp8_inverse_root(double x, double power) {
 // FP8 with error feedback), p = 1/2 whitens halfway (see geofp8_auto_power). A zero or
 // non-finite tr(A) (a unit whose inputs are all zero) gives the identity transform, since
 // ε = 0 would make D infinite. Computed in double, stored fp32.
+// The coefficients alone: D (r), *c and *eps as above; false (nothing written) for a zero or
+// non-finite tr(A), whose transform is the identity.
+GEOFP8_HD static inline bool geofp8_factor_coefficients(float* D, float* c, float* eps_out, const float* lambda, float sigma2, double trA, int d_in,
+                                                        int r, double power, double damping) {
+    if (!(trA > 0.0) || !std::isfinite(trA)) return false;
+    const double eps = damping * trA / d_in;
+    for (int i = 0; i < r; i++) {
+        double l = lambda[i] > 0.0f ? (double)lambda[i] : 0.0;
+        D[i] = (float)geofp8_inverse_root(l + eps, power);
+    }
+    double s2 = sigma2 > 0.0f ? (double)sigma2 : 0.0;
+    *c = (float)geofp8_inverse_root(s2 + eps, power);
+    *eps_out = (float)eps;
+    return true;
+}
+
 static inline void geofp8_factor_from_nystrom(GeoFP8Factor* f, const float* U, const float* lambda, float sigma2, double trA, int d_in, int r,
                                               double power = 1.0, double damping = GEOFP8_DAMPING) {
     geofp8_factor_identity(f, d_in, r);
-    if (!(trA > 0.0) || !std::isfinite(trA)) return;
-    const double eps = damping * trA / d_in;
+    if (!geofp8_factor_coefficients(f->D.data(), &f->c, &f->eps, lambda, sigma2, trA, d_in, r, power, damping)) return;
     memcpy(f->U.data(), U, (size_t)d_in * r * sizeof(float));
-    for (int i = 0; i < r; i++) {
-        double l = lambda[i] > 0.0f ? (double)lambda[i] : 0.0;
-        f->D[i] = (float)geofp8_inverse_root(l + eps, power);
-    }
-    double s2 = sigma2 > 0.0f ? (double)sigma2 : 0.0;
-    f->c = (float)geofp8_inverse_root(s2 + eps, power);
-    f->eps = (float)eps;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -588,34 +604,47 @@ static inline void geofp8_direction_energy(double* e, double* total, const float
     *total = t;
 }
 
+// Point i of geofp8_estimate_q's fit: i < r the kept direction i, i == r the other d_in - r
+// directions (energy rest = total - Σ e_j); false when it drops out (log 0).
+GEOFP8_HD static inline bool geofp8_q_point(int i, const float* lambda, float sigma2, double eps, const double* e, double rest, int d_in, int r,
+                                            double* x, double* y, double* w) {
+    if (i < r) {
+        const double mu = (double)std::max(lambda[i], 0.0f) + eps;
+        if (!(mu > 0.0 && e[i] > 0.0)) return false;
+        *x = log(mu), *y = log(e[i]), *w = 1.0;
+        return true;
+    }
+    const double mu_rest = (double)std::max(sigma2, 0.0f) + eps;
+    if (!(d_in > r && rest > 0.0 && mu_rest > 0.0)) return false;
+    *x = log(mu_rest), *y = log(rest / (d_in - r)), *w = (double)(d_in - r);
+    return true;
+}
+
 // The exponent q of e_j ∝ μ_j^q (see above) from the kept eigenvalues lambda (r), the residual
 // variance sigma2, the damping eps and the energies e (r), total (geofp8_direction_energy).
 // Directions with zero energy or eigenvalue drop out of the fit (log 0); with fewer than two
 // distinct eigenvalues left, or a non-finite input, q = 0 (whitening cannot help a flat spectrum).
-static inline double geofp8_estimate_q(const float* lambda, float sigma2, double eps, const double* e, double total, int d_in, int r) {
-    std::vector<double> x, y, w;
+// Two passes over the points (weighted means, then the centred sums), in point order.
+GEOFP8_HD static inline double geofp8_estimate_q(const float* lambda, float sigma2, double eps, const double* e, double total, int d_in, int r) {
     double kept = 0.0;
-    for (int j = 0; j < r; j++) {
-        kept += e[j];
-        double mu = (double)std::max(lambda[j], 0.0f) + eps;
-        if (mu > 0.0 && e[j] > 0.0) x.push_back(log(mu)), y.push_back(log(e[j])), w.push_back(1.0);
-    }
-    double rest = total - kept, mu_rest = (double)std::max(sigma2, 0.0f) + eps;
-    if (d_in > r && rest > 0.0 && mu_rest > 0.0)
-        x.push_back(log(mu_rest)), y.push_back(log(rest / (d_in - r))), w.push_back((double)(d_in - r));
-    double sw = 0.0, sx = 0.0, sy = 0.0;
-    for (size_t i = 0; i < x.size(); i++) sw += w[i], sx += w[i] * x[i], sy += w[i] * y[i];
-    if (x.size() < 2 || !(sw > 0.0)) return 0.0;
+    for (int j = 0; j < r; j++) kept += e[j];
+    const double rest = total - kept;
+    double sw = 0.0, sx = 0.0, sy = 0.0, x, y, w;
+    int points = 0;
+    for (int i = 0; i <= r; i++)
+        if (geofp8_q_point(i, lambda, sigma2, eps, e, rest, d_in, r, &x, &y, &w)) sw += w, sx += w * x, sy += w * y, points++;
+    if (points < 2 || !(sw > 0.0)) return 0.0;
     const double mx = sx / sw, my = sy / sw;
     double sxx = 0.0, sxy = 0.0;
-    for (size_t i = 0; i < x.size(); i++) sxx += w[i] * (x[i] - mx) * (x[i] - mx), sxy += w[i] * (x[i] - mx) * (y[i] - my);
+    for (int i = 0; i <= r; i++)
+        if (geofp8_q_point(i, lambda, sigma2, eps, e, rest, d_in, r, &x, &y, &w)) sxx += w * (x - mx) * (x - mx), sxy += w * (x - mx) * (y - my);
     // log-eigenvalues closer than 1e-9 (relative 1e-9) are one point: the spectrum is flat
     if (!(sxx > 1e-18 * sw) || !std::isfinite(sxy)) return 0.0;
     return sxy / sxx;
 }
 
 // p = clamp(q / 2, 0, 1): the whitening power of --geofp8-power auto.
-static inline double geofp8_auto_power(double q) {
+GEOFP8_HD static inline double geofp8_auto_power(double q) {
     if (!std::isfinite(q)) return 0.0;
     return std::min(1.0, std::max(0.0, 0.5 * q));
 }
@@ -625,7 +654,7 @@ static inline double geofp8_auto_power(double q) {
 // residual level sigma2 of A, damped by eps = damping tr(A) / d_in: p = clamp(q/2, 0, 1) with q
 // from geofp8_estimate_q. Writes q to *q_out if not NULL. Both engines choose through this: the
 // CPU from its own energies (geofp8_choose_power), the GPU from the device's.
-static inline double geofp8_power_from_energy(const double* e, double total, const float* lambda, float sigma2, int d_in, int r, double eps,
+GEOFP8_HD static inline double geofp8_power_from_energy(const double* e, double total, const float* lambda, float sigma2, int d_in, int r, double eps,
                                               double* q_out) {
     const double q = geofp8_estimate_q(lambda, sigma2, eps, e, total, d_in, r);
     if (q_out) *q_out = q;

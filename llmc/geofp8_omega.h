@@ -21,6 +21,16 @@
 #include <vector>
 #include "geofp8.h"
 
+// The first step >= from that builds Ω, for a geometry path that starts at geometry_start and
+// refreshes every refresh_every steps: a refresh step, or with --geofp8-ema (ema) a window's first
+// step (the geometry path's first step, then the step after each refresh; llmc/gradcomm.h).
+static inline int geofp8_omega_next_step(int from, int geometry_start, int refresh_every, bool ema) {
+    const int gs = geometry_start, K = refresh_every, t = std::max(from, gs);
+    if (ema && t == gs) return t;
+    const int m = ema ? (t - gs - 1) % K : (t - gs) % K;
+    return m == 0 ? t : t + K - m;
+}
+
 // One unit's Ω: geofp8_test_matrix(out, d_in, k, first ? NULL : U_prev, r, seed).
 struct GeoFP8OmegaJob {
     int d_in = 0, k = 0, r = 0;

@@ -39,6 +39,7 @@
 #include "checkpoint.h"
 #include "comm.cuh"
 #include "geofp8.cuh"
+#include "geofp8_refresh.cuh"
 #include "llama.h"
 #include "gradcomm_common.h"
 #include "logger.h"
@@ -364,9 +365,31 @@ static inline void gradcomm_gpu_begin_step(GradCommGPU* gc, int step, long long 
     gc->refresh_now = geometry && (step - gc->geometry_start) % gc->refresh_every == 0;
     gc->sketch_now = gc->ema > 0.0f ? geometry : gc->refresh_now;
     gc->sketch_weight = (float)(1.0 / (double)tokens);
+    gc->stats.omega_seconds = 0.0;
     if (!gc->sketch_now) return;
     const bool new_window = gc->ema > 0.0f ? step == gc->geometry_start || (step - gc->geometry_start - 1) % gc->refresh_every == 0 : true;
-    geofp8_device_sketch_begin(&gc->dev, gc->seed, step, step == gc->geometry_start ? 1 : 0, new_window ? 1 : 0, gc->ema > 0.0f ? 1 : 0, stream);
+    gc->stats.omega_seconds = geofp8_device_sketch_begin(&gc->dev, gc->seed, step, step == gc->geometry_start ? 1 : 0, new_window ? 1 : 0,
+                                                         gc->ema > 0.0f ? 1 : 0, stream);
+}
+
+// The first step >= from whose refresh builds Ω (-1: none known yet, or kfac).
+static inline int gradcomm_gpu_next_omega_step(const GradCommGPU* gc, int from) {
+    if (!gc->has_device || gc->geometry_start < 0 || gc->dev.geo.empty() || gc->mode == "kfac") return -1;
+    return geofp8_omega_next_step(from, gc->geometry_start, gc->refresh_every, gc->ema > 0.0f);
+}
+
+// Starts building the Ω of the first Ω step >= from on host threads (geofp8_device_omega_prepare);
+// at set-up, after a checkpoint is loaded or the model initialized.
+static inline void gradcomm_gpu_omega_prepare(GradCommGPU* gc, int from) {
+    const int t = gradcomm_gpu_next_omega_step(gc, from);
+    if (t >= 0) geofp8_device_omega_prepare(&gc->dev, gc->seed, t, t == gc->geometry_start ? 1 : 0);
+}
+
+// After `step` is settled (kept or skipped, its factors final): the next refresh's Ω starts
+// building if the factors may have changed (a refresh step) or nothing builds it yet.
+static inline void gradcomm_gpu_end_step(GradCommGPU* gc, int step) {
+    const int t = gradcomm_gpu_next_omega_step(gc, step + 1);
+    if (t >= 0 && (gc->refresh_now || gc->dev.omega->step != t)) gradcomm_gpu_omega_prepare(gc, step + 1);
 }
 
 static inline bool gradcomm_gpu_wants_activations(const GradCommGPU* gc) { return gc && gc->sketch_now; }
@@ -390,19 +413,18 @@ static inline void gradcomm_gpu_observe_output_grad(GradCommGPU* gc, int unit, c
 
 // Geometry unit gi, on grid's stream: SUM all-reduce of Y and tr(A) (kfac: A and G), rank 0
 // factorizes, broadcast of the packed factor (kfac: LA, LG), R <- R T_old⁻¹ T_new (into
-// residual_next with into_next: geofp8_device_refresh_finish). Returns the bytes it sent; rank 0's
-// power choice goes to gc->chosen[gi].
+// residual_next with into_next: geofp8_device_refresh_finish). Asynchronous on the low-rank path
+// (rank 0's report waits for gradcomm_gpu_refresh_results). Returns the bytes it sent.
 static inline double gradcomm_gpu_refresh_unit(GradCommGPU* gc, CommGridGPU* grid, int gi, const float* grads, int into_next) {
     GeoFP8DeviceUnit& gu = gc->dev.geo[gi];
     cudaStream_t s = grid->stream;
     double bytes = 0.0;
-    int status = 0;
     if (gu.kfac) {
         const size_t nin = (size_t)gu.d_in * gu.d_in, nout = (size_t)gu.d_out * gu.d_out;
         comm_gpu_allreduce_f32_sum(grid, gu.A, gu.A, nin);
         comm_gpu_allreduce_f32_sum(grid, gu.Gs, gu.Gs, nout);
         bytes += comm_gpu_ring_bytes(grid, 4.0 * (nin + nout));
-        if (gc->rank == 0) status = geofp8_device_refresh_factor(&gc->dev, gi, s);
+        if (gc->rank == 0) geofp8_device_refresh_factor(&gc->dev, gi, s);
         comm_gpu_broadcast_f32(grid, gu.LA_next, nin, 0);
         comm_gpu_broadcast_f32(grid, gu.LG_next, nout, 0);
         bytes += 4.0 * (nin + nout);
@@ -417,20 +439,32 @@ static inline double gradcomm_gpu_refresh_unit(GradCommGPU* gc, CommGridGPU* gri
             pw.damping = gc->damping;
             pw.G = grads + gc->units[gu.unit].offset;
             pw.d_out = gu.d_out;
-            status = geofp8_device_refresh_factor(&gc->dev, gi, s, &pw);
-            if (gc->power < 0.0) {
-                char b[96];
-                snprintf(b, sizeof(b), "%s p %.3f (q %.3f)", gc->units[gu.unit].name.c_str(), pw.chosen, pw.q);
-                gc->chosen[gi] = b;
-            }
+            geofp8_device_refresh_factor(&gc->dev, gi, s, &pw);
         }
         comm_gpu_broadcast_f32(grid, gu.factor_next, nf, 0);
         bytes += 4.0 * nf;
     }
-    if (status < 0) fprintf(stderr, "warning: geofp8 refresh of %s: the factorization failed (status %d)\n",
-                            gc->units[gu.unit].name.c_str(), status);
     geofp8_device_refresh_finish(&gc->dev, gi, s, into_next);
     return bytes;
+}
+
+// Rank 0, after this step's refreshes (the units with refreshed[gi], all of them when NULL): their
+// reports in one download (the refresh's one wait on rank 0), the warning of a failed
+// factorization, and the --geofp8-power auto choices into gc->chosen.
+static inline void gradcomm_gpu_refresh_results(GradCommGPU* gc, const std::vector<char>* refreshed, cudaStream_t stream) {
+    if (gc->rank != 0) return;
+    const GeoFP8RefreshReport* rep = geofp8_device_refresh_reports(&gc->dev, stream);
+    for (size_t gi = 0; gi < gc->dev.geo.size(); gi++) {
+        if (refreshed && !(*refreshed)[gi]) continue;
+        const GeoFP8DeviceUnit& gu = gc->dev.geo[gi];
+        const char* name = gc->units[gu.unit].name.c_str();
+        if (rep[gi].status < 0) fprintf(stderr, "warning: geofp8 refresh of %s: the factorization failed (status %d)\n", name, rep[gi].status);
+        if (gc->power < 0.0 && !gu.kfac) {
+            char b[96];
+            snprintf(b, sizeof(b), "%s p %.3f (q %.3f)", name, rep[gi].power, rep[gi].q);
+            gc->chosen[gi] = b;
+        }
+    }
 }
 
 // Rank 0's power choices of this step's refresh, one line in geometry-unit order (as the CPU engine).
@@ -446,6 +480,7 @@ static inline double gradcomm_gpu_refresh(GradCommGPU* gc, CommGridGPU* grid, co
     double bytes = 0.0;
     gc->chosen.assign(gc->dev.geo.size(), "");
     for (size_t gi = 0; gi < gc->dev.geo.size(); gi++) bytes += gradcomm_gpu_refresh_unit(gc, grid, (int)gi, grads, 0);
+    gradcomm_gpu_refresh_results(gc, NULL, grid->stream);
     gradcomm_gpu_print_power(gc, step);
     return bytes;
 }
@@ -939,6 +974,7 @@ static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid
     if (gc->refresh_bucketed) {
         st.bytes += gc->refresh_bytes;
         st.refreshed = true;
+        gradcomm_gpu_refresh_results(gc, &gc->refreshed, s);
         gradcomm_gpu_print_power(gc, gc->step);
     }
     int sp = gradcomm_timer_begin(t, GC_T_NCCL);
@@ -1039,6 +1075,7 @@ static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, 
             upload(gu.LG, need(p + "LG", (size_t)gu.d_out * gu.d_out)->data);
         } else {
             upload(gu.factor, need(p + "factor", geofp8_factor_floats(gu.d_in, gu.r))->data);
+            gu.factor_version++;  // the next Ω's U_prev is this factor's (geofp8_device_fetch_U)
             if (gc->ema > 0.0f && checkpoint_find_extra(s, p + "ema_meta")) {
                 const size_t dk = (size_t)gu.d_in * gu.k;
                 if (!gu.Y_ema) gu.Y_ema = cuda_malloc<float>(dk), gu.trA_ema = cuda_malloc<double>(1);

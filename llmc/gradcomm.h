@@ -291,10 +291,7 @@ static inline bool gradcomm_ema_window_start(const GradComm* gc, int step) {
 // step). -1 while the geometry path is not known yet, or has no Ω (kfac).
 static inline int gradcomm_next_omega_step(const GradComm* gc, int from) {
     if (gc->geometry_start < 0 || gc->geo.empty() || gc->mode == "kfac") return -1;
-    const int gs = gc->geometry_start, K = gc->refresh_every, t = std::max(from, gs);
-    if (gc->ema > 0.0f && t == gs) return t;
-    const int m = gc->ema > 0.0f ? (t - gs - 1) % K : (t - gs) % K;
-    return m == 0 ? t : t + K - m;
+    return geofp8_omega_next_step(from, gc->geometry_start, gc->refresh_every, gc->ema > 0.0f);
 }
 
 // The jobs that build every geometry unit's Ω of `step` into its omega_next, from the factor in

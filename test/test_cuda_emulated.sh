@@ -24,6 +24,7 @@
 #     engine's (bounds and their measured worst cases where they are checked);
 #   - every unit its own gradient bucket (--bucket-mb 0.0001) bitwise the unbucketed run in each
 #     kind of mode, on 2 and 4 emulated GPUs, with gradient accumulation and a skipped NaN step;
+#   - a refresh's host waits counted by the emulator (at most 4 per refresh, none in the Nyström step)
 #   - auto layer selection, bitwise resume of geofp8 with 2 ranks past a damaged newest checkpoint
 #     (fallback to the intact one), the lock on -o, an injected NaN skipped by every rank, a lost
 #     peer ending the job with one line, ranks with different flags (-l, --max-skips) refused over NCCL,
@@ -240,6 +241,26 @@ if [ $rc -eq 0 ] && [ -s "$TMP/auto/geofp8_layers.txt" ] && ! grep -vqE '^layers
    grep -q "profiled 3 steps" "$TMP/auto.out"; then
     pass "emu.geofp8_auto_selection_np2: $(cut -d' ' -f1 "$TMP/auto/geofp8_layers.txt" | tr '\n' ' ')"
 else fail emu.geofp8_auto_selection_np2 "rc=$rc $(why "$TMP/auto.out")"; fi
+
+# --- a refresh's host waits, counted by the emulator (EMU_SYNC_COUNT: every stream, device and
+#     event synchronization and host<->device cudaMemcpy): one process, the four fc2 units, 5 steps
+#     with a refresh every 2 steps (steps 1, 3, 5) against every 100 (step 1 only). Each extra
+#     refresh may add 4: rank 0's one download of the units' reports, the end-of-step wait for the
+#     U downloads (done by then), and the step timer's two events of the refresh span. The Ω build
+#     and the Nyström step add none (with one wait per unit for each Nyström decision and the Ω
+#     round trips, 31 per refresh on these 4 units before); bucketed and after the backward alike
+for mb in 25 0; do
+    for K in 2 100; do
+        rm -f "$TMP/syncs_$K"
+        EMU_SYNC_COUNT="$TMP/syncs_$K" timeout 600 "$EMU/train_llama" "${SMALL[@]}" -b 4 -t 64 -x 5 -v 0 -s 0 -n -1 -u 2 -c geofp8 \
+            --geofp8-layers layers.0.fc2,layers.1.fc2,layers.2.fc2,layers.3.fc2 --geofp8-refresh "$K" --bucket-mb "$mb" \
+            -o "$TMP/sync_$K" >"$TMP/sync_$K.out" 2>&1 || echo "rc $?" >>"$TMP/sync_$K.out"
+    done
+    a=$(awk '{ print $2 }' "$TMP/syncs_2" 2>/dev/null); b=$(awk '{ print $2 }' "$TMP/syncs_100" 2>/dev/null)
+    if [ -n "$a" ] && [ -n "$b" ] && [ $(( (a - b) )) -le 8 ]; then
+        pass "emu.geofp8_refresh_host_waits_mb$mb: $(( a - b )) more host waits for 2 more refreshes ($a vs $b in 5 steps; bound 8)"
+    else fail "emu.geofp8_refresh_host_waits_mb$mb" "host waits ${a:-?} (refresh 2) vs ${b:-?} (refresh 100), bound 8 more; $(why "$TMP/sync_2.out")"; fi
+done
 
 # --- --muon-shard 1 on 2 emulated GPUs: each rank orthogonalizes its share (matrix by matrix),
 #     broadcasts its X in bf16, and the model equals the unsharded (batched) run's bit for bit

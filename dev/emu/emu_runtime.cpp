@@ -41,6 +41,21 @@ static bool dev_range(const void* p, size_t bytes, bool must) {
     return false;
 }
 
+// Host waits on the device: cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize and
+// the host<->device cudaMemcpy (synchronous for the host). With EMU_SYNC_COUNT=FILE, the count is
+// appended to FILE at exit ("syncs N"), so that a test can count a code path's waits.
+static long g_syncs = 0;
+static void count_sync() {
+    static bool registered = false;
+    if (!registered && getenv("EMU_SYNC_COUNT")) {
+        registered = true;
+        atexit([] {
+            if (FILE* f = fopen(getenv("EMU_SYNC_COUNT"), "a")) { fprintf(f, "syncs %ld\n", g_syncs); fclose(f); }
+        });
+    }
+    g_syncs++;
+}
+
 extern "C" {
 cudaError_t cudaMalloc(void** p, size_t n) {
     size_t sz = (n + 255) / 256 * 256;
@@ -60,7 +75,7 @@ cudaError_t cudaFree(void* p) {
     free(p);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+static cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     if (n == 0) return cudaSuccess;
     bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
@@ -69,13 +84,17 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
     memmove(dst, src, n);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if (n != 0 && kind != cudaMemcpyDeviceToDevice) count_sync();
+    return copy(dst, src, n, kind);
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, n, kind);
+    return copy(dst, src, n, kind);
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) { dev_range(p, n, true); memset(p, v, n); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { count_sync(); return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { count_sync(); return cudaSuccess; }
 cudaError_t cudaGetLastError(void) { cudaError_t e = g_last_error; g_last_error = cudaSuccess; return e; }
 const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated launch error"; }
 cudaError_t cudaGetDeviceCount(int* c) { *c = getenv("EMU_NO_DEVICE") ? 0 : 1; return *c ? cudaSuccess : cudaErrorNoDevice; }
@@ -98,7 +117,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cuda
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { count_sync(); return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 1.0f; return cudaSuccess; }
 // Everything runs in call order on the host, so a stream is only a handle and waiting on an
 // event has nothing to wait for.
