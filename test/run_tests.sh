@@ -19,6 +19,9 @@
 # The verdict stays the checks' own: machines differ in speed, so time alone never fails the run.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# every test on the environment's OpenBLAS kernels (some compare bitwise against committed
+# figures or between runs); test_blas_select.sh tests the engine's choice of kernels itself
+export TRAIN_LLAMA_BLAS_AUTO=0
 # idle OpenMP threads sleep instead of spinning: tests run several ranks on 2 cores
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 JOBS=${TEST_JOBS:-2}
