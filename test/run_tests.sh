@@ -10,7 +10,8 @@
 # program's output is kept whole and printed in the usual order (binaries, Python tests, shell
 # tests, each alphabetical) once it and every program before it have finished.
 #   TEST_JOBS=1 bash test/run_tests.sh          one program at a time
-#   bash test/run_tests.sh test/test_cli.sh ... only these programs
+#   bash test/run_tests.sh test/test_cli.sh ... only these programs (also by name: test_cli or cli;
+#                                               make test T="cli model")
 # A program that fails without a FAIL line of its own gets one: "FAIL <program>: exited with
 # status N", followed by the last error: line it printed (the engine's own), if any.
 # The budget (DESIGN §12): make test in at most 30 minutes on a fresh clone of this 2-core
@@ -34,7 +35,15 @@ case $START_EPOCH in ''|*[!0-9]*) echo "run_tests: TEST_START_EPOCH: expected se
 # the programs, in the order their output is printed
 programs=()
 if [ $# -gt 0 ]; then
-    programs=("$@")
+    # a path, or a test's name: test_cli, cli, test_cli.sh and build/test_model all name one program
+    for a in "$@"; do
+        found=""
+        for c in "$a" "test/$a" "test/$a.sh" "test/$a.py" "build/$a" "test/test_$a.sh" "test/test_$a.py" "build/test_$a"; do
+            if [ -f "$c" ]; then found=$c; break; fi
+        done
+        if [ -z "$found" ]; then echo "run_tests: no test named '$a' (expected a path, or a name such as test_cli or cli: test/test_*.sh, test/test_*.py, build/test_*)" >&2; exit 2; fi
+        programs+=("$found")
+    done
 else
     for t in build/test_*; do [ -x "$t" ] && [ -f "$t" ] && programs+=("$t"); done
     for t in test/test_*.py test/test_*.sh; do [ -f "$t" ] && programs+=("$t"); done
