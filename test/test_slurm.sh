@@ -39,6 +39,17 @@ out=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama bash
 rc=$?
 if [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^error: SLURM_ACCOUNT_NAME=CHANGE_ME is the placeholder" <<<"$out"; then pass slurm_placeholder_account_refused
 else fail slurm_placeholder_account_refused "rc $rc: $(head -c 300 <<<"$out")"; fi
+# after training: one command exports, evaluates and prints Table III (dry run: its commands)
+EVT=$(mktemp -d)
+mkdir -p "$EVT/llama300m_fp32" "$EVT/llama300m_geofp8"
+touch "$EVT/llama300m_fp32/model_00000010.bin" "$EVT/llama300m_fp32/model_00000020.bin" "$EVT/llama300m_geofp8/model_00000020.bin"
+ev=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent OUT_ROOT="$EVT" DRY_RUN=1 bash scripts/slurm/eval_paper_runs.sh 2>&1)
+if grep -qx "would run: python3 scripts/export_hf.py $EVT/llama300m_fp32/model_00000020.bin $EVT/hf/llama300m_fp32 --replace" <<<"$ev" &&
+   grep -q "^would run: bash scripts/eval_downstream.sh $EVT/hf/llama300m_geofp8 --out $EVT/eval/llama300m_geofp8 " <<<"$ev" &&
+   grep -qx "would run: python3 scripts/eval_table.py --baseline-method FP32 --row 300M FP32 $EVT/eval/llama300m_fp32 --row 300M GIFT $EVT/eval/llama300m_geofp8 " <<<"$ev" &&
+   [ "$(grep -c 'left out$' <<<"$ev")" = 7 ]; then pass slurm_eval_paper_runs_dry_run
+else fail slurm_eval_paper_runs_dry_run "$(head -c 600 <<<"$ev")"; fi
+rm -rf "$EVT"
 # a stop-signal lead that reaches a job's start (Slurm signals up to 60 s early) would stop and
 # requeue every start of it at once; a time limit Slurm cannot read, or GPUs that do not fill
 # whole nodes, are refused too: one line each, before any job is submitted
