@@ -15,9 +15,10 @@
 # A program that fails without a FAIL line of its own gets one: "FAIL <program>: exited with
 # status N", followed by the last error: line it printed (the engine's own), if any.
 # The budget (DESIGN §12): make test in at most 30 minutes on a fresh clone of this 2-core
-# machine. The last line says "over budget" when more than TEST_BUDGET_S seconds (default 1800)
+# machine. The last line says "over the advisory budget" when more than TEST_BUDGET_S seconds (default 1800)
 # passed since TEST_START_EPOCH (make test sets it before its builds; else this script's start).
-# The verdict stays the checks' own: machines differ in speed, so time alone never fails the run.
+# The budget is advisory: the verdict stays the checks' own (machines differ in speed, so time
+# alone never fails the run), and the line says "over the advisory budget".
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # every test on the environment's OpenBLAS kernels (some compare bitwise against committed
@@ -128,7 +129,7 @@ for i in "${!programs[@]}"; do sum=$((sum + $(cat "$DIR/$i.time"))); done
 printf '%6d s  total wall time of the tests (%d s of program time)\n' "$total" "$sum"
 elapsed=$(( $(date +%s) - START_EPOCH ))
 over=""
-[ "$elapsed" -gt "$BUDGET" ] && over=", over budget: $elapsed s > $BUDGET s"
+[ "$elapsed" -gt "$BUDGET" ] && over=", over the advisory budget: $elapsed s > $BUDGET s (time alone never fails the run)"
 [ -n "${TEST_START_EPOCH:-}" ] && printf '%6d s  since make started its builds (budget %d s)\n' "$elapsed" "$BUDGET"
 echo "$passed passed, $failed failed, $skipped skipped$over"
 [ "$failed" -eq 0 ]
