@@ -52,6 +52,7 @@ Usage: ./train_llama_cpu [flags]           (--help lists them; docs/running.md e
 #include "llmc/run.h"
 #include "llmc/comm.h"
 #include "llmc/gradcomm.h"
+#include "llmc/blas_select.h"
 
 #define ADAMW_BETA1 0.9f
 #define ADAMW_BETA2 0.95f
@@ -596,6 +597,7 @@ static RunRanks cpu_run_ranks(CommGrid* g) {
 #ifndef TRAIN_LLAMA_NO_MAIN
 
 int main(int argc, char** argv) {
+    blas_select_early(argc, argv);  // may restart this program on faster OpenBLAS kernels (llmc/blas_select.h)
     CommGrid grid;
     comm_init(&grid, &argc, &argv);
     TrainConfig tc;
@@ -639,6 +641,7 @@ int main(int argc, char** argv) {
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
     std::string settings = run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, false);
     RunRanks ranks = cpu_run_ranks(&grid);
+    blas_select_agree(&ranks);
     run_check_same_settings(&ranks, run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, true));
     if (V > 1) run_agree(&ranks, run_virtual_memory_problem(&lc, &tc, train_loader, do_val ? &val_loader : NULL, V, N, &grid));
     GradComm gc;
@@ -703,7 +706,7 @@ int main(int argc, char** argv) {
             run_print_row("virtual ranks", b);
         }
         snprintf(b, sizeof(b), "%d OpenMP threads per rank", threads); run_print_row("threads", b);
-        run_print_row("BLAS", matmul_blas_kernels());
+        run_print_row("BLAS", g_blas_select.row);
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);

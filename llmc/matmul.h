@@ -9,19 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-extern "C" char* openblas_get_corename(void);
-
-// The kernel family OpenBLAS runs, for the configuration table: its own choice for this CPU, or
-// the one OPENBLAS_CORETYPE forces (the fp32 GEMM rate depends on it: on 2 cores of an AVX-512
-// AMD EPYC, 2048^3 ran at 392 GFLOP/s with the Cooperlake kernels and 205 with Haswell's).
-static inline const char* matmul_blas_kernels(void) {
-    static char note[128];
-    const char* forced = getenv("OPENBLAS_CORETYPE");
-    snprintf(note, sizeof(note), "OpenBLAS, %s kernels%s%s%s", openblas_get_corename(), forced ? " (OPENBLAS_CORETYPE=" : "",
-             forced ? forced : "", forced ? ")" : "");
-    return note;
-}
-
 // out = inp · weightᵀ
 static inline void matmul_forward_cpu(float* out,           // (N, OC)
                                       const float* inp,     // (N, C)

@@ -74,6 +74,7 @@ typedef struct {
     int max_skips;             // --max-skips consecutive non-finite steps before stopping
     float comm_timeout;        // --comm-timeout seconds a collective may wait before the job ends (0 = never)
     int overwrite;             // --overwrite 1 = a fresh run may replace the checkpoints in -o
+    int blas_auto;             // --blas-auto 1 = train_llama_cpu picks OpenBLAS's kernels (llmc/blas_select.h)
 } TrainConfig;
 
 static inline void train_config_defaults(TrainConfig* c) {
@@ -126,6 +127,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->max_skips = 10;
     c->comm_timeout = 600.0f;
     c->overwrite = 0;
+    c->blas_auto = 1;
 }
 
 // One row of the flag table: short and long spelling, the field, its kind and range, and whom
@@ -160,7 +162,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-o", "--output-dir", OPT_STR, output_dir, 0, 0, NULL, OPT_RANKS, "directory for logs and checkpoints"),
     TOPT("-b", "--batch-size", OPT_INT, B, 1, 1 << 20, NULL, OPT_RUN, "micro-batch size in sequences"),
     TOPT("-t", "--seq-len", OPT_INT, T, 1, 1 << 20, NULL, OPT_RUN, "sequence length (default: the model's T)"),
-    TOPT("-d", "--total-batch", OPT_LL, total_batch, 1, 1e15, NULL, OPT_RUN, "tokens per optimizer step (multiple of B*T*ranks)"),
+    TOPT("-d", "--total-batch", OPT_LL, total_batch, 1, 1e15, NULL, OPT_RUN, "tokens per optimizer step, a multiple of B*T*ranks (default: B*T*ranks, no accumulation)"),
     TOPT("-x", "--steps", OPT_INT, steps, -1, INT_MAX, NULL, OPT_RUN, "optimizer steps (-1 = one epoch)"),
     TOPT("-l", "--lr", OPT_FLOAT, lr, 0, 10, NULL, OPT_RUN, "peak learning rate"),
     TOPT("-q", "--final-lr-frac", OPT_FLOAT, final_lr_frac, 0, 1, NULL, OPT_RUN, "final lr as a fraction of the peak"),
@@ -172,7 +174,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT("-y", "--resume", OPT_INT, resume, 0, 1, NULL, OPT_RANKS, "1 = resume from the newest complete checkpoint in -o"),
     TOPT("-nk", "--keep-checkpoints", OPT_INT, keep_checkpoints, 0, INT_MAX, NULL, OPT_RANKS, "keep the newest K checkpoints (0 = all)"),
     TOPT("-v", "--val-every", OPT_INT, val_every, 0, INT_MAX, NULL, OPT_RANKS, "val loss every N steps (0 = off)"),
-    TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, OPT_RANKS, "val batches per evaluation"),
+    TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, OPT_RANKS, "val batches per evaluation on each rank (the val loss averages ranks x this many batches)"),
     TOPT("-s", "--sample-every", OPT_INT, sample_every, 0, INT_MAX, NULL, OPT_RANKS, "sample text every N steps (0 = off)"),
     TOPT("-g", "--gen-tokens", OPT_INT, gen_tokens, 1, 1 << 20, NULL, OPT_RANKS, "tokens to generate per sample"),
     TOPT(NULL, "--prompt-tokens", OPT_STR, prompt_tokens, 0, 0, NULL, OPT_RANKS, "the samples' first tokens, comma-separated ids (scripts/sample.py encodes text; none = <|endoftext|>)"),
@@ -202,13 +204,14 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
     TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never)"),
     TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints and replace the logs an earlier run left in -o"),
+    TOPT(NULL, "--blas-auto", OPT_INT, blas_auto, 0, 1, NULL, OPT_RANKS, "train_llama_cpu: 1 = where OpenBLAS names a generic core, run its SkylakeX (AVX-512) or Haswell (AVX2) kernels, checked at start-up; 0 = OpenBLAS's own choice (also TRAIN_LLAMA_BLAS_AUTO=0; a set OPENBLAS_CORETYPE always wins)"),
 };
 #undef TOPT
 #pragma GCC diagnostic pop
 #define TRAIN_NUM_OPTS (sizeof(TRAIN_OPTS) / sizeof(TRAIN_OPTS[0]))
 
 static inline void train_config_defaults(TrainConfig* cfg);
-static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o);
+static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o, bool shortest = false);
 
 // --help: every flag with its default, then the flags a resumed run may change (OPT_RANKS;
 // docs/running.md lists the same, which test_cli checks).
@@ -221,7 +224,7 @@ static inline void train_config_usage(const char* prog) {
         const TrainOpt* o = &TRAIN_OPTS[i];
         char names[64];
         snprintf(names, sizeof(names), "%s%s%s", o->short_name ? o->short_name : "", o->short_name ? ", " : "", o->long_name);
-        std::string v = train_config_value(&d, o);
+        std::string v = train_config_value(&d, o, true);
         std::string dflt = strstr(o->help, "(default") ? std::string() : " (default: " + (v.empty() ? std::string("none") : v) + ")";
         printf("  %-28s %s%s%s%s%s\n", names, o->help, o->choices ? " {" : "", o->choices ? o->choices : "", o->choices ? "}" : "", dflt.c_str());
         if (o->scope == OPT_RANKS) resumable += std::string(resumable.empty() ? "" : " ") + (o->short_name ? o->short_name : o->long_name);
@@ -398,15 +401,24 @@ static inline double train_config_geofp8_power(const TrainConfig* cfg) {
     return cfg->geofp8_power == "auto" ? -1.0 : (double)(float)atof(cfg->geofp8_power.c_str());
 }
 
-// One flag's value as the settings text writes it (floats with 9 significant digits: exact).
-static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o) {
+// One flag's value as the settings text writes it (floats with 9 significant digits: exact);
+// shortest: as --help shows it, floats in the fewest digits that read back as the same float
+// (0.0005, not 0.000500000024).
+static inline std::string train_config_value(const TrainConfig* cfg, const TrainOpt* o, bool shortest) {
     const char* base = (const char*)cfg + o->offset;
     char b[64];
     switch (o->kind) {
     case OPT_STR: return *(const std::string*)base;
     case OPT_INT: snprintf(b, sizeof(b), "%d", *(const int*)base); break;
     case OPT_LL: snprintf(b, sizeof(b), "%lld", *(const long long*)base); break;
-    case OPT_FLOAT: snprintf(b, sizeof(b), "%.9g", *(const float*)base); break;
+    case OPT_FLOAT: {
+        float f = *(const float*)base;
+        for (int digits = shortest ? 1 : 9; digits <= 9; digits++) {
+            snprintf(b, sizeof(b), "%.*g", digits, f);
+            if (strtof(b, NULL) == f) break;
+        }
+        break;
+    }
     case OPT_ULL: snprintf(b, sizeof(b), "%llu", *(const unsigned long long*)base); break;
     }
     return b;

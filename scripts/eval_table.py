@@ -12,9 +12,15 @@ for the newest one (scripts/eval_downstream.sh writes them). Each paper column m
 task and metric (PAPER_COLUMNS); tasks that are not paper columns follow them, by their "acc"
 (else their first metric).
 
-One run: scores in percent; "wins vs" counts the columns where the run scores at least the
-baseline's (both present). A tie counts, as in the paper's last column: its 300M Euclidean and
-Full K-FAC rows (4/14, 6/14) each include a task equal to FP32's.
+One dialect, the paper's, in both forms: its column heads (BOOLQ, CB-ACC, ..., LAMB-STD), scores
+as fractions with four decimals, "Model" and "Method" columns and a last column "Wins vs. X"
+counting the columns where a row scores at least the baseline's (both present). A tie counts, as
+in the paper's last column: its 300M Euclidean and Full K-FAC rows (4/14, 6/14) each include a
+task equal to FP32's.
+
+One run (RESULTS [--baseline BASE]): the baseline's row (--baseline-name) first, then the run's
+(--name), under the model --model (default "-"); the same as --row MODEL BASELINE_NAME BASE
+--row MODEL NAME RESULTS.
 
 --row MODEL METHOD PATH (Table III): rows grouped by model in the order the models first appear,
 each group's baseline first (the method --baseline-method names, default the group's first row);
@@ -100,13 +106,15 @@ def columns(run):
 def paper_table(a):
     """The --row table (Table III's layout): markdown or CSV on stdout."""
     groups = {}  # model -> [(method, scores, stderrs, path)], models in order of appearance
-    for model, method, path in a.row:
+    for r in a.row:
+        model, method, path = r[:3]
+        flag = r[3] if len(r) > 3 else f"--row {model} {method}"  # one-run mode names its own flags
         if not model or not method:
             die(f"--row: expected MODEL METHOD PATH with a model and a method, found {model!r} {method!r}")
         if any(m == method for m, _, _, _ in groups.get(model, [])):
             die(f"--row: model '{model}' has method '{method}' twice")
         errs = {}
-        scores, found = load(path, f"--row {model} {method}", errs)
+        scores, found = load(path, flag, errs)
         groups.setdefault(model, []).append((method, scores, errs, found))
     for model, rows in groups.items():
         names = [m for m, _, _, _ in rows]
@@ -123,7 +131,8 @@ def paper_table(a):
     if not cols:
         die("--row: no run holds a task with a score")
     heads = [PAPER_HEADS[PAPER_COLUMNS.index(c)] if c in PAPER_COLUMNS else c[0] for c in cols]
-    base_label = a.baseline_method if a.baseline_method is not None else "baseline"
+    firsts = {rows[0][0] for rows in groups.values()}  # each group's baseline: named where all share one
+    base_label = a.baseline_method if a.baseline_method is not None else (firsts.pop() if len(firsts) == 1 else "baseline")
     header = ["Model", "Method"] + heads + [f"Wins vs. {base_label}"]
     scale, fmt = (100.0, "%.2f") if a.percent else (1.0, "%.4f")
     table = []
@@ -161,12 +170,13 @@ def main(argv=None):
     ap.add_argument("--baseline", help="one run: the baseline's results, for a \"wins vs\" column (default: none)")
     ap.add_argument("--name", default="run", help="one run: its label (default: run)")
     ap.add_argument("--baseline-name", default="baseline", help="one run: the baseline's label (default: baseline)")
+    ap.add_argument("--model", default="-", help="one run: the Model column (default: -)")
     ap.add_argument("--row", nargs=3, action="append", metavar=("MODEL", "METHOD", "PATH"),
                     help="Table III: one row (repeat; default: none, one run's table); PATH as RESULTS")
     ap.add_argument("--baseline-method", help="Table III: the method each model's rows are compared with (default: each model's first row)")
-    ap.add_argument("--stderr", action="store_true", help="Table III: each score with its standard error")
-    ap.add_argument("--percent", action="store_true", help="Table III: scores in percent (default: fractions, as the paper)")
-    ap.add_argument("--format", choices=["markdown", "csv"], default="markdown", help="Table III: output format (default: markdown)")
+    ap.add_argument("--stderr", action="store_true", help="each score with its standard error")
+    ap.add_argument("--percent", action="store_true", help="scores in percent (default: fractions, as the paper)")
+    ap.add_argument("--format", choices=["markdown", "csv"], default="markdown", help="output format (default: markdown)")
     a = ap.parse_args(argv)
     if a.row:
         if a.results is not None or a.baseline is not None:
@@ -174,30 +184,17 @@ def main(argv=None):
         return paper_table(a)
     if a.results is None:
         die("the following arguments are required: results (or --row MODEL METHOD PATH)")
-    if a.baseline_method is not None or a.stderr or a.percent or a.format != "markdown":
-        die("--baseline-method, --stderr, --percent and --format shape the --row table; pass --row")
+    if a.baseline_method is not None:
+        die("--baseline-method: names the baseline among --row rows; one run's baseline is --baseline")
     run, path = load(a.results, "results")
-    cols = columns(run)
-    if not cols:
+    if not columns(run):
         die(f"results: '{path}' holds no task with a score")
-    base = load(a.baseline, "--baseline")[0] if a.baseline else None
-    header = ["model"] + [c for c, _, _ in cols] + (["wins vs " + a.baseline_name] if base else [])
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    rows = [(a.name, run)] + ([(a.baseline_name, base)] if base else [])
-    for name, res in rows:
-        cells = []
-        for _, task, metric in cols:
-            v = res.get(task, {}).get(metric)
-            cells.append("%.2f" % (100.0 * v) if v is not None else "-")
-        if base:
-            if res is run:
-                wins = sum(1 for _, t, m in cols if m in run.get(t, {}) and m in base.get(t, {}) and run[t][m] >= base[t][m])
-                both = sum(1 for _, t, m in cols if m in run.get(t, {}) and m in base.get(t, {}))
-                cells.append(f"{wins}/{both}")
-            else:
-                cells.append("-")
-        print("| " + " | ".join([name] + cells) + " |")
+    if a.baseline and a.baseline_name == a.name:
+        die(f"--baseline-name: the run and its baseline need two names, found '{a.name}' for both")
+    a.row = ([(a.model, a.baseline_name, a.baseline, "--baseline")] if a.baseline else []) + [(a.model, a.name, a.results, "results")]
+    if a.baseline:
+        a.baseline_method = a.baseline_name
+    return paper_table(a)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, if it is missing: a C++ compiler,
 # OpenBLAS (OpenMP build), LAPACKE, Open MPI, python3 and strace (test_faults checks the fsyncs)
-# from Debian/Ubuntu packages; numpy, tiktoken, safetensors, ml_dtypes, matplotlib, tqdm and (where torch
-# is installed) lm-eval from PyPI (tiktoken has no Debian package; pip keeps numpy matched to
-# python3 on PATH).
+# from Debian/Ubuntu packages; requirements.txt's Python packages (numpy, tiktoken, safetensors,
+# ml_dtypes, matplotlib, tqdm) and (where torch is installed) lm-eval from PyPI, into $PYTHON
+# (default: the first python3 on PATH; tiktoken has no Debian package; pip keeps numpy matched to
+# that interpreter).
 # --slurm: also Slurm (slurmctld, slurmd, the client commands, the PMIx plugin) and munge, for
 # test/test_slurm.sh, which runs the recipes of scripts/slurm/ on a one-node cluster of its own.
 # Quiet and quick when everything is there. Needs root (or sudo) only when something is missing.
@@ -32,20 +33,22 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 
+# the Python packages: requirements.txt, installed into $PYTHON (default: the first python3 on
+# PATH) where any is missing; each imports under its own name
+PY=${PYTHON:-python3}
+REQ="$(dirname "$0")/../requirements.txt"
 py_missing=()
-python3 -c "import numpy" 2>/dev/null || py_missing+=(numpy)
-python3 -c "import tiktoken" 2>/dev/null || py_missing+=(tiktoken)
-python3 -c "import safetensors" 2>/dev/null || py_missing+=(safetensors)
-python3 -c "import ml_dtypes" 2>/dev/null || py_missing+=(ml_dtypes)
-python3 -c "import matplotlib" 2>/dev/null || py_missing+=(matplotlib)
-python3 -c "import tqdm" 2>/dev/null || py_missing+=(tqdm)
+while read -r pkg _; do
+    [ -z "$pkg" ] && continue
+    "$PY" -c "import $pkg" 2>/dev/null || py_missing+=("$pkg")
+done < <(sed 's/#.*//' "$REQ")
 # lm-eval-harness for scripts/eval_downstream.sh (and its test), where torch is already there: it
 # would otherwise pull a torch build of its own
-if python3 -c "import torch" 2>/dev/null; then
-    python3 -c "import lm_eval, accelerate" 2>/dev/null || py_missing+=("lm_eval[hf]")
+if "$PY" -c "import torch" 2>/dev/null; then
+    "$PY" -c "import lm_eval, accelerate" 2>/dev/null || py_missing+=("lm_eval[hf]")
 fi
 if [ ${#py_missing[@]} -gt 0 ]; then
-    echo "install_deps: pip installing ${py_missing[*]}"
-    python3 -m pip install -q "${py_missing[@]}" 2>/dev/null || python3 -m pip install -q --break-system-packages "${py_missing[@]}"
+    echo "install_deps: pip installing ${py_missing[*]} into $("$PY" -c 'import sys; print(sys.executable)') (requirements.txt)"
+    "$PY" -m pip install -q "${py_missing[@]}" 2>/dev/null || "$PY" -m pip install -q --break-system-packages "${py_missing[@]}"
 fi
 exit 0

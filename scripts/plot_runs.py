@@ -9,17 +9,24 @@ step still appear twice (logs from before that), the last line of a step wins.
 
   python3 scripts/plot_runs.py out/fp32 out/fp8 out/geofp8 --baseline out/fp32 --out runs.png
 
-Panels, every one against tokens: (1) train loss, smoothed by an exponential moving average
-(--smooth, the weight of the past; de-biased as in Adam so the first points are not pulled to 0),
-and val loss, with the last quarter zoomed in an inset when there are several runs; (2) with
-several runs, the difference to the baseline: val loss in percent of the baseline's at the same
-step (the paper's gap to FP32) and the smoothed train loss likewise; (3) where runs logged them,
+Panels in a 2 x 2 grid (unused ones left out), every one against tokens: (1) train loss, raw
+(thin) and smoothed by an exponential moving average (--smooth, the weight of the past;
+de-biased as in Adam so the first points are not pulled to 0 and the curve does not lag its
+first values), and val loss, with the last quarter zoomed in an inset when there are several
+runs; (2) with several runs, the difference to the baseline: val loss in percent of the
+baseline's at the same step (the paper's gap to FP32) and the smoothed train loss likewise,
+against the noise it must clear: runs that share a --labels name are seeds of one mode, drawn
+as their mean (±1 std shaded), and the band around 0 is the baseline's seed spread (±1 std) or,
+with one baseline seed, "single seed: ±0.5%" (--noise-floor), a floor assumed, not measured;
+(3) where runs logged them,
 the communication figures: the fidelity RelL2 of the compressed gradient (--fidelity-every
 steps; a log axis only where it spans over 20x) and the bytes sent per step; (4) where geofp8 or
 kfac runs logged them, the fair figures of the geometry units: RelL2 of geo on its units over
 RelL2 of plain fp8 with error feedback of its own on the same units, over windows
 (window_rel_l2_geo / window_rel_l2_geo_fp8ef at each window's last step) and on the one-step
-fidelity steps (dotted); below 1, the geometry path errs less. Each run has its own colour, line
+fidelity steps (dotted); below 1, the geometry path errs less; the legend gives the first and
+last window's ratio, and a second axis the fp8+EF path's own RelL2 on those units (dashed), so a
+ratio's rise over training is read beside the errors it divides. Each run has its own colour, line
 style and marker, the baseline a wider line beneath the others, so coinciding runs stay apart;
 the title gives each run's key settings from its newest checkpoint (-c, the model, ranks,
 tokens per step, lr).
@@ -49,7 +56,7 @@ def read_run(run_dir):
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
         die(f"'{path}' not found; expected a run directory written with -o")
-    run = {"train": {}, "val": {}, "rel_l2": {}, "bytes": {}, "win_ratio": {}, "step_ratio": {}}
+    run = {"train": {}, "val": {}, "rel_l2": {}, "bytes": {}, "win_ratio": {}, "step_ratio": {}, "geo_fp8_err": {}}
     per_step = None
     for k, r in cli_util.read_jsonl(path):
         step = r.get("step")
@@ -80,6 +87,8 @@ def read_run(run_dir):
                                   ("step_ratio", "fidelity_rel_l2_geo", "fidelity_rel_l2_geo_fp8ef")):
                 if v[geo] is not None and v[ref] is not None and v[ref] > 0:
                     run[key][step] = v[geo] / v[ref]
+            if v["window_rel_l2_geo_fp8ef"] is not None:
+                run["geo_fp8_err"][step] = v["window_rel_l2_geo_fp8ef"]
         if v["val_loss"] is not None:
             run["val"][step] = (tokens, v["val_loss"])
     for key in ("train", "val"):
@@ -145,7 +154,67 @@ def tokens_at(run, steps):
     return [(run["train"][s][0], s) for s in steps if s in run["train"]]
 
 
-def make_figure(runs, labels, base_i, weight, settings):
+def seed_groups(labels):
+    """[(label, [run indices])]: runs that share a label are seeds of one mode, in first order."""
+    groups = {}
+    for i, l in enumerate(labels):
+        groups.setdefault(l, []).append(i)
+    return list(groups.items())
+
+
+def group_val(runs, idx):
+    """{step: (tokens, mean, std)} of the val loss over the runs idx, at the steps all of them have
+    (std with n - 1; 0 for one run)."""
+    steps = set(runs[idx[0]]["val"])
+    for i in idx[1:]:
+        steps &= set(runs[i]["val"])
+    out = {}
+    for s in sorted(steps):
+        xs = [runs[i]["val"][s][1] for i in idx]
+        m = sum(xs) / len(xs)
+        sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+        out[s] = (runs[idx[0]]["val"][s][0], m, sd)
+    return out
+
+
+def noise_band(ax, runs, labels, base_i, floor, style, markers):
+    """The difference panel's val gaps with the noise they must clear: around 0, the baseline's
+    seed spread (±1 std of its seeds' val loss, in percent of their mean) where it has several
+    seeds, else a band of ±floor % marked "single seed"; each other mode's gap of its seeds' mean,
+    ±1 std of its seeds where it has several."""
+    groups = seed_groups(labels)
+    base_label = labels[base_i]
+    base_idx = dict(groups)[base_label]
+    base = group_val(runs, base_idx)
+    if not base:
+        return
+    bs = sorted(base)
+    xs = [base[s][0] for s in bs]
+    if len(base_idx) > 1:
+        band = [100.0 * base[s][2] / base[s][1] if base[s][1] else 0.0 for s in bs]
+        ax.fill_between(xs, [-b for b in band], band, color="gray", alpha=0.25, lw=0,
+                        label=f"{base_label}: ±1 std of {len(base_idx)} seeds")
+    else:
+        ax.fill_between(xs, [-floor] * len(xs), [floor] * len(xs), color="gray", alpha=0.2, lw=0,
+                        label=f"single seed: ±{floor:g}% noise floor (assumed, not measured)")
+    for k, (label, idx) in enumerate(groups):
+        if label == base_label:
+            continue
+        g = group_val(runs, idx)
+        steps = [s for s in sorted(g) if s in base and base[s][1]]
+        if not steps:
+            continue
+        st = style(idx[0])
+        gx = [g[s][0] for s in steps]
+        gy = [100.0 * (g[s][1] - base[s][1]) / base[s][1] for s in steps]
+        seeds = f"mean of {len(idx)} seeds" if len(idx) > 1 else "single seed"
+        ax.plot(gx, gy, marker=markers[idx[0] % len(markers)], ms=4, label=f"{label} val ({seeds})", **st)
+        if len(idx) > 1:
+            sd = [100.0 * g[s][2] / base[s][1] for s in steps]
+            ax.fill_between(gx, [y - d for y, d in zip(gy, sd)], [y + d for y, d in zip(gy, sd)], color=st["color"], alpha=0.15, lw=0)
+
+
+def make_figure(runs, labels, base_i, weight, settings, noise_floor=0.5):
     """The figure: (1) train (smoothed) and val loss, with the tail zoomed in an inset when there
     are several runs; (2) with several runs, the difference to the baseline: val loss and smoothed
     train loss in percent of the baseline's; (3) where logged, the communication: fidelity RelL2
@@ -158,13 +227,16 @@ def make_figure(runs, labels, base_i, weight, settings):
     several = len(runs) > 1
     has_comm = any(any(v > 0 for v in r["rel_l2"].values()) or any(r["bytes"].values()) for r in runs)
     has_fair = any(r["win_ratio"] or r["step_ratio"] for r in runs)
-    panels = 1 + several + has_comm + has_fair
-    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.8), squeeze=False)
-    axes = list(axes[0])
-    ax_loss = axes[0]
-    ax_diff = axes[1] if several else None
-    ax_comm = axes[1 + several] if has_comm else None
-    ax_fair = axes[-1] if has_fair else None
+    # a 2 x 2 grid: loss | difference / communication | geometry units; unused panels removed
+    fig, grid = plt.subplots(2, 2, figsize=(11.0, 9.0), squeeze=False)
+    ax_loss, ax_diff, ax_comm, ax_fair = grid[0][0], grid[0][1], grid[1][0], grid[1][1]
+    for ax, used in ((ax_diff, several), (ax_comm, has_comm), (ax_fair, has_fair)):
+        if not used:
+            fig.delaxes(ax)
+    ax_diff = ax_diff if several else None
+    ax_comm = ax_comm if has_comm else None
+    ax_fair = ax_fair if has_fair else None
+    axes = [ax for ax in (ax_loss, ax_diff, ax_comm, ax_fair) if ax is not None]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "D", "v", "P"]
 
@@ -179,12 +251,15 @@ def make_figure(runs, labels, base_i, weight, settings):
         bs = sorted(base["train"])
         base_smooth = dict(zip(bs, smooth([base["train"][s][1] for s in bs], weight)))
     tails = []
+    ax_fair_err = None
     for i, (label, run) in enumerate(zip(labels, runs)):
         st, mk = style(i), markers[i % len(markers)]
         steps = sorted(run["train"])
         sm = smooth([run["train"][s][1] for s in steps], weight) if steps else []
         x = [run["train"][s][0] for s in steps]
         if steps:
+            ax_loss.plot(x, [run["train"][s][1] for s in steps], color=st["color"], lw=0.5, alpha=0.35, zorder=1,
+                         label=f"{label} train (raw)")
             ax_loss.plot(x, sm, label=f"{label} train (EMA {weight:g})", **st)
             if inset is not None:
                 inset.plot(x, sm, **st)
@@ -193,10 +268,7 @@ def make_figure(runs, labels, base_i, weight, settings):
         if vs:
             ax_loss.plot([run["val"][s][0] for s in vs], [run["val"][s][1] for s in vs], marker=mk, ms=4, ls="none",
                          color=st["color"], zorder=4, label=f"{label} val")
-        if ax_diff is not None and i != base_i:
-            gaps = gap_percent(run, base)
-            if gaps:
-                ax_diff.plot([run["val"][s][0] for s in gaps], list(gaps.values()), marker=mk, ms=4, label=f"{label} val", **st)
+        if ax_diff is not None and i != base_i and labels[i] != labels[base_i]:
             common = [k for k, s in enumerate(steps) if s in base_smooth and base_smooth[s] != 0]
             if common:
                 ax_diff.plot([x[k] for k in common], [100.0 * (sm[k] - base_smooth[steps[k]]) / base_smooth[steps[k]] for k in common],
@@ -208,12 +280,21 @@ def make_figure(runs, labels, base_i, weight, settings):
         if ax_fair is not None:
             ws = tokens_at(run, sorted(run["win_ratio"]))
             if ws:
+                first, last = run["win_ratio"][ws[0][1]], run["win_ratio"][ws[-1][1]]
                 ax_fair.plot([t for t, _ in ws], [run["win_ratio"][s] for _, s in ws], marker=mk, ms=4,
-                             label=f"{label}: over windows", **st)
+                             label=f"{label}: over windows ({first:.2f} at the first, {last:.2f} at the last)", **st)
+            es = tokens_at(run, sorted(run["geo_fp8_err"]))
+            if es:  # the plain fp8 path's own error on the geometry units, where logged
+                if ax_fair_err is None:
+                    ax_fair_err = ax_fair.twinx()
+                ax_fair_err.plot([t for t, _ in es], [run["geo_fp8_err"][s] for _, s in es], color=st["color"], ls="--", lw=0.8,
+                                 alpha=0.6, label=f"{label}: fp8+EF RelL2 on the geometry units")
             ss = tokens_at(run, sorted(run["step_ratio"]))
             if ss:
                 ax_fair.plot([t for t, _ in ss], [run["step_ratio"][s] for _, s in ss], color=st["color"], ls=":", lw=0.9,
                              label=f"{label}: one step")
+    if ax_diff is not None:
+        noise_band(ax_diff, runs, labels, base_i, noise_floor, style, markers)
     ax_loss.set(xlabel="tokens", ylabel="loss", title="train (smoothed) and val loss")
     ax_loss.legend(fontsize=7, loc="lower left")
     if inset is not None and tails:
@@ -252,7 +333,10 @@ def make_figure(runs, labels, base_i, weight, settings):
     if ax_fair is not None:
         ax_fair.axhline(1.0, color="gray", lw=0.8)
         ax_fair.set(xlabel="tokens", ylabel="RelL2 of geo / RelL2 of fp8+EF", title="geometry units: geo vs fp8+EF on the same units")
-        ax_fair.legend(fontsize=7)
+        ax_fair.legend(fontsize=7, loc="upper left")
+        if ax_fair_err is not None:
+            ax_fair_err.set_ylabel("fp8+EF RelL2 on the geometry units (dashed)")
+            ax_fair_err.legend(fontsize=7, loc="lower right")
     for ax in axes:  # token counts as 50 k, 2 M, 1 G
         ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
     fig.suptitle("\n".join(settings_line(l, st) for l, st in zip(labels, settings)), fontsize=8)
@@ -264,8 +348,11 @@ def main(argv=None):
     ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
     ap.add_argument("--baseline", help="the run the gaps are relative to (one of the runs; default: the first)")
-    ap.add_argument("--labels", help="comma list of names for the runs (default: the directory names)")
+    ap.add_argument("--labels", help="comma list of names for the runs (default: the directory names); runs that share a "
+                    "name are seeds of one mode: the difference panel shows their mean and ±1 std")
     ap.add_argument("--smooth", type=cli_util.finite_float, default=0.9, help="EMA weight of the past for train loss, in [0, 1) (0.9)")
+    ap.add_argument("--noise-floor", type=cli_util.finite_float, default=0.5,
+                    help="percent: the difference panel's band where the baseline has one seed (0.5)")
     ap.add_argument("--out", type=cli_util.figure_file, default="runs.png", help="the figure (.png, .pdf or .svg)")
     a = ap.parse_args(argv)
     if not 0.0 <= a.smooth < 1.0:
@@ -309,7 +396,9 @@ def main(argv=None):
     except ImportError:
         die(f"writing {a.out} needs matplotlib (pip install matplotlib); the table above does not")
     matplotlib.use("Agg")
-    fig = make_figure(runs, labels, base_i, a.smooth, [read_settings(r) for r in a.runs])
+    if not 0.0 <= a.noise_floor <= 100.0:
+        die(f"--noise-floor: expected a percent in [0, 100], found {a.noise_floor}")
+    fig = make_figure(runs, labels, base_i, a.smooth, [read_settings(r) for r in a.runs], a.noise_floor)
     with cli_util.atomic_path(a.out) as tmp:
         fig.savefig(tmp, dpi=120, format=cli_util.figure_format(a.out))
     print(f"wrote {a.out}")

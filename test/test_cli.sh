@@ -39,7 +39,9 @@ help_list=$(sed -n 's/^may change when a run resumes (-y 1): //p' "$TMP/help.txt
 readme_list=$(tr '\n' ' ' <docs/running.md | sed -n 's/.*run resumes, while `\([^`]*\)` *may change on resume.*/\1/p' | tr -s ' ' '\n' | sort | tr '\n' ' ')
 flags_without_default=$(grep -c '^  -.*[^)]$' "$TMP/help.txt")
 if [ $help_rc -eq 0 ] && [ -n "$help_list" ] && [ "$help_list" = "$readme_list" ] && [ "$flags_without_default" -eq 0 ] &&
-   grep -q '^  -b, --batch-size .*(default: 4)$' "$TMP/help.txt" && grep -q '^  -o, --output-dir .*(default: none)$' "$TMP/help.txt"; then
+   grep -q '^  -b, --batch-size .*(default: 4)$' "$TMP/help.txt" && grep -q '^  -o, --output-dir .*(default: none)$' "$TMP/help.txt" &&
+   grep -q '^  -l, --lr .*(default: 0.0005)$' "$TMP/help.txt" && grep -q '^  --geofp8-damping .*(default: 0.001)$' "$TMP/help.txt" &&
+   grep -q '^  -d, --total-batch .*(default: B\*T\*ranks, no accumulation)$' "$TMP/help.txt" && grep -q '^  -m, --val-batches .*on each rank' "$TMP/help.txt"; then
     pass cli_help_defaults_and_resume_flags_match_readme
 else fail cli_help_defaults_and_resume_flags_match_readme "rc=$help_rc help: [$help_list] docs/running.md: [$readme_list] without default: $flags_without_default"; fi
 

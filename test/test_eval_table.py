@@ -1,6 +1,6 @@
 """Tests for scripts/eval_table.py on synthetic lm-eval results: the paper's column order (Table
 III) whatever the order of the results, ReCoRD's F1 where the others take acc, other tasks after
-the paper's columns, scores in percent, "wins vs" the baseline over the columns both have, the
+the paper's columns, one dialect (the paper's heads, fractions, "Wins vs. X") also for one run, "wins vs" the baseline over the columns both have, the
 newest results file of a directory, and the errors: one line naming the file, task and metric for
 a results file that is a list or null, a metric that is NaN, true or a string; and a property
 test: 50 seeded mutations of the arguments and files never end in a traceback. No lm-eval needed.
@@ -45,12 +45,15 @@ def main():
     json.dump({"results": run}, open(os.path.join(tmp, "run", "model", "results_new.json"), "w"))
     json.dump({"results": base}, open(os.path.join(tmp, "base.json"), "w"))
     rc, rows, err = table(os.path.join(tmp, "run"), "--baseline", os.path.join(tmp, "base.json"), "--name", "geofp8", "--baseline-name", "fp32")
-    check("eval_table_paper_column_order", rc == 0 and rows[0] == ["model", "BoolQ", "ReCoRD-F1", "LAMBADA (OpenAI)", "WinoGrande", "my_task", "wins vs fp32"],
+    check("eval_table_paper_column_order", rc == 0 and rows[0] == ["Model", "Method", "BOOLQ", "RCD-F1", "LAMB.", "WINO.", "my_task", "Wins vs. fp32"],
           f"rc {rc} {rows[:1]} {err}")
     # BoolQ 60 > 55 wins, ReCoRD 25 < 30 loses, LAMBADA 20 = 20 counts (a tie, as the paper's
     # column counts them: see paper_table), WinoGrande 52 > 51 wins
-    check("eval_table_scores_and_wins", rows[1] == ["geofp8", "60.00", "25.00", "20.00", "52.00", "30.00", "3/4"] and
-          rows[2] == ["fp32", "55.00", "30.00", "20.00", "51.00", "-", "-"], f"{rows[1:]}")
+    check("eval_table_scores_and_wins", rows[2] == ["", "geofp8", "0.6000", "0.2500", "0.2000", "0.5200", "0.3000", "3/4"] and
+          rows[1] == ["-", "fp32", "0.5500", "0.3000", "0.2000", "0.5100", "-", "–"], f"{rows[1:]}")
+    # the same table as the --row form of it: one dialect
+    rc2, rows2, err2 = table("--row", "-", "fp32", os.path.join(tmp, "base.json"), "--row", "-", "geofp8", os.path.join(tmp, "run"))
+    check("eval_table_one_run_is_the_row_table", rc2 == 0 and rows2 == rows, f"{rows2} vs {rows}")
     rc, rows, err = table(os.path.join(tmp, "nothing"))
     check("eval_table_missing_path", rc == 1 and err.count("\n") == 1 and "'" + os.path.join(tmp, "nothing") + "' does not exist" in err, err)
     os.makedirs(os.path.join(tmp, "empty"))
@@ -98,7 +101,7 @@ def refusals(tmp):
                   testlib.one_error_line(rc, err) and err.startswith(f"error: {flag}: '{path}' ") and want in err and not rows
                   and testlib.tree_snapshot(tmp) == before, f"rc {rc}: {err.strip()}")
     rc, rows, err = table(good)
-    check("eval_table_alias_and_na_stderr_read", rc == 0 and rows[1] == ["run", "60.00"], f"rc {rc} {rows} {err}")
+    check("eval_table_alias_and_na_stderr_read", rc == 0 and rows[1] == ["-", "run", "0.6000", "–"], f"rc {rc} {rows} {err}")
     for name, argv, want in [("unknown_flag", [good, "--bogus"], "error: unrecognized arguments: --bogus"),
                              ("no_results_argument", [], "error: the following arguments are required: results"),
                              ("baseline_missing", [good, "--baseline", os.path.join(d, "nope.json")], "error: --baseline: '")]:
@@ -162,14 +165,14 @@ def paper_table(tmp):
     check("eval_table_paper_stderr_percent", rc == 0 and table_rows[1][2] == "52.26 ± 1.00", f"rc {rc} {table_rows[1:2]} {err}")
     rc, table_rows, err = table(*args[("600M", "GIFT")], *args[("600M", "FP32")])
     check("eval_table_paper_default_baseline_first_row", rc == 0 and [r[1] for r in table_rows[1:]] == ["GIFT", "FP32"] and
-          table_rows[0][-1] == "Wins vs. baseline" and table_rows[1][-1] == "–" and table_rows[2][-1] == "7/14", f"rc {rc} {table_rows} {err}")
+          table_rows[0][-1] == "Wins vs. GIFT" and table_rows[1][-1] == "–" and table_rows[2][-1] == "7/14", f"rc {rc} {table_rows} {err}")
     for name, extra, want in [
             ("duplicate_method", args[("600M", "FP32")] * 2, "error: --row: model '600M' has method 'FP32' twice"),
             ("baseline_method_missing", args[("600M", "GIFT")] + ["--baseline-method", "FP32"],
              "error: --baseline-method: model '600M' has no row of method 'FP32' (its methods: GIFT)"),
             ("row_missing_path", ["--row", "600M", "FP32", os.path.join(d, "nope")], "error: --row 600M FP32: '"),
             ("row_and_results", [args[("600M", "FP32")][3]] + args[("600M", "GIFT")], "error: --row: the Table III rows replace RESULTS"),
-            ("stderr_without_rows", [args[("600M", "FP32")][3], "--stderr"], "error: --baseline-method, --stderr, --percent and --format shape the --row table"),
+            ("baseline_method_without_rows", [args[("600M", "FP32")][3], "--baseline-method", "FP32"], "error: --baseline-method: names the baseline among --row rows"),
             ("row_short", ["--row", "600M", "FP32"], "error: argument --row: expected 3 arguments")]:
         rc, out, err = raw(*extra)
         check(f"eval_table_paper_refuses_{name}", testlib.one_error_line(rc, err) and err.startswith(want), f"rc {rc}: {err.strip()}")

@@ -315,12 +315,14 @@ def eval_downstream(model, tok, hf, tmp):
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     r = run(["bash", "scripts/eval_downstream.sh", hf, "local_mc", "--include-path", "test/fixtures/lm_eval",
              "--out", os.path.join(tmp, "eval"), "--name", "engine", "--baseline", base, "--device", "cpu"], env=env)
-    rows = [l for l in r.stdout.splitlines() if l.startswith("| engine |") or l.startswith("| model |")]
-    got = rows[1].split("|")[2].strip() if len(rows) == 2 else "?"
-    wins = rows[1].split("|")[3].strip() if len(rows) == 2 else "?"
-    check(f"export_hf_eval_downstream_local_task (lm-eval {got}%, transformers {want:.2f}%, {len(docs)} docs)",
-          r.returncode == 0 and rows[0].startswith("| model | local_mc | wins vs base_results.json |") and got == "%.2f" % want
-          and wins == ("1/1" if want > 50.0 else "0/1"), f"rc {r.returncode}: {r.stdout[-400:]} {r.stderr[-400:]}")
+    lines = r.stdout.splitlines()
+    head = [l for l in lines if l.startswith("| Model | Method |")]
+    rows = [l for l in lines if len(l.split("|")) > 3 and l.split("|")[2].strip() == "engine"]
+    got = rows[0].split("|")[3].strip() if len(rows) == 1 else "?"
+    wins = rows[0].split("|")[4].strip() if len(rows) == 1 else "?"
+    check(f"export_hf_eval_downstream_local_task (lm-eval {got}, transformers {want / 100:.4f}, {len(docs)} docs)",
+          r.returncode == 0 and len(head) == 1 and head[0].startswith("| Model | Method | local_mc | Wins vs. base_results.json |")
+          and got == "%.4f" % (want / 100) and wins == ("1/1" if want > 50.0 else "0/1"), f"rc {r.returncode}: {r.stdout[-400:]} {r.stderr[-400:]}")
 
 
 def main():

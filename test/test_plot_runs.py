@@ -11,6 +11,7 @@ Prints "PASS name" / "FAIL name: detail" / "SKIP name: reason" lines; exits 1 on
     python3 test/test_plot_runs.py
 """
 import json
+import math
 import os
 import random
 import shutil
@@ -182,6 +183,47 @@ def figure_checks(tmp, base_lines, geo_lines):
     check("plot_runs_figure_narrow_range_linear", comm and comm[0].get_yscale() == "linear", comm and comm[0].get_yscale())
     title = fig._suptitle.get_text() if fig._suptitle else ""
     check("plot_runs_figure_title_settings", title == "base\ngeo: -c geofp8 (e4m3), C=128 L=4, 2 ranks, 4096 tokens/step, lr 0.003", repr(title))
+    plt.close(fig)
+    # the 2 x 2 grid: loss and difference on top, communication and geometry units below; the raw
+    # loss drawn thin beneath its EMA; the geometry panel names its first and last ratio and draws
+    # fp8+EF's own error on the geometry units where logged
+    fig = plot_runs.make_figure(runs, ["base", "geo"], 0, 0.8, [{}, {}])
+    pos = {ax.get_title(): (round(ax.get_position().x0, 1) < 0.5, round(ax.get_position().y0, 1) > 0.4) for ax in panels(fig) if ax.get_title()}
+    check("plot_runs_figure_two_by_two", pos == {"train (smoothed) and val loss": (True, True), "difference to base": (False, True),
+                                                 "communication": (True, False), "geometry units: geo vs fp8+EF on the same units": (False, False)},
+          f"{pos}; size {tuple(fig.get_size_inches())}")
+    raw = [l for l in fig.axes[0].get_lines() if l.get_label() == "geo train (raw)"]
+    ema = [l for l in fig.axes[0].get_lines() if l.get_label() == "geo train (EMA 0.8)"]
+    g = runs[1]
+    want = [g["train"][st_][1] for st_ in sorted(g["train"])]
+    check("plot_runs_figure_raw_loss_thin", len(raw) == 1 and len(ema) == 1 and list(raw[0].get_ydata()) == want and
+          raw[0].get_linewidth() < ema[0].get_linewidth(), f"{len(raw)} raw lines")
+    fair = [ax for ax in fig.axes if ax.get_title().startswith("geometry units")][0]
+    ratios = [g["win_ratio"][st_] for st_ in sorted(g["win_ratio"])]
+    lab = [l.get_label() for l in fair.get_lines() if "over windows" in l.get_label()]
+    errs = [l for ax in fig.axes for l in ax.get_lines() if l.get_label() == "geo: fp8+EF RelL2 on the geometry units"]
+    check("plot_runs_figure_geometry_first_last_and_fp8_error",
+          lab == ["geo: over windows (%.2f at the first, %.2f at the last)" % (ratios[0], ratios[-1])] and len(errs) == 1 and
+          list(errs[0].get_ydata()) == [g["geo_fp8_err"][st_] for st_ in sorted(g["geo_fp8_err"])] and len(ratios) >= 2, f"{lab}, {len(errs)}")
+    plt.close(fig)
+    # the noise band: one baseline seed -> "single seed" at ±0.5%; seeds sharing a label -> mean ± std
+    fig = plot_runs.make_figure([a, b], ["a", "b"], 0, 0.8, [{}, {}])
+    bands = [c for c in fig.axes[1].collections if "single seed" in c.get_label()]
+    ys = bands[0].get_paths()[0].vertices[:, 1] if bands else []
+    check("plot_runs_noise_band_single_seed", len(bands) == 1 and abs(max(ys) - 0.5) < 1e-12 and abs(min(ys) + 0.5) < 1e-12 and
+          bands[0].get_label() == "single seed: ±0.5% noise floor (assumed, not measured)", f"{[c.get_label() for c in fig.axes[1].collections]}")
+    plt.close(fig)
+    seeds = []
+    for k, (name, v) in enumerate((("s_a1", 2.0), ("s_a2", 2.2), ("s_b1", 2.4), ("s_b2", 2.6))):
+        write_run(os.path.join(tmp, name), [{"step": 1, "tokens": 100, "train_loss": 3.0}, {"step": 10, "tokens": 1000, "val_loss": v}])
+        seeds.append(plot_runs.read_run(os.path.join(tmp, name)))
+    fig = plot_runs.make_figure(seeds, ["A", "A", "B", "B"], 0, 0.8, [{}] * 4)
+    band = [c for c in fig.axes[1].collections if c.get_label() == "A: ±1 std of 2 seeds"]
+    gap = [l for l in fig.axes[1].get_lines() if l.get_label() == "B val (mean of 2 seeds)"]
+    sd_pct = 100.0 * math.sqrt(0.02) / 2.1  # std of 2.0 and 2.2 (n - 1) over their mean
+    check("plot_runs_noise_band_seeds", len(band) == 1 and abs(max(band[0].get_paths()[0].vertices[:, 1]) - sd_pct) < 1e-9 and
+          len(gap) == 1 and abs(gap[0].get_ydata()[0] - 100.0 * (2.5 - 2.1) / 2.1) < 1e-9,
+          f"{[c.get_label() for c in fig.axes[1].collections]}, {[l.get_label() for l in fig.axes[1].get_lines()]}")
     plt.close(fig)
     wide = [dict(r, fidelity_rel_l2=0.001 * 10 ** (r["step"] // 5)) if "fidelity_rel_l2" in r else r for r in geo_lines]
     write_run(os.path.join(tmp, "fig_wide"), wide)

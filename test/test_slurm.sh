@@ -18,13 +18,38 @@ REPO=$PWD
 source test/testlib.sh  # pass, fail, why, small_model
 skip_all() { echo "SKIP test_slurm: $1"; exit $((failures > 0)); }
 
-# --- the paper's defaults, without a cluster: DRY_RUN=1 prints the ten sbatch commands -----------
+# --- the paper's defaults, without a cluster: DRY_RUN=1 says "would submit" for the two profiling
+#     jobs and Table III's nine runs (600M: fp32 bf16 fp8block fp8 geofp8; 300M: fp32 fp8 kfac
+#     geofp8), each with its trainer's full command (Algorithm 1: --geofp8-power 1 --geofp8-refresh 50)
+#     and its estimate (llama300m: 9.0e9 tokens / (32 x 152696 tok/s) = 0h30m) ---------------------
 dry=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama DRY_RUN=1 bash scripts/slurm/submit_paper_runs.sh 2>&1)
-n_prof=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 02:00:00 --signal=USR1@600 --gpus-per-node=1 -A CHANGE_ME --job-name=profile_llama[36]00m .*profile_layers.sbatch$" <<<"$dry")
-n_runs=$(grep -c "^sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 48:00:00 --signal=USR1@600 --gpus-per-node=1 -A CHANGE_ME .*--job-name=llama[36]00m_\(fp32\|bf16\|fp8\|geofp8\) .*pretrain.sbatch$" <<<"$dry")
-n_dep=$(grep -c "dependency=afterok:[0-9]* --job-name=llama[36]00m_geofp8 " <<<"$dry")
-if [ "$n_prof" = 2 ] && [ "$n_runs" = 8 ] && [ "$n_dep" = 2 ]; then pass slurm_dry_run_paper_defaults
-else fail slurm_dry_run_paper_defaults "profiles $n_prof/2, runs $n_runs/8, dependencies $n_dep/2: $(head -c 600 <<<"$dry")"; fi
+n_prof=$(grep -c "^would submit: sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 02:00:00 --signal=USR1@600 --gpus-per-node=1 -A CHANGE_ME --job-name=profile_llama[36]00m .*profile_layers.sbatch$" <<<"$dry")
+n_runs=$(grep -c "^would submit: sbatch .* -N 32 --ntasks-per-node=1 --cpus-per-task=16 -t 48:00:00 --signal=USR1@600 --gpus-per-node=1 -A CHANGE_ME .*--job-name=llama[36]00m_\(fp32\|bf16\|fp8\|fp8block\|kfac\|geofp8\) .*pretrain.sbatch$" <<<"$dry")
+n_dep=$(grep -c "dependency=afterok:<profile_llama[36]00m> --job-name=llama[36]00m_geofp8 " <<<"$dry")
+modes=$(sed -n 's/^would submit \(llama[36]00m_[a-z0-9]*\): job .*/\1/p' <<<"$dry" | tr '\n' ' ')
+n_cmd=$(grep -c "^  runs: srun ./train_llama -o /nonexistent/train_llama/runs/llama[36]00m_[a-z0-9]* -e llama[36]00m .* -b 4 -t \(2048\|4096\) -d [0-9]* -x -1 -l 5e-4 -q 0.1 -k cosine --optimizer muon --muon moonlight .* -c [a-z0-9]*" <<<"$dry")
+geo_cmd=$(grep -c "^  runs: srun .* -c geofp8 --geofp8-layers /nonexistent/train_llama/runs/llama[36]00m_profile/geofp8_layers.txt --geofp8-rank 32 --geofp8-refresh 50 --geofp8-power 1$" <<<"$dry")
+n_est=$(grep -c "^  estimate: 0h30m of computation for 9e+09 tokens .* 152696 tok/s per H200 .* x 32 GPUs" <<<"$dry")
+if [ "$n_prof" = 2 ] && [ "$n_runs" = 9 ] && [ "$n_dep" = 2 ] && [ "$n_cmd" = 9 ] && [ "$geo_cmd" = 2 ] && [ "$n_est" = 4 ] &&
+   [ "$modes" = "llama600m_fp32 llama600m_bf16 llama600m_fp8block llama600m_fp8 llama600m_geofp8 llama300m_fp32 llama300m_fp8 llama300m_kfac llama300m_geofp8 " ] &&
+   ! grep -q "^submitted" <<<"$dry"; then pass slurm_dry_run_paper_defaults
+else fail slurm_dry_run_paper_defaults "profiles $n_prof/2, runs $n_runs/9 [$modes], dependencies $n_dep/2, commands $n_cmd/9, geofp8 $geo_cmd/2, estimates $n_est/4: $(head -c 600 <<<"$dry")"; fi
+# the placeholder account is refused, with one line, before anything is submitted
+out=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent/train_llama bash scripts/slurm/submit_paper_runs.sh 2>&1)
+rc=$?
+if [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^error: SLURM_ACCOUNT_NAME=CHANGE_ME is the placeholder" <<<"$out"; then pass slurm_placeholder_account_refused
+else fail slurm_placeholder_account_refused "rc $rc: $(head -c 300 <<<"$out")"; fi
+# after training: one command exports, evaluates and prints Table III (dry run: its commands)
+EVT=$(mktemp -d)
+mkdir -p "$EVT/llama300m_fp32" "$EVT/llama300m_geofp8"
+touch "$EVT/llama300m_fp32/model_00000010.bin" "$EVT/llama300m_fp32/model_00000020.bin" "$EVT/llama300m_geofp8/model_00000020.bin"
+ev=$(env -i PATH="$PATH" HOME="$HOME" SHARED_ROOT=/nonexistent OUT_ROOT="$EVT" DRY_RUN=1 bash scripts/slurm/eval_paper_runs.sh 2>&1)
+if grep -qx "would run: python3 scripts/export_hf.py $EVT/llama300m_fp32/model_00000020.bin $EVT/hf/llama300m_fp32 --replace" <<<"$ev" &&
+   grep -q "^would run: bash scripts/eval_downstream.sh $EVT/hf/llama300m_geofp8 --out $EVT/eval/llama300m_geofp8 " <<<"$ev" &&
+   grep -qx "would run: python3 scripts/eval_table.py --baseline-method FP32 --row 300M FP32 $EVT/eval/llama300m_fp32 --row 300M GIFT $EVT/eval/llama300m_geofp8 " <<<"$ev" &&
+   [ "$(grep -c 'left out$' <<<"$ev")" = 7 ]; then pass slurm_eval_paper_runs_dry_run
+else fail slurm_eval_paper_runs_dry_run "$(head -c 600 <<<"$ev")"; fi
+rm -rf "$EVT"
 # a stop-signal lead that reaches a job's start (Slurm signals up to 60 s early) would stop and
 # requeue every start of it at once; a time limit Slurm cannot read, or GPUs that do not fill
 # whole nodes, are refused too: one line each, before any job is submitted
@@ -147,7 +172,7 @@ export REPO_DIR=$REPO TRAINER=./train_llama_cpu TRAIN_EXTRA="$SMALL_VOCAB" SRUN_
 OUT=$TMP/runs
 bash scripts/slurm/submit_paper_runs.sh >"$TMP/submit.out" 2>&1
 rc=$?
-prof=$(sed -n 's/^submitted profile_tiny: job \([0-9]*\)$/\1/p' "$TMP/submit.out")
+prof=$(sed -n 's/^submitted profile_tiny: job \([0-9]*\) .*/\1/p' "$TMP/submit.out")
 fp32=$(sed -n 's/^submitted tiny_fp32: job \([0-9]*\) .*/\1/p' "$TMP/submit.out")
 geo=$(sed -n 's/^submitted tiny_geofp8: job \([0-9]*\) .*/\1/p' "$TMP/submit.out")
 # the geofp8 job, still pending, names the profiling job as its dependency

@@ -29,7 +29,12 @@ mostly per parameter: optimizer, gradient communication, checkpoints) run about 
 faster (20 steps of -c fp8 with fidelity: 8.9 s against 1.5 s on one core). Runs that need GPT-2's vocabulary itself (export, sampling, the GPU check's curves) keep it.
 """
 import math
+import os
 import sys
+
+# the tests run on the environment's OpenBLAS kernels, never the engine's choice of them
+# (llmc/blas_select.h; test/test_blas_select.sh tests that choice itself)
+os.environ["TRAIN_LLAMA_BLAS_AUTO"] = "0"
 
 CHECKPOINT_HEADER_BYTES = 1024  # int32[256]: magic, version, V, Vp, C, L, NH, NKV, FF, T, step, crc, ...
 

@@ -13,6 +13,9 @@
 #   small_model     sets SMALL (the small test model's flags, test/testlib.py --small-model) and
 #                   SMALL_DIR (its data); a FAIL and exit when the data cannot be written
 failures=0
+# the tests run on the environment's OpenBLAS kernels, never the engine's choice of them
+# (llmc/blas_select.h; test_blas_select.sh tests that choice itself)
+export TRAIN_LLAMA_BLAS_AUTO=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 skip() { echo "SKIP $1: $2"; }

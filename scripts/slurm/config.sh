@@ -82,11 +82,12 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$CPUS_PER_TASK}"
 : "${VAL_BATCHES:=20}"       # -m
 : "${SEED:=1337}"
 : "${GEOFP8_RANK:=32}"       # --geofp8-rank (the paper's operating point)
-# GeoFP8's transform: the paper's Algorithm 1 is GEOFP8_POWER=1 GEOFP8_REFRESH=50; these defaults
-# are what docs/gradient_communication.md's "GeoFP8 at 64 ranks" supports (half whitening chosen
-# per unit, a fresher factor)
-: "${GEOFP8_POWER:=auto}"    # --geofp8-power
-: "${GEOFP8_REFRESH:=10}"    # --geofp8-refresh (1 is better still, if t_refresh_ms, every step then, is small on your GPUs)
+# GeoFP8's transform: the paper's Algorithm 1 (whitening power 1, a fresh factor every 50 steps).
+# This project's extensions are opt-in (docs/slurm.md): GEOFP8_POWER=auto GEOFP8_REFRESH=10 is
+# what docs/gradient_communication.md's "GeoFP8 at 64 ranks" supports (half whitening chosen per
+# unit, a fresher factor; GEOFP8_REFRESH=1 is better still where a refresh every step is cheap).
+: "${GEOFP8_POWER:=1}"       # --geofp8-power
+: "${GEOFP8_REFRESH:=50}"    # --geofp8-refresh (also kfac's refresh)
 : "${FIDELITY_EVERY:=0}"     # --fidelity-every: > 0 logs the fair fidelity figures (and their windows)
 : "${GEOFP8_PROFILE_STEPS:=100}"
 
@@ -151,17 +152,25 @@ sbatch_resources() {
         [[ -n "$GPU_TYPE" ]] && gres="$GPU_TYPE:$GPUS_PER_NODE"
         args+=(--gpus-per-node="$gres")
     fi
+    # the placeholder account is refused before anything is submitted (a dry run shows it)
+    if [[ "$SLURM_ACCOUNT_NAME" == CHANGE_ME && "${DRY_RUN:-0}" != 1 ]]; then
+        echo "error: SLURM_ACCOUNT_NAME=CHANGE_ME is the placeholder: set your allocation in scripts/slurm/config.sh" \
+             "or the environment (SLURM_ACCOUNT_NAME= : no -A)" >&2
+        return 1
+    fi
     [[ -n "$SLURM_ACCOUNT_NAME" ]] && args+=(-A "$SLURM_ACCOUNT_NAME")
     [[ -n "$SLURM_QOS" ]] && args+=(-q "$SLURM_QOS")
     echo "${args[@]}"
 }
 
-# sbatch (the job's output in $SLURM_LOG_DIR), or with DRY_RUN=1 only print the command (and a
-# fake job id for dependencies).
+# sbatch (the job's output in $SLURM_LOG_DIR), or with DRY_RUN=1 only print "would submit:
+# sbatch ..." and, for dependencies, the job's name in <> where its id would be.
 submit() {
     if [[ "${DRY_RUN:-0}" == 1 ]]; then
-        echo "sbatch --output=$SLURM_LOG_DIR/%x-%j.out $*" >&2
-        echo "$((RANDOM + 100000))"
+        echo "would submit: sbatch --output=$SLURM_LOG_DIR/%x-%j.out $*" >&2
+        local a name=job
+        for a in "$@"; do [[ "$a" == --job-name=* ]] && name=${a#--job-name=}; done
+        echo "<$name>"
     else
         mkdir -p "$SLURM_LOG_DIR"
         sbatch --parsable --output="$SLURM_LOG_DIR/%x-%j.out" "$@"
@@ -189,4 +198,37 @@ run_train_llama() {
     # shellcheck disable=SC2086
     srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --ntasks="$SLURM_NTASKS" --ntasks-per-node="$GPUS_PER_NODE" $SRUN_EXTRA \
         "$TRAINER" -o "$run_dir" "$@" $TRAIN_EXTRA
+}
+
+# The trainer's flags for one paper run (MODEL, MODE; the layers file of a geofp8 run), into the
+# array PRETRAIN_ARGS; pretrain.sbatch runs them, submit_paper_runs.sh prints them.
+pretrain_args() {
+    local model=$1 mode=$2 steps=${3:--1} resume=${4:-1} t
+    t=$(model_seq_len "$model") || return 1
+    PRETRAIN_ARGS=(-e "$model" -i "$TRAIN_GLOB" -j "$VAL_GLOB"
+          -b "$PAPER_MICRO_BATCH" -t "$t" -d $((PAPER_GLOBAL_BATCH * t)) -x "$steps"
+          -l "$PAPER_LR" -q "$PAPER_FINAL_LR_FRAC" -k cosine
+          --optimizer muon --muon moonlight
+          -n "$CHECKPOINT_EVERY" -nk "$KEEP_CHECKPOINTS" -y "$resume"
+          -v "$VAL_EVERY" -m "$VAL_BATCHES" --seed "$SEED"
+          -c "$mode")
+    case "$mode" in
+        fp32|bf16|fp8|fp8block) ;;
+        geofp8) PRETRAIN_ARGS+=(--geofp8-layers "$(layers_file "$model")" --geofp8-rank "$GEOFP8_RANK"
+                                --geofp8-refresh "$GEOFP8_REFRESH" --geofp8-power "$GEOFP8_POWER") ;;
+        kfac) PRETRAIN_ARGS+=(--geofp8-refresh "$GEOFP8_REFRESH") ;;
+        *) echo "error: unknown MODE '$mode' (expected fp32, bf16, fp8, fp8block, geofp8 or kfac)" >&2; return 1 ;;
+    esac
+    (( FIDELITY_EVERY > 0 )) && PRETRAIN_ARGS+=(--fidelity-every "$FIDELITY_EVERY")
+    return 0
+}
+
+# One H200's measured tokens/s for a preset (train_llama at B 4, the paper's T; the H200 run of
+# commit c950ed2, dev/gpu_results_c950ed2.txt); empty where none was measured.
+measured_tok_s() {
+    case "$1" in
+        llama300m) echo 152696 ;;
+        llama600m) echo 80782 ;;
+        *) echo "" ;;
+    esac
 }
