@@ -18,7 +18,7 @@ LLMC_H  = $(wildcard llmc/*.h)
 TEST_H  = test/test_util.h test/fixture.h
 NPROC  ?= $(shell nproc)
 
-.PHONY: FORCE all deps test test-build check check-build emu testdata test-cpu test-gpu demo clean bench fuzz fidelity
+.PHONY: FORCE all deps test test-build check check-build emu testdata test-cpu test-gpu demo clean bench fuzz fidelity study
 
 all: train_llama_cpu
 
@@ -99,6 +99,15 @@ demo: deps
 	    -l 2e-3 -u 5 -c geofp8 --geofp8-profile-steps 20 --geofp8-refresh 1 --geofp8-power auto --fidelity-every 10 --fidelity-window 10 \
 	    -v 20 -m 4 -s 80 -g 48 -o out/demo --overwrite 1
 	python3 scripts/plot_runs.py out/demo --out out/demo/loss.png
+
+# the GeoFP8 study (scripts/study.py): modes x seeds x N virtual ranks x lr x steps of the small
+# test model, each mode paired with fp32 by seed; a table of paired statistics and out/study/study.png.
+# The default grid (256 ranks, 200 steps, 8 seeds, 88 runs) takes days on 2 cores; STUDY_ARGS
+# narrows it (e.g. STUDY_ARGS="--ranks 64 --steps 50 --seeds 1,2,3"). Finished runs are kept.
+STUDY_ARGS ?=
+study: testdata
+	@$(MAKE) --no-print-directory train_llama_cpu
+	python3 scripts/study.py $(STUDY_ARGS)
 
 -include cuda.mk
 -include gpu.mk

@@ -22,7 +22,9 @@ native fp8 with the rounding at every combine in rank order and the N-rank headr
 twophase, and geofp8 on every fc1/fc2 unit with the low-rank-32 factor of the activations pooled
 over the N micro-batches, exact eigenvectors, p 1 and auto), and the table gives the RelL2
 against the fp32 average, mean ± std over the K groups, with its change against native fp8 on
-the same group.
+the same group. A second table, once every N is done, gives each mode's slope onto the fp32
+average (Σ ĝ·ḡ / Σ ḡ² over the units of a kind: 1 when the error is noise about the gradient,
+below 1 when the sum shrinks it), with native and twophase in both formats (E4M3 and E5M2).
 
   make fidelity && ./build/fidelity -e out/tiny300/model_00000300.bin -b 8 -t 256 -k 8
   ./build/fidelity -e out/tiny300/model_00000300.bin -b 1 -t 256 -k 4 --ranks 2,8,32,64
@@ -94,7 +96,8 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
     if (gib > 16.0)
         user_error("--ranks: %d ranks of this model's fc1/fc2 gradients need %.1f GiB, more than 16 GiB; use fewer ranks", max_n, gib);
     static const char* MODES[] = {"bf16", "fp8 native", "fp8 twophase", "geofp8 r32 p 1", "geofp8 r32 p auto"};
-    const int NMODE = 5, FP8 = 1;
+    const int NMODE = 5, FP8 = 1, NSLOPE = 7;  // the slope table adds native and twophase in the other format
+    const Fp8Format other = fmt == FP8_E4M3 ? FP8_E5M2 : FP8_E4M3;
     printf("### N-rank reduction (%s): RelL2 against the fp32 average over N ranks, mean ± std over %d groups of N micro-batches of "
            "B=%d T=%d (a group's figure: the mean over the units of a kind); in brackets the change against native fp8 on the same group\n\n",
            fp8_format_name(fmt), K, B, T);
@@ -105,10 +108,12 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
     printf("\n");
     fflush(stdout);
     GeoFP8LowrankSpec spec_p1, spec_auto;
+    std::vector<std::pair<int, std::vector<std::vector<std::vector<double>>>>> slope_rows;  // (N, slope[kind][mode][group])
     long long step = 1000000;  // begin_step numbers, apart from the batches of the tables above
     for (int N : ranks_list) {
         // rel[kind][mode][group]
         std::vector<std::vector<std::vector<double>>> rel(2, std::vector<std::vector<double>>(NMODE));
+        std::vector<std::vector<std::vector<double>>> slope(2, std::vector<std::vector<double>>(NSLOPE));  // [kind][mode][group]
         std::vector<std::vector<float>> copies(N, std::vector<float>(per_rank));
         for (int grp = 0; grp < K; grp++) {
             gradcomm_begin_step(gc, (int)step++, (long long)N * BT);  // A and E[δδᵀ] pooled over the N micro-batches
@@ -124,6 +129,7 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
                 }
             }
             std::vector<std::vector<double>> sum(2, std::vector<double>(NMODE, 0.0));
+            std::vector<std::vector<double>> hg(2, std::vector<double>(NSLOPE, 0.0)), gg(2, std::vector<double>(NSLOPE, 0.0));
             int count[2] = {0, 0};
             for (size_t j = 0; j < geo_idx.size(); j++) {
                 const GeoUnit& g = gc->geo[geo_idx[j]];
@@ -144,19 +150,28 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
                 GeoFP8Factor t1, ta;
                 geofp8_spec_factor(&t1, spec_p1, g.A[0].data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0, ep);
                 geofp8_spec_factor(&ta, spec_auto, g.A[0].data(), NULL, 0, g.d_in, G[0], g.d_out, 1, 0, ep);  // q from rank 0's own gradient
-                for (int k = 0; k < NMODE; k++) {
+                for (int k = 0; k < NSLOPE; k++) {
                     bool ok = k == 0   ? geofp8_reduce_bf16_ranks(out.data(), G.data(), N, n)
                               : k == 1 ? geofp8_reduce_native_ranks(fmt, out.data(), G.data(), N, n)
                               : k == 2 ? geofp8_reduce_twophase_ranks(fmt, out.data(), G.data(), N, n)
+                              : k == 5 ? geofp8_reduce_native_ranks(other, out.data(), G.data(), N, n)
+                              : k == 6 ? geofp8_reduce_twophase_ranks(other, out.data(), G.data(), N, n)
                                        : geofp8_reduce_geo_ranks(fmt, out.data(), G.data(), N, g.d_out, g.d_in, k == 3 ? &t1 : &ta);
-                    GeoFP8Fidelity f{NAN, NAN, NAN, NAN};
+                    GeoFP8Fidelity f{NAN, NAN, NAN, NAN, NAN};
                     if (ok) geofp8_fidelity_metrics(&f, out.data(), ref.data(), n);
-                    sum[ki][k] += f.rel_l2;
+                    if (k < NMODE) sum[ki][k] += f.rel_l2;
+                    // the slope of the kind's units together: Σ ĝ·ḡ and Σ ḡ² pooled over them
+                    double a = 0.0, b = 0.0;
+                    for (size_t i = 0; i < n; i++) a += (double)out[i] * ref[i], b += (double)ref[i] * ref[i];
+                    hg[ki][k] += ok ? a : NAN;
+                    gg[ki][k] += b;
                 }
                 count[ki]++;
             }
-            for (int ki = 0; ki < 2; ki++)
+            for (int ki = 0; ki < 2; ki++) {
                 for (int k = 0; k < NMODE; k++) rel[ki][k].push_back(sum[ki][k] / count[ki]);
+                for (int k = 0; k < NSLOPE; k++) slope[ki][k].push_back(hg[ki][k] / gg[ki][k]);
+            }
             fprintf(stderr, "--ranks %d: group %d/%d done\n", N, grp + 1, K);
         }
         for (int ki = 0; ki < 2; ki++) {
@@ -172,8 +187,28 @@ static void ranks_tables(LlamaModel* m, GradComm* gc, DataLoader* loader, const 
             }
             printf("\n");
         }
+        slope_rows.push_back({N, slope});
         fflush(stdout);
     }
+    // the shrinkage: the regression slope of each mode's average onto the exact one (1: the error
+    // is noise about the gradient; below 1: the sum shrinks it), over the kind's units together
+    const char* fa = fp8_format_name(fmt);
+    const char* fb = fp8_format_name(other);
+    printf("\n### N-rank reduction: slope of the communicated average onto the fp32 average (Σ ĝ·ḡ / Σ ḡ² over the units of a kind, "
+           "in double), mean ± std over the %d groups; below 1: the sum shrinks the gradient\n\n", K);
+    printf("| N | units | bf16 | %s native | %s twophase | geofp8 r32 p 1 (%s native) | geofp8 r32 p auto (%s native) | %s native | %s twophase |\n",
+           fa, fa, fa, fa, fb, fb);
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& row : slope_rows)
+        for (int ki = 0; ki < 2; ki++) {
+            printf("| %d | %s |", row.first, kinds[ki] == T_FC2W ? "fc2" : "fc1");
+            for (int k = 0; k < NSLOPE; k++) {
+                double sm, ss;
+                mean_std(row.second[ki][k], &sm, &ss);
+                printf(" %.4f ± %.4f |", sm, ss);
+            }
+            printf("\n");
+        }
     printf("\n");
 }
 
@@ -275,7 +310,7 @@ int main(int argc, char** argv) {
         llama_observe_inputs(&m, &gc, B, T);
         loss_sum += llama_backward(&m, loader.inputs, loader.targets, B, T, 1.0f, &gc);
         for (int ki = 0; ki < 2; ki++) {
-            std::vector<GeoFP8Fidelity> sum(NR, GeoFP8Fidelity{0, 0, 0, 0});
+            std::vector<GeoFP8Fidelity> sum(NR, GeoFP8Fidelity{0, 0, 0, 0, 0});
             int count = 0;
             for (const GeoUnit& g : gc.geo) {
                 const LlamaUnit& u = gc.units[g.unit];
@@ -292,14 +327,14 @@ int main(int argc, char** argv) {
                     int exact = k < NM ? 0 : EXTRA[k - NM].exact;
                     if (geofp8_fidelity_method_stats(&f, method, G, g.d_out, g.d_in, g.A[0].data(), g.Gs[0].data(), h, N, exact,
                                                      seed + (uint64_t)g.unit, fmt, ep) != 0)
-                        f = GeoFP8Fidelity{NAN, NAN, NAN, NAN};
+                        f = GeoFP8Fidelity{NAN, NAN, NAN, NAN, NAN};
                     sum[k].rel_l2 += f.rel_l2; sum[k].cos += f.cos; sum[k].max_err += f.max_err; sum[k].mse += f.mse;
                 }
                 count++;
             }
             units[ki] = count;
             for (int k = 0; k < NR; k++)
-                per[ki][k].push_back(GeoFP8Fidelity{sum[k].rel_l2 / count, sum[k].cos / count, sum[k].max_err / count, sum[k].mse / count});
+                per[ki][k].push_back(GeoFP8Fidelity{sum[k].rel_l2 / count, sum[k].cos / count, sum[k].max_err / count, sum[k].mse / count, NAN});
         }
         fprintf(stderr, "batch %d/%d done\n", b + 1, K);
     }

@@ -826,6 +826,7 @@ typedef struct {
     double cos;      // <ĝ, g> / (‖ĝ‖₂ ‖g‖₂)
     double max_err;  // ‖ĝ - g‖∞
     double mse;      // ‖ĝ - g‖₂² / n
+    double slope;    // <ĝ, g> / ‖g‖₂²: the regression of ĝ onto g through the origin (below 1: ĝ shrinks g)
 } GeoFP8Fidelity;
 
 // The methods, in the order of the paper's tables.
@@ -849,6 +850,7 @@ static inline void geofp8_fidelity_metrics(GeoFP8Fidelity* m, const float* ghat,
     m->cos = hg / (sqrt(hh) * sqrt(gg));
     m->max_err = mx;
     m->mse = n ? ee / (double)n : 0.0;
+    m->slope = hg / gg;
 }
 
 // out (n) = decode(encode(s x)) / s in format f with one per-tensor power-of-two scale for one

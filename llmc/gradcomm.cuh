@@ -20,6 +20,9 @@
 //             (sync: a skipped step must not touch the server residual) | quantize | all-gather
 //             exponents, all-to-all codes | server sum + re-quantize | all-gather codes and
 //             server exponents | decode | unwhiten | counts
+//   --fp8-ef 1  every unit off the geometry path has a residual too (a flat buffer, ef_res, and
+//             ef_next on bucketed steps): X = G + R before the amax, the quantizer writes the new R
+//             (gradcomm.h's contract; the residual tables of GeoFP8Device point into these buffers)
 //   refresh   (every --geofp8-refresh steps from the first geometry step) per geometry unit:
 //             SUM all-reduce of Y and tr(A) (kfac: A and G), rank 0 factorizes, broadcast of the
 //             packed factor (kfac: LA, LG), R <- R T_old⁻¹ T_new.
@@ -173,6 +176,9 @@ typedef struct {
     GeoFP8UnitTable fid_units;        // every unit, for the fidelity sums (with ref)
     double* fid_scratch;              // (4, fid_units chunks)
     GradCommCounterfactual cf;        // gradcomm_gpu_fair_step
+    bool fp8_ef;                      // --fp8-ef 1 (an FP8 mode)
+    float* ef_res;                    // (num_params) --fp8-ef: the residuals in use of the units off the geometry path (zero on the others)
+    float* ef_next;                   // (num_params) where a bucketed step's quantizer writes them (NULL without buckets)
     bool fair;                        // --fidelity-every > 0, a geometry mode, the native sum: the fair figures on every geometry step
     int fidelity_window;              // W
     std::string output_dir;
@@ -210,6 +216,37 @@ static inline void gradcomm_gpu_add_geo(GradCommGPU* gc, int u) {
     geofp8_device_reserve_tokens(&gc->dev, gc->max_tokens);
 }
 
+// --fp8-ef: the flat residual buffers, zero, and every unit's entry of the residual tables
+// pointing into them (gradcomm_gpu_add_geo then points a geometry unit's entries at its own).
+static inline void gradcomm_gpu_ef_init(GradCommGPU* gc) {
+    GeoFP8Device* g = &gc->dev;
+    const size_t P = gc->num_params, U = gc->units.size();
+    gc->ef_res = cuda_malloc<float>(P);
+    CUDA_CHECK(cudaMemset(gc->ef_res, 0, P * sizeof(float)));
+    std::vector<float*> t(U);
+    for (size_t u = 0; u < U; u++) t[u] = gc->ef_res + gc->units[u].offset;
+    CUDA_CHECK(cudaMemcpy(g->residual_table, t.data(), U * sizeof(float*), cudaMemcpyHostToDevice));
+    if (!g->residual_next_table) return;
+    gc->ef_next = cuda_malloc<float>(P);
+    CUDA_CHECK(cudaMemset(gc->ef_next, 0, P * sizeof(float)));
+    for (size_t u = 0; u < U; u++) t[u] = gc->ef_next + gc->units[u].offset;
+    CUDA_CHECK(cudaMemcpy(g->residual_next_table, t.data(), U * sizeof(float*), cudaMemcpyHostToDevice));
+}
+
+// --fp8-ef: X = G + R on the units [lo, hi) off the geometry path (per unit, as the CPU engine:
+// the geometry units' X is left as it is, signed zeros included).
+static inline void gradcomm_gpu_ef_add(GradCommGPU* gc, float* grads, int lo, int hi, cudaStream_t s) {
+    for (int u = lo; u < hi; u++)
+        if (gc->dev.unit_to_geo[u] < 0)
+            geofp8_residual_add(grads + gc->units[u].offset, gc->ef_res + gc->units[u].offset, gradcomm_gpu_unit_size(gc->units[u]), s);
+}
+
+// A kept bucketed step: the residuals its quantizer wrote become the ones in use.
+static inline void gradcomm_gpu_swap_residuals(GradCommGPU* gc) {
+    geofp8_device_swap_residuals(&gc->dev);  // (the tables, whose entries point into ef_res / ef_next too)
+    std::swap(gc->ef_res, gc->ef_next);
+}
+
 // Validates the mode's settings (user_error) and sets up the state; call before any file is
 // written, after the GPU of this rank is selected. max_tokens = B * T of a micro-batch.
 static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, const LlamaConfig* c, int rank, int world_size,
@@ -245,6 +282,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->fid_units = GeoFP8UnitTable();
     gc->fid_scratch = NULL;
     gc->cf = GradCommCounterfactual();
+    gc->fp8_ef = tc->fp8_ef != 0 && gradcomm_gpu_is_fp8(gc);
+    gc->ef_res = gc->ef_next = NULL;
     gc->fair = tc->fidelity_every > 0 && (gc->mode == "geofp8" || gc->mode == "kfac") && !gc->twophase;
     gc->fidelity_window = gradcomm_fidelity_window(tc);
     gc->output_dir = tc->output_dir;
@@ -317,6 +356,7 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
                        gc->fmt);
     if (gc->bucketing) geofp8_device_double_buffer(&gc->dev);
     gc->has_device = true;
+    if (gc->fp8_ef) gradcomm_gpu_ef_init(gc);
     if (gc->mode == "geofp8") {
         if (tc->geofp8_layers == "auto") gc->profiling = true;
         else {
@@ -332,6 +372,8 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
 
 static inline void gradcomm_gpu_free(GradCommGPU* gc) {
     if (gc->has_device) geofp8_device_free(&gc->dev);
+    if (gc->ef_res) CUDA_CHECK(cudaFree(gc->ef_res));
+    if (gc->ef_next) CUDA_CHECK(cudaFree(gc->ef_next));
     if (gc->codes16) CUDA_CHECK(cudaFree(gc->codes16));
     if (gc->ref) {
         CUDA_CHECK(cudaFree(gc->ref));
@@ -503,7 +545,7 @@ static inline double gradcomm_gpu_native(GradCommGPU* gc, CommGridGPU* grid, flo
     bytes += comm_gpu_ring_bytes(grid, 4.0 * g->num_groups);
     sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
     geofp8_device_scales(g, s);  // a non-finite amax sets g->skip: the quantizer then leaves codes and residuals alone
-    geofp8_device_quantize(g, grads, geometry ? 1 : 0, s);
+    geofp8_device_quantize(g, grads, geometry || gc->fp8_ef ? 1 : 0, s);
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin(t, GC_T_NCCL);
     comm_gpu_allreduce_fp8_sum(grid, g->q, g->q, gc->num_params, gc->fmt);
@@ -536,7 +578,7 @@ static inline double gradcomm_gpu_twophase(GradCommGPU* gc, CommGridGPU* grid, f
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (skip != 0.0f) return -1.0;
     sp = gradcomm_timer_begin(t, GC_T_QUANTIZE);
-    geofp8_device_quantize(g, grads, geometry ? 1 : 0, s);
+    geofp8_device_quantize(g, grads, geometry || gc->fp8_ef ? 1 : 0, s);
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin(t, GC_T_NCCL);
     comm_gpu_allgather_bytes(grid, g->exps, g->exps_all, 4 * (size_t)U);
@@ -564,8 +606,16 @@ static inline void gradcomm_gpu_profile(GradCommGPU* gc, int step) {
     if (++gc->profiled_steps < gc->profile_steps) return;
     gc->profiling = false;
     gc->geometry_start = step + 1;
-    for (int u : gradcomm_profile_select(gc->score_sum, gc->profiled_steps, gc->units, gc->top_k, gc->rank, gc->output_dir, gc->geometry_start))
+    for (int u : gradcomm_profile_select(gc->score_sum, gc->profiled_steps, gc->units, gc->top_k, gc->rank, gc->output_dir, gc->geometry_start)) {
         gradcomm_gpu_add_geo(gc, u);
+        if (!gc->fp8_ef) continue;
+        // --fp8-ef: the unit's residual moves to the geometry path (gradcomm_profile), its part of
+        // the flat buffers is zeroed
+        const size_t o = gc->units[u].offset, n = gradcomm_gpu_unit_size(gc->units[u]);
+        CUDA_CHECK(cudaMemcpy(gc->dev.geo.back().residual, gc->ef_res + o, n * sizeof(float), cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemset(gc->ef_res + o, 0, n * sizeof(float)));
+        if (gc->ef_next) CUDA_CHECK(cudaMemset(gc->ef_next + o, 0, n * sizeof(float)));
+    }
 }
 
 // Makes the fair figures' buffers for the geometry units of now (once: they never change
@@ -748,9 +798,10 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
             gradcomm_gpu_gather_geo(gc, gc->cf.raw, grads, s);
             fair = true;
         }
-        if (geometry) {
+        if (geometry || gc->fp8_ef) {
             int sp = gradcomm_timer_begin(t, GC_T_WHITEN);
-            geofp8_device_whiten(&gc->dev, grads, s);
+            if (geometry) geofp8_device_whiten(&gc->dev, grads, s);
+            if (gc->fp8_ef) gradcomm_gpu_ef_add(gc, grads, 0, (int)U, s);  // X = G + R off the geometry path
             gradcomm_timer_end(t, sp);
         }
         double b = gc->twophase ? gradcomm_gpu_twophase(gc, grid, grads, geometry, t) : gradcomm_gpu_native(gc, grid, grads, geometry, t);
@@ -902,6 +953,11 @@ static inline void gradcomm_gpu_bucket_launch(GradCommGPU* gc, int b, float* gra
         gradcomm_gpu_bucket_transform(gc, b, grads, true);
         gradcomm_timer_end(t, sp);
     }
+    if (gc->fp8_ef) {
+        sp = gradcomm_timer_begin_on(t, GC_T_WHITEN, s);
+        gradcomm_gpu_ef_add(gc, grads, lo, hi, s);
+        gradcomm_timer_end(t, sp);
+    }
     sp = gradcomm_timer_begin_on(t, GC_T_AMAX, s);
     geofp8_device_amax_range(g, grads, r, lo, s);
     gradcomm_timer_end(t, sp);
@@ -911,7 +967,7 @@ static inline void gradcomm_gpu_bucket_launch(GradCommGPU* gc, int b, float* gra
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin_on(t, GC_T_QUANTIZE, s);
     geofp8_device_scales_range(g, r, lo, s);
-    geofp8_device_quantize_range(g, grads, r, lo, gc->geometry_now ? 1 : 0, s);
+    geofp8_device_quantize_range(g, grads, r, lo, gc->geometry_now || gc->fp8_ef ? 1 : 0, s);
     gradcomm_timer_end(t, sp);
     sp = gradcomm_timer_begin_on(t, GC_T_NCCL, s);
     comm_gpu_group_begin(grid);
@@ -988,7 +1044,7 @@ static inline void gradcomm_gpu_bucket_finish(GradCommGPU* gc, CommGridGPU* grid
         }
         return;
     }
-    if (gc->geometry_now) geofp8_device_swap_residuals(g);
+    if (gc->geometry_now || gc->fp8_ef) gradcomm_gpu_swap_residuals(gc);
     if (gc->profiling) gradcomm_gpu_profile(gc, gc->step);
     if (gc->fair && gc->geometry_now) gradcomm_gpu_fair_step(gc, grid, grads, gc->step, false, s);
 }
@@ -1027,6 +1083,7 @@ static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<Checkpoi
         }
     }
     if (gc->twophase) out->push_back({"gradcomm.server_residual", cuda_download(gc->dev.server_residual, gc->dev.shard_size)});
+    if (gc->fp8_ef) out->push_back({"gradcomm.fp8ef_residual", cuda_download(gc->ef_res, gc->num_params)});
     const GradCommCounterfactual& cf = gc->cf;
     if (gc->fair && cf.num_units) {  // the fair figures' state, under gradcomm_save's names
         const size_t n = cf.total;
@@ -1088,6 +1145,7 @@ static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, 
         }
     }
     if (gc->twophase) upload(gc->dev.server_residual, need("gradcomm.server_residual", gc->dev.shard_size)->data);
+    if (gc->fp8_ef) upload(gc->ef_res, need("gradcomm.fp8ef_residual", gc->num_params)->data);
     // the fair figures' state, when the run that wrote the file measured them (else they start afresh)
     if (gc->fair && checkpoint_find_extra(s, "gradcomm.fair.cf_residual") && !gc->dev.geo.empty()) {
         gradcomm_gpu_cf_make(gc);

@@ -16,6 +16,11 @@
 //             communicate X, R <- X - decode(q)/s, map the average back with T⁻¹
 //   kfac      the geometry path with the two-sided K-FAC transform L_G⁻¹ G L_A⁻ᵀ on every
 //             linear unit (qkv, proj, fc1, fc2)
+//   --fp8-ef 1  (any FP8 mode) error feedback on every unit off the geometry path too: X = G + R
+//             with R <- X - decode(q)/s per unit (per block with fp8block) and logical rank, kept
+//             in a flat (num_params) buffer; the quantizer writes the new R into a second buffer,
+//             swapped in once the step is kept. The control that tells error feedback's share of
+//             GeoFP8's gain from the transform's.
 //
 // Factors are refreshed every K steps from that step's activations (the trainer hands them over
 // through gradcomm_observe_input / gradcomm_observe_output_grad while it runs the micro-steps):
@@ -114,6 +119,8 @@ typedef struct {
     std::vector<float> x;          // (V, num_params) values to quantize
     std::vector<uint8_t> q;        // (V, num_params) codes; after the sum, entry 0 holds the summed codes
     std::vector<float> ref;        // (num_params) fp32 reference for fidelity
+    bool fp8_ef;                   // --fp8-ef 1 (an FP8 mode)
+    std::vector<float> ef_residual, ef_next;  // (V, num_params) --fp8-ef: the residuals in use, and where this step's quantizer writes
     std::vector<std::vector<float>> server_residual;  // (V) twophase: each logical rank's shard
     std::string output_dir;
     GradCommStats stats;
@@ -229,6 +236,7 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     gc->refresh_now = false;
     gc->sketch_weight = 0.0f;
     gc->output_dir = tc->output_dir;
+    gc->fp8_ef = tc->fp8_ef != 0 && gradcomm_is_fp8(gc);
     gc->fair = tc->fidelity_every > 0 && (gc->mode == "geofp8" || gc->mode == "kfac") && !gc->twophase;
     gc->fidelity_window = gradcomm_fidelity_window(tc);
     gc->win_index = -1;
@@ -251,6 +259,10 @@ static inline void gradcomm_init(GradComm* gc, const TrainConfig* tc, const Llam
     if (gradcomm_is_fp8(gc)) {
         gc->x.resize((size_t)V * gc->num_params);
         gc->q.resize((size_t)V * gc->num_params);
+    }
+    if (gc->fp8_ef) {
+        gc->ef_residual.assign((size_t)V * gc->num_params, 0.0f);
+        gc->ef_next.assign((size_t)V * gc->num_params, 0.0f);
     }
     size_t shard = (gc->num_params + gc->world_size - 1) / gc->world_size;
     if (gc->twophase) gc->server_residual.assign(V, std::vector<float>(shard, 0.0f));
@@ -523,6 +535,13 @@ static inline long gradcomm_count_max_codes(Fp8Format f, const uint8_t* q, size_
     return c;
 }
 
+// Where the quantizer of logical rank v writes unit lu's new error-feedback residual: the
+// geometry unit's own (gi >= 0), the --fp8-ef buffer of the next step, or nowhere (NULL).
+static inline float* gradcomm_residual_out(GradComm* gc, int gi, int v, const LlamaUnit& lu) {
+    if (gi >= 0) return gc->geo[gi].residual[v].data();
+    return gc->fp8_ef ? gc->ef_next.data() + (size_t)v * gc->num_params + lu.offset : NULL;
+}
+
 // twophase (DESIGN §5.2): local per-unit scales; an FP8 all-to-all hands logical rank j shard j
 // of every logical rank's codes (and every rank's scales); rank j decodes and sums in fp32 in
 // rank order, adds its server residual, re-quantizes its shard with per-unit scales of its own,
@@ -553,7 +572,7 @@ static inline bool gradcomm_twophase(GradComm* gc, CommGrid* grid, float* grads)
             geofp8_count_saturated_underflow(gc->fmt, x, n, s, &sat, &und, &nz);
             st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
             int gi = gc->unit_to_geo[u];
-            geofp8_quantize_ef(gc->fmt, gc->q.data() + (size_t)v * NP + lu.offset, gi >= 0 ? gc->geo[gi].residual[v].data() : NULL, x, n, s);
+            geofp8_quantize_ef(gc->fmt, gc->q.data() + (size_t)v * NP + lu.offset, gradcomm_residual_out(gc, gi, v, lu), x, n, s);
         }
     // shard j of the flat layout belongs to logical rank j
     std::vector<size_t> off(N), len(N);
@@ -667,8 +686,20 @@ static inline void gradcomm_profile(GradComm* gc, int step) {
     if (++gc->profiled_steps < gc->profile_steps) return;
     gc->profiling = false;
     gc->geometry_start = step + 1;
-    for (int u : gradcomm_profile_select(gc->score_sum, gc->profiled_steps, gc->units, gc->top_k, gc->rank, gc->output_dir, gc->geometry_start))
+    for (int u : gradcomm_profile_select(gc->score_sum, gc->profiled_steps, gc->units, gc->top_k, gc->rank, gc->output_dir, gc->geometry_start)) {
         gradcomm_add_geo(gc, u);
+        if (!gc->fp8_ef) continue;
+        // --fp8-ef: the unit's residual moves to the geometry path (identity coordinates until the
+        // refresh of its first step carries it), and its part of the flat buffers is zeroed
+        const size_t o = gc->units[u].offset, n = gradcomm_unit_size(gc->units[u]);
+        GeoUnit& g = gc->geo.back();
+        for (int v = 0; v < gc->V; v++) {
+            float* r = gc->ef_residual.data() + (size_t)v * gc->num_params + o;
+            memcpy(g.residual[v].data(), r, n * sizeof(float));
+            std::fill(r, r + n, 0.0f);
+            std::fill(gc->ef_next.begin() + (size_t)v * gc->num_params + o, gc->ef_next.begin() + (size_t)v * gc->num_params + o + n, 0.0f);
+        }
+    }
 }
 
 // Plain fp8 of the geometry units, as the native fp8 mode would communicate them: raw (V) holds
@@ -828,12 +859,12 @@ static inline void gradcomm_fp8_send(GradComm* gc, int b) {
                     geofp8_count_saturated_underflow(gc->fmt, x + off, len, sc[k], &sat, &und, &nz);
                     st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
                 }
-                geofp8_quantize_ef_block(gc->fmt, q, NULL, x, n, GEOFP8_BLOCK, sc);
+                geofp8_quantize_ef_block(gc->fmt, q, gradcomm_residual_out(gc, -1, v, lu), x, n, GEOFP8_BLOCK, sc);
             } else {
                 long sat, und, nz;
                 geofp8_count_saturated_underflow(gc->fmt, x, n, sc[0], &sat, &und, &nz);
                 st.saturated[u] += sat; st.underflow[u] += und; st.nonzero[u] += nz;
-                geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual[v].data() : NULL, x, n, sc[0]);
+                geofp8_quantize_ef(gc->fmt, q, ef ? gc->geo[gi].residual[v].data() : gradcomm_residual_out(gc, -1, v, lu), x, n, sc[0]);
             }
         }
     }
@@ -892,6 +923,9 @@ static inline void gradcomm_launch(GradComm* gc, int b) {
                 const GeoUnit& g = gc->geo[gi];
                 gradcomm_whiten(gc, g, x, x);
                 for (size_t k = 0; k < n; k++) x[k] += g.residual[v][k];
+            } else if (gc->fp8_ef) {  // X = G + R
+                const float* R = gc->ef_residual.data() + (size_t)v * NP + lu.offset;
+                for (size_t k = 0; k < n; k++) x[k] += R[k];
             }
             if (gc->twophase) continue;
             // the group's amax over this process's logical ranks (then the MAX over processes)
@@ -1066,6 +1100,7 @@ static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
             gc->grads.clear();
             return 0;
         }
+        if (gc->fp8_ef) gc->ef_residual.swap(gc->ef_next);  // the step is kept: its residuals are the ones in use
         if (gc->geometry) for (GeoUnit& g : gc->geo) gradcomm_unwhiten(gc, g, grads + gc->units[g.unit].offset);
         comm_sum_longs(grid, st.saturated.data(), U);
         comm_sum_longs(grid, st.underflow.data(), U);
@@ -1114,6 +1149,11 @@ static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray
     }
     if (gc->twophase)
         for (int v = 0; v < gc->V; v++) out->push_back({gradcomm_vprefix(v) + "server_residual", gc->server_residual[v]});
+    if (gc->fp8_ef)
+        for (int v = 0; v < gc->V; v++) {
+            const float* r = gc->ef_residual.data() + (size_t)v * gc->num_params;
+            out->push_back({gradcomm_vprefix(v) + "fp8ef_residual", std::vector<float>(r, r + gc->num_params)});
+        }
     if (gc->fair && !gc->cf_residual.empty()) {  // the fair fidelity figures' state (gradcomm_fair_step)
         for (int v = 0; v < gc->V; v++) out->push_back({gradcomm_vprefix(v) + "fair.cf_residual", gc->cf_residual[v]});
         out->push_back({"gradcomm.fair.window", {(float)gc->win_index, (float)gc->win_steps}});
@@ -1171,6 +1211,11 @@ static inline void gradcomm_load(GradComm* gc, const CheckpointState* s, const c
     if (gc->twophase)
         for (int v = 0; v < gc->V; v++)
             gc->server_residual[v] = need(gradcomm_vprefix(v) + "server_residual", gc->server_residual[v].size())->data;
+    if (gc->fp8_ef)
+        for (int v = 0; v < gc->V; v++) {
+            const std::vector<float>& r = need(gradcomm_vprefix(v) + "fp8ef_residual", gc->num_params)->data;
+            std::copy(r.begin(), r.end(), gc->ef_residual.begin() + (size_t)v * gc->num_params);
+        }
     // the fair fidelity figures' state, when the run that wrote the file measured them (else they
     // start afresh: a zero counterfactual residual, no window open)
     gc->cf_residual.clear();

@@ -30,6 +30,10 @@ typedef struct {
     bool has_fidelity = false;
     std::vector<double> rel_l2, cos;  // (units) against the fp32 average
     double rel_l2_all = NAN, cos_all = NAN, rel_l2_geo = NAN, cos_geo = NAN;  // all units; the geometry units together
+    // the least-squares slope of the communicated average h onto the exact one g, Σ h·g / Σ g²:
+    // 1 when the errors are uncorrelated with g (noise), below 1 when the sum shrinks g (a bias)
+    std::vector<double> slope;  // (units)
+    double slope_all = NAN, slope_geo = NAN;  // all units; the geometry units together (NaN: none)
     double rel_l2_geo_fp8 = NAN;  // (c) what plain fp8 (same gradient, no transform, no error feedback) gives on them; NaN: not measured
     double rel_l2_geo_fp8ef = NAN;  // (b) plain fp8 with an error-feedback residual of its own (a counterfactual); NaN: not measured
     // the fidelity window that ends at this step (gradcomm_fair_step): RelL2 of the window's sum of
@@ -122,6 +126,8 @@ static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units
     if (st.has_fidelity) {
         logger_field(line, "fidelity_rel_l2", st.rel_l2_all);
         logger_field(line, "fidelity_cos", st.cos_all);
+        logger_field(line, "fidelity_slope", st.slope_all);
+        logger_field(line, "fidelity_slope_geo", st.slope_geo);
         logger_field(line, "fidelity_rel_l2_geo", st.rel_l2_geo);
         logger_field(line, "fidelity_cos_geo", st.cos_geo);
         logger_field(line, "fidelity_rel_l2_geo_fp8", st.rel_l2_geo_fp8);
@@ -132,10 +138,12 @@ static inline void gradcomm_stats_log_fields(const std::vector<LlamaUnit>& units
             logger_json_number(&v, st.rel_l2[u]);
             v += ", ";
             logger_json_number(&v, st.cos[u]);
+            v += ", ";
+            logger_json_number(&v, st.slope[u]);
             json += (json.size() > 1 ? ", \"" : "\"") + units[u].name + "\": [" + v + "]";
         }
         json += "}";
-        logger_field_json(line, "fidelity_units", json);  // name: [rel_l2, cos]
+        logger_field_json(line, "fidelity_units", json);  // name: [rel_l2, cos, slope]
     }
     if (st.has_window) {
         logger_field(line, "window_steps", st.window_steps);
@@ -239,17 +247,19 @@ static inline void gradcomm_load_ema_meta(const std::vector<float>& meta, double
 }
 
 // ----------------------------------------------------------------------------
-// fidelity: RelL2 and cosine of the communicated average against the fp32 average, per unit,
-// over all units, and over the geometry units together (is_geo[u]; NaN when there are none),
-// from the per-unit sums (4, units): Σ (got - ref)², Σ ref², Σ got², Σ got·ref, in double.
+// fidelity: RelL2, cosine and slope (Σ got·ref / Σ ref², the regression of the communicated
+// average onto the fp32 one through the origin) against the fp32 average, per unit, over all
+// units, and over the geometry units together (is_geo[u]; NaN when there are none), from the
+// per-unit sums (4, units): Σ (got - ref)², Σ ref², Σ got², Σ got·ref, in double.
 static inline void gradcomm_fidelity_finish(GradCommStats* st, const std::vector<double>& sums, const std::vector<bool>& is_geo) {
     const size_t U = is_geo.size();
-    st->rel_l2.assign(U, 0.0); st->cos.assign(U, 0.0);
+    st->rel_l2.assign(U, 0.0); st->cos.assign(U, 0.0); st->slope.assign(U, 0.0);
     double ee = 0, gg = 0, hh = 0, hg = 0, ee_geo = 0, gg_geo = 0, hh_geo = 0, hg_geo = 0;
     for (size_t u = 0; u < U; u++) {
         double e2 = sums[u], g2 = sums[U + u], h2 = sums[2 * U + u], d = sums[3 * U + u];
         st->rel_l2[u] = g2 > 0 ? sqrt(e2 / g2) : 0.0;
         st->cos[u] = (g2 > 0 && h2 > 0) ? d / sqrt(g2 * h2) : 1.0;
+        st->slope[u] = g2 > 0 ? d / g2 : 1.0;
         ee += e2; gg += g2; hh += h2; hg += d;
         if (is_geo[u]) { ee_geo += e2; gg_geo += g2; hh_geo += h2; hg_geo += d; }
     }
@@ -257,6 +267,8 @@ static inline void gradcomm_fidelity_finish(GradCommStats* st, const std::vector
     st->cos_all = (gg > 0 && hh > 0) ? hg / sqrt(gg * hh) : 1.0;
     st->rel_l2_geo = gg_geo > 0 ? sqrt(ee_geo / gg_geo) : NAN;
     st->cos_geo = (gg_geo > 0 && hh_geo > 0) ? hg_geo / sqrt(gg_geo * hh_geo) : NAN;
+    st->slope_all = gg > 0 ? hg / gg : 1.0;
+    st->slope_geo = gg_geo > 0 ? hg_geo / gg_geo : NAN;
     st->rel_l2_geo_fp8 = NAN;
     st->rel_l2_geo_fp8ef = NAN;
     st->has_fidelity = true;

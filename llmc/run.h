@@ -560,7 +560,7 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
              tc.optimizer == "muon" && tc.muon_shard && world_size > 1 ? ", Newton-Schulz sharded over the ranks" : "");
     run_print_row("optimizer", b);
     std::string mode = tc.comm;
-    if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_format + ", " + tc.fp8_reduce + ")";
+    if (tc.comm != "fp32" && tc.comm != "bf16") mode += " (" + tc.fp8_format + ", " + tc.fp8_reduce + (tc.fp8_ef ? ", error feedback on every unit" : "") + ")";
     if (tc.comm == "geofp8") mode += ", layers " + tc.geofp8_layers;
     run_print_row("grad communication", mode + ", " + transport);
     run_print_row("gradient buckets", buckets);

@@ -53,6 +53,7 @@ typedef struct {
     std::string comm;          // -c  fp32 | bf16 | fp8 | fp8block | geofp8 | kfac
     std::string fp8_reduce;    // --fp8-reduce native | twophase
     std::string fp8_format;    // --fp8-format e4m3 | e5m2
+    int fp8_ef;                // --fp8-ef 1: error feedback on every unit of the FP8 modes (0 = the geometry units' only)
     std::string geofp8_layers; // --geofp8-layers auto | FILE | comma list
     std::string geofp8_rank;   // --geofp8-rank r in [1, 4096] or full (r = d_in: the exact eigendecomposition of A)
     int geofp8_refresh;        // --geofp8-refresh
@@ -106,6 +107,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->comm = "fp32";
     c->fp8_reduce = "native";
     c->fp8_format = "e4m3";
+    c->fp8_ef = 0;
     c->geofp8_layers = "auto";
     c->geofp8_rank = "32";
     c->geofp8_refresh = 50;
@@ -185,6 +187,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--bucket-mb", OPT_FLOAT, bucket_mb, 0, 4096, NULL, OPT_RANKS, "gradient buckets of about this many MB of fp32, each communicated as the backward finishes it (0 = one, after the backward)"),
     TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", OPT_RUN, "FP8 reduction"),
     TOPT(NULL, "--fp8-format", OPT_STR, fp8_format, 0, 0, "e4m3,e5m2", OPT_RUN, "FP8 code format of the fp8 modes"),
+    TOPT(NULL, "--fp8-ef", OPT_INT, fp8_ef, 0, 1, NULL, OPT_RUN, "1: error feedback on every unit the FP8 modes send in Euclidean coordinates (each rank adds its last rounding error x - decode(q)/s to the next step's gradient; 0 = the geometry units' only)"),
     TOPT(NULL, "--geofp8-layers", OPT_STR, geofp8_layers, 0, 0, NULL, OPT_RUN, "auto, a file, or a comma list of layer names"),
     TOPT(NULL, "--geofp8-rank", OPT_STR, geofp8_rank, 0, 0, NULL, OPT_RUN, "rank r in [1, 4096] of the input-side factor, or full (r = d_in, d_in <= 4096)"),
     TOPT(NULL, "--geofp8-refresh", OPT_INT, geofp8_refresh, 1, INT_MAX, NULL, OPT_RUN, "refresh the factor every K steps"),
@@ -351,6 +354,9 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
     if (cfg->fp8_format != "e4m3" && (cfg->comm == "fp32" || cfg->comm == "bf16"))
         user_error("--fp8-format %s: sets the codes of the FP8 modes (fp8, fp8block, geofp8, kfac), found -c %s",
                    cfg->fp8_format.c_str(), cfg->comm.c_str());
+    if (cfg->fp8_ef && (cfg->comm == "fp32" || cfg->comm == "bf16"))
+        user_error("--fp8-ef 1: error feedback of the FP8 modes (fp8, fp8block, geofp8, kfac), found -c %s, which rounds nothing to FP8 (use --fp8-ef 0)",
+                   cfg->comm.c_str());
     if (cfg->geofp8_ema > 0.0f && cfg->comm == "kfac")
         user_error("--geofp8-ema: averages the sketch of -c geofp8; -c kfac accumulates explicit statistics (use --geofp8-ema 0)");
     if (!cfg->prompt_tokens.empty()) {  // ids, checked against the vocabulary once the model is known

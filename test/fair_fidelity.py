@@ -16,7 +16,8 @@ units.txt). From them alone this script recomputes, in numpy and ml_dtypes (not 
 each step's RelL2 against exact and each window's (W steps from step FIRST, sums in float32 in
 step order) RelL2 of the summed values against the summed exact averages, and compares them with
 the run's metrics.jsonl (fidelity_rel_l2_geo, _fp8ef, _fp8 on its fidelity steps; window_* at
-the windows' last steps). Prints PASS/FAIL lines (testlib.bound) and exits 1 on a failure.
+the windows' last steps), and the slope of (a) onto exact, Σ a·exact / Σ exact² in float64, with
+fidelity_slope_geo. Prints PASS/FAIL lines (testlib.bound) and exits 1 on a failure.
 """
 import glob
 import json
@@ -83,7 +84,8 @@ def main(argv):
     residuals = None
     win = None
     worst = {"step": 0.0, "window": 0.0}
-    counted = {"step": 0, "window": 0}
+    counted = {"step": 0, "window": 0, "slope": 0}
+    worst_slope = 0.0
     missing = []
     for s in steps:
         g = [np.fromfile(os.path.join(dump, f"s{s}_r{r}.f32"), np.float32) for r in range(n)]
@@ -102,6 +104,11 @@ def main(argv):
             for k, field in (("geo", "fidelity_rel_l2_geo"), ("fp8ef", "fidelity_rel_l2_geo_fp8ef"), ("fp8", "fidelity_rel_l2_geo_fp8")):
                 worst["step"] = max(worst["step"], abs(row[field] - ours[k]) / ours[k])
             counted["step"] += 1
+        if "fidelity_slope_geo" in row:
+            e64 = exact.astype(np.float64)
+            slope = float(np.dot(geo.astype(np.float64), e64)) / float(np.dot(e64, e64))
+            worst_slope = max(worst_slope, abs(row["fidelity_slope_geo"] - slope) / abs(slope))
+            counted["slope"] += 1
         age = s - first
         if age % w == 0 or win is None:
             win = [np.zeros_like(exact) for _ in range(4)]
@@ -125,6 +132,10 @@ def main(argv):
     # by a median 8e-6 (1% of such codes by less than 1e-8; measured on a fc2 gradient of 98304
     # values), so a rule that differs anywhere shows.
     ok &= bound(f"{name}_step_figures_match_reimplementation", worst["step"], 1e-8, f"{counted['step']} fidelity steps, (a) (b) (c)")
+    if counted["slope"] == 0:
+        print(f"FAIL {name}_slope_logged: no fidelity_slope_geo on the {counted['step']} fidelity steps")
+        ok = False
+    ok &= bound(f"{name}_slope_geo_matches_float64", worst_slope, 1e-8, f"{counted['slope']} fidelity steps, Σ a·exact / Σ exact² in float64")
     ok &= bound(f"{name}_window_figures_match_reimplementation", worst["window"], 1e-8, f"{counted['window']} windows of {w}, (a) (b) (c)")
     return 0 if ok else 1
 

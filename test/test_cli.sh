@@ -277,9 +277,12 @@ if [ -x "$FID" ]; then
     rc=$?
     rrows=$(grep -cE '^\| [14] \| fc[12] \|' "$TMP/fidr.out")
     same1=$(grep -E '^\| 1 \| fc2 \|' "$TMP/fidr.out" | awk -F'|' '{print ($5 == $6 || index($6, $5 " (")) ? "yes" : "no"}')
-    if [ $rc -eq 0 ] && [ "$rrows" -eq 4 ] && ! grep -qi nan "$TMP/fidr.out" && grep -q "N-rank reduction (e4m3)" "$TMP/fidr.out"; then
+    # and the slope table (rows for N = 1 and 4 again): the native and twophase slopes of each format,
+    # equal at one rank (one rounding either way)
+    slope1=$(sed -n '/slope of the communicated average/,$p' "$TMP/fidr.out" | grep -E '^\| 1 \| fc2 \|' | awk -F'|' '{print ($5 == $6 && $9 == $10) ? "yes" : "no"}')
+    if [ $rc -eq 0 ] && [ "$rrows" -eq 8 ] && [ "$slope1" = yes ] && ! grep -qi nan "$TMP/fidr.out" && grep -q "N-rank reduction (e4m3)" "$TMP/fidr.out"; then
         pass "fidelity_tool_ranks_table: $(grep -E '^\| 4 \| fc2 \|' "$TMP/fidr.out" | cut -c1-120)"
-    else fail fidelity_tool_ranks_table "rc=$rc, $rrows rows, N=1 twophase==native: $same1; $(why "$TMP/fidr.err")"; fi
+    else fail fidelity_tool_ranks_table "rc=$rc, $rrows rows, N=1 twophase==native: $same1, slopes: $slope1; $(why "$TMP/fidr.err")"; fi
     "$FID" -e tiny --ranks 2,,8 >/dev/null 2>"$TMP/fid7.err"
     rc=$?
     if [ $rc -eq 1 ] && grep -q "^error: --ranks: expected a comma list of rank counts in \[1, 1024\], found '2,,8'" "$TMP/fid7.err"; then

@@ -153,6 +153,33 @@ resume_check() {
 }
 resume_check geofp8_resume_bitwise_np2 "$TMP/g"
 
+# --fp8-ef 1: error feedback on every unit. Planted: geofp8 with p = 0 on every linear unit (the
+# transform is exactly the identity) and --fp8-ef 1 on the rest is bitwise plain fp8 with --fp8-ef 1,
+# so the flat buffer's error feedback is the geometry path's; its first step (zero residuals) is plain
+# fp8's, the next ones differ. Resume is bitwise: the flat residuals are in each rank's state file
+# (geofp8 auto: they move onto the geometry path at the switch; fp8block, per-block scales; twophase).
+# Refused with one line where nothing is rounded to FP8.
+LIN=$(for l in 0 1 2 3; do for u in qkv proj fc1 fc2; do printf "layers.%s.%s," $l $u; done; done)
+EF=("${SMALL[@]}" -b 1 -t 32 -d 128 -x 6 -v 0 -l 3e-3 -u 2 --fidelity-every 1)
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${EF[@]}" -c fp8 --fp8-ef 1 -o "$TMP/ef8" >"$TMP/ef8.out" 2>&1
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${EF[@]}" -c geofp8 --geofp8-power 0 --geofp8-layers "${LIN%,}" --geofp8-refresh 3 --fp8-ef 1 \
+    -o "$TMP/efg0" >"$TMP/efg0.out" 2>&1
+timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${EF[@]}" -c fp8 -o "$TMP/ef8plain" >"$TMP/ef8plain.out" 2>&1
+l2() { grep -o "^step     $2/6 | loss [0-9.]*" "$1" | grep -o "[0-9.]*$"; }
+if cmp -s "$TMP/ef8/model_00000006.bin" "$TMP/efg0/model_00000006.bin" && ! cmp -s "$TMP/ef8/model_00000006.bin" "$TMP/ef8plain/model_00000006.bin" &&
+   [ -n "$(l2 "$TMP/ef8.out" 2)" ] && [ "$(l2 "$TMP/ef8.out" 2)" = "$(l2 "$TMP/ef8plain.out" 2)" ] && [ "$(l2 "$TMP/ef8.out" 3)" != "$(l2 "$TMP/ef8plain.out" 3)" ] &&
+   grep -q "| grad communication *| fp8 (e4m3, native, error feedback on every" "$TMP/ef8.out"; then
+    pass fp8_ef_bitwise_geofp8_p0_every_linear_unit
+else fail fp8_ef_bitwise_geofp8_p0_every_linear_unit "step 2 loss $(l2 "$TMP/ef8.out" 2) vs $(l2 "$TMP/ef8plain.out" 2); $(why "$TMP/efg0.out")"; fi
+resume_check geofp8_auto_fp8_ef_resume_bitwise_np2 "$TMP/efr" --fp8-ef 1
+resume_check fp8block_fp8_ef_resume_bitwise_np2 "$TMP/efb" -c fp8block --fp8-ef 1
+resume_check fp8_twophase_fp8_ef_resume_bitwise_np2 "$TMP/eft" -c fp8 --fp8-reduce twophase --fp8-ef 1
+"$BIN" "${SMALL[@]}" -b 1 -t 32 -x 3 -v 0 -c fp32 --fp8-ef 1 -o "$TMP/efbad" >"$TMP/efbad.out" 2>"$TMP/efbad.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/efbad.err")" -eq 1 ] && grep -q "^error: --fp8-ef 1: .*found -c fp32" "$TMP/efbad.err" && [ ! -e "$TMP/efbad" ]; then
+    pass fp8_ef_refused_with_fp32
+else fail fp8_ef_refused_with_fp32 "rc=$rc $(cat "$TMP/efbad.err")"; fi
+
 # --geofp8-power: 1 (with the default damping and --geofp8-ema 0 spelled out) is bitwise the default run; auto picks
 # p = clamp(q/2, 0, 1) per unit at every refresh, logs it, trains, and resumes bitwise
 timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${RUN[@]}" -c geofp8 --geofp8-layers $FC2 --geofp8-power 1.0 --geofp8-damping 0.001 \

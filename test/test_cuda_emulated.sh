@@ -157,14 +157,15 @@ PY
 # --- every mode, 2 ranks, against the CPU engine
 # (geofp8:auto and geofp8:ema: the native sum with --geofp8-power auto / --geofp8-ema 0.9; the
 # :e5m2 modes: the native sum of E5M2 codes, --fp8-format e5m2, whose RelL2 is about twice E4M3's,
-# so a run that kept E4M3 misses the RelL2 bound below)
-for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto geofp8:ema fp8:e5m2 geofp8:e5m2; do
+# so a run that kept E4M3 misses the RelL2 bound below; fp8:ef: the native sum with --fp8-ef 1)
+for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:auto geofp8:ema fp8:e5m2 geofp8:e5m2 fp8:ef; do
     mode=${m%%:*}; red=native; [[ $m == *:* ]] && red=${m#*:}
     t=${mode}_$red
     extra=(); [ "$mode" = geofp8 ] && extra=("${GEO[@]}")
     if [ "$red" = auto ]; then red=native; extra+=(--geofp8-power auto); fi
     if [ "$red" = ema ]; then red=native; extra+=(--geofp8-ema 0.9); fi
     if [ "$red" = e5m2 ]; then red=native; extra+=(--fp8-format e5m2); t=${mode}_e5m2; fi
+    if [ "$red" = ef ]; then red=native; extra+=(--fp8-ef 1); t=${mode}_ef; fi
     dump=(); [ "$t" = geofp8_native ] && mkdir -p "$TMP/gdump" && dump=(env TRAIN_LLAMA_TEST_DUMP_GEO="$TMP/gdump")
     "${MPIRUN[@]}" -np 2 "${dump[@]}" "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/g_$t" >"$TMP/g_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_runs" "$(why "$TMP/g_$t.out")"
@@ -234,6 +235,24 @@ print(("PASS" if ok and rel <= 0.3 else "FAIL") + f" emu.geofp8_plain_fp8_counte
       f"{sum(c)/max(len(c),1):.3e} (rel {rel:.2e}, bound 0.3); twophase logs none")
 PY
 
+# --- --fp8-ef 1, planted: geofp8 with p = 0 (the identity transform) on every linear unit and
+#     --fp8-ef 1 on the rest is bitwise plain fp8 with --fp8-ef 1 (the flat buffer's error feedback
+#     is the geometry path's; test_comm_modes shows it differs from plain fp8); 3 steps + resume + 3 == 6 straight
+#     (the flat residuals in the state files: model, state files, every metrics field)
+LIN=$(for l in 0 1 2 3; do for u in qkv proj fc1 fc2; do printf "layers.%s.%s," $l $u; done; done)
+EF=("${RUN[@]}" -x 6 -n 3 --fp8-ef 1)
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${EF[@]}" -c fp8 -o "$TMP/ef" >"$TMP/ef.out" 2>&1
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${EF[@]}" -c geofp8 --geofp8-power 0 --geofp8-layers "${LIN%,}" -o "$TMP/efg0" >"$TMP/efg0.out" 2>&1
+if cmp -s "$TMP/ef/model_00000006.bin" "$TMP/efg0/model_00000006.bin" && [ -f "$TMP/ef/model_00000006.bin" ]; then pass emu.fp8_ef_bitwise_geofp8_p0_every_linear_unit_np2
+else fail emu.fp8_ef_bitwise_geofp8_p0_every_linear_unit_np2 "$(why "$TMP/efg0.out")"; fi
+cp -r "$TMP/ef" "$TMP/efr"
+rm -f "$TMP/efr/"*00000006*
+python3 -c 'import json,sys; p=sys.argv[1]; k=[l for l in open(p) if json.loads(l).get("step", 0) <= 3]; open(p, "w").writelines(k)' "$TMP/efr/metrics.jsonl"
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${EF[@]}" -c fp8 -y 1 -o "$TMP/efr" >"$TMP/efr.out" 2>&1
+differ=$(python3 "$ROOT/test/testlib.py" --same-run "$TMP/ef" "$TMP/efr" 6 2>&1) && same=1 || same=0
+if [ "$same" = 1 ] && grep -q "resuming from step 3" "$TMP/efr.out"; then pass emu.fp8_ef_resume_bitwise_np2
+else fail emu.fp8_ef_resume_bitwise_np2 "$differ $(why "$TMP/efr.out")"; fi
+
 # --- auto selection: profile 3 steps in fp8, then the chosen fc1/fc2 units get a geometry
 "${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 6 -c geofp8 --geofp8-profile-steps 3 -o "$TMP/auto" >"$TMP/auto.out" 2>&1
 rc=$?
@@ -292,7 +311,9 @@ else fail emu.muon_shard_bitwise_np2 "rank 0 ns_matrices $counts; $(why "$TMP/ms
 #     fair figures with every step in buckets (--fidelity-every 5: the window of steps 1-2 ends at
 #     step 2, and step 3's row must not repeat it); the
 #     auto selection with --geofp8-ema (step 1 profiles in buckets, step 2 refreshes after the
-#     backward, step 3 in buckets).
+#     backward, step 3 in buckets); --fp8-ef 1 with a NaN gradient on rank 1 at the bucketed step 2
+#     (step 3 must use step 1's flat residuals), and with the auto selection (the units' flat
+#     residuals move onto the geometry path at step 2's bucketed refresh).
 BK=("${SMALL[@]}" -b 1 -t 32 -v 0 -s 0 -l 3e-3 -u 2 --seed 1337)
 BGEO="-c geofp8 --geofp8-layers layers.1.fc2,layers.2.fc1 --geofp8-rank 8 --geofp8-refresh 2 --geofp8-power auto"
 i=0
@@ -303,7 +324,9 @@ for spec in "2 fp32|-d 64 -c fp32||3" "2 bf16|-d 64 -c bf16||3" "2 fp8block|-d 6
             "2 geofp8_fair|-d 64 $BGEO --fidelity-every 3||2" \
             "2 geofp8_fair_no_fidelity_step|-d 64 $BGEO --fidelity-every 5||3" \
             "2 geofp8_auto_ema|-d 64 -c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9 --geofp8-rank 8||2" \
-            "2 kfac|-d 64 -c kfac --geofp8-refresh 2||1"; do
+            "2 kfac|-d 64 -c kfac --geofp8-refresh 2||1" \
+            "2 fp8_ef_nan|-d 64 -c fp8 --fp8-ef 1|TRAIN_LLAMA_TEST_NAN=2:1|2" \
+            "2 geofp8_auto_ef|-d 64 -c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-rank 8 --fp8-ef 1||3"; do
     IFS='|' read -r head flags nan want <<<"$spec"
     read -r np name <<<"$head"
     [[ "$flags" == *"-x 4"* ]] && steps=4 || { steps=3; flags="-x 3 -n 3 $flags"; }

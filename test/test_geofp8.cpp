@@ -1170,6 +1170,13 @@ static void test_layer_list_and_fidelity() {
     bool ok = fabs(st.rel_l2[1] - sqrt(e2 / g2)) <= 1e-12 * sqrt(e2 / g2) && fabs(st.cos[1] - d / sqrt(g2 * h2)) <= 1e-12 &&
               st.rel_l2[0] == 0.0 && st.cos[0] > 1.0 - 1e-12 && fabs(st.rel_l2_geo - st.rel_l2[1]) <= 1e-15 && st.has_fidelity;
     test_check("fidelity_from_sums", ok, "rel_l2 %.6e vs %.6e", st.rel_l2[1], sqrt(e2 / g2));
+    // the slope Σ got·ref / Σ ref² against the same double loop: per unit, the geometry units
+    // together, and the whole gradient (every other unit exact: its Σ got·ref = Σ ref²)
+    double G2 = 0.0, D = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) G2 += (double)ref[i] * ref[i], D += (double)g[i] * ref[i];
+    ok = fabs(st.slope[1] - d / g2) <= 1e-12 * (d / g2) && st.slope[0] == 1.0 && fabs(st.slope_geo - d / g2) <= 1e-12 * (d / g2) &&
+         fabs(st.slope_all - D / G2) <= 1e-12 * (D / G2) && st.slope[1] > 1.0;
+    test_check("fidelity_slope_from_sums", ok, "unit %.9f vs %.9f, all %.9f vs %.9f", st.slope[1], d / g2, st.slope_all, D / G2);
 }
 
 // The N-rank reductions of the fidelity tool (--ranks): one rank is the one-rank round trip of
@@ -1248,6 +1255,49 @@ static void test_reduce_ranks() {
     test_check("reduce_ranks_native_rounds_at_every_combine", fn.rel_l2 > 1.2 * f1.rel_l2 && ft.rel_l2 < fn.rel_l2,
                "RelL2 native %.3e, twophase %.3e, one round trip of the average %.3e", fn.rel_l2, ft.rel_l2, f1.rel_l2);
     printf("  note: 8 ranks of N(0, 0.02): RelL2 native %.3e, twophase %.3e, one round trip %.3e\n", fn.rel_l2, ft.rel_l2, f1.rel_l2);
+
+    // the native sum's shrinkage: 64 ranks each holding a shared gradient g plus its own noise of
+    // 4x g's size (a mini-batch gradient: the consistent part small against each rank's own), E5M2.
+    // Each combine rounds the partial sum to 2 mantissa bits; once the sum is large, a later rank's
+    // small contribution rounds away, so the consistent part of the mean comes back shrunk. The
+    // slope Σ ĝ·ḡ / Σ ḡ² of the result onto the exact average ḡ (the float64 mean), from
+    // geofp8_fidelity_metrics against a double loop here; native's is well below 1 and twophase's
+    // (an fp32 sum, two roundings) near 1.
+    {
+        const int R = 64;
+        const size_t m = 4096;
+        std::vector<float> base = randn(m, 500, 0.01f);
+        std::vector<std::vector<float>> X(R);
+        std::vector<const float*> xp(R);
+        std::vector<double> mean(m, 0.0);
+        for (int r = 0; r < R; r++) {
+            X[r] = randn(m, 600 + r, 0.04f);
+            for (size_t i = 0; i < m; i++) X[r][i] += base[i], mean[i] += (double)X[r][i] / R;
+            xp[r] = X[r].data();
+        }
+        std::vector<float> avg(m), o(m);
+        for (size_t i = 0; i < m; i++) avg[i] = (float)mean[i];
+        double sl[2][2];  // [format][native, twophase]
+        bool okd = true;
+        for (int fi = 0; fi < 2; fi++) {
+            const Fp8Format f = fi ? FP8_E5M2 : FP8_E4M3;
+            for (int k = 0; k < 2; k++) {
+                okd &= k ? geofp8_reduce_twophase_ranks(f, o.data(), xp.data(), R, m) : geofp8_reduce_native_ranks(f, o.data(), xp.data(), R, m);
+                GeoFP8Fidelity fm;
+                geofp8_fidelity_metrics(&fm, o.data(), avg.data(), m);
+                double num = 0.0, den = 0.0;
+                for (size_t i = 0; i < m; i++) num += (double)o[i] * (double)avg[i], den += (double)avg[i] * (double)avg[i];
+                okd &= fabs(fm.slope - num / den) <= 1e-12 * fabs(num / den);
+                sl[fi][k] = fm.slope;
+            }
+        }
+        test_check("reduce_ranks_slope_matches_double_loop", okd, "native and twophase, E4M3 and E5M2");
+        test_check("reduce_ranks_native_sum_shrinks_e5m2_64_ranks", sl[1][0] < 0.9 && fabs(sl[1][1] - 1.0) < 0.05 && sl[0][0] > sl[1][0],
+                   "slope native E5M2 %.3f (below 0.9), twophase E5M2 %.3f (within 0.05 of 1), native E4M3 %.3f (above E5M2's)", sl[1][0],
+                   sl[1][1], sl[0][0]);
+        printf("  note: 64 ranks of g + N(0, 4|g|): slope onto the exact mean, native E4M3 %.3f E5M2 %.3f, twophase E4M3 %.3f E5M2 %.3f\n",
+               sl[0][0], sl[1][0], sl[0][1], sl[1][1]);
+    }
 
     S[5][17] = NAN;
     test_check("reduce_ranks_nonfinite_refused",

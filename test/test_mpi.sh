@@ -270,12 +270,15 @@ else fail mpi_muon_shard_switch_on_resume_bitwise "$(why "$TMP/ms_2_r.out")"; fi
 # geometry; step 2 measures the fidelity (step 3 in geofp8 and kfac: --fidelity-every 2 is made 3,
 # coprime with the refresh interval 2), and every geometry step the fair figures; the geofp8 rows cover --geofp8-power auto (2 and 4
 # ranks), a NaN on rank 1 at step 3 (skipped, the geometry state put back), and the auto layer
-# selection with --geofp8-ema. Plain fp8 runs on the units geofp8 leaves Euclidean.
+# selection with --geofp8-ema. Plain fp8 runs on the units geofp8 leaves Euclidean. --fp8-ef 1: fp8block
+# with a NaN on rank 1 at step 2 (the residuals of step 1 stay in use), and the auto selection, whose
+# units take their flat residual onto the geometry path.
 GEO="-c geofp8 --geofp8-layers layers.1.fc2,layers.2.fc1 --geofp8-refresh 2 --geofp8-power auto"
 i=0
 for spec in "2 fp32|-c fp32" "2 bf16|-c bf16" "2 fp8block|-c fp8block --fp8-format e5m2" "2 geofp8|$GEO" "4 geofp8|$GEO" \
             "2 geofp8_nan|$GEO|TRAIN_LLAMA_TEST_NAN=3:1" "2 geofp8_twophase|$GEO --fp8-reduce twophase" \
-            "2 geofp8_auto_ema|-c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9" "2 kfac|-c kfac --geofp8-refresh 2"; do
+            "2 geofp8_auto_ema|-c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --geofp8-ema 0.9" "2 kfac|-c kfac --geofp8-refresh 2" \
+            "2 fp8block_ef_nan|-c fp8block --fp8-ef 1|TRAIN_LLAMA_TEST_NAN=2:1" "2 geofp8_auto_ef|-c geofp8 --geofp8-profile-steps 1 --geofp8-refresh 2 --fp8-ef 1"; do
     IFS='|' read -r head flags nan <<<"$spec"
     read -r np name <<<"$head"
     i=$((i + 1))
@@ -286,7 +289,7 @@ for spec in "2 fp32|-c fp32" "2 bf16|-c bf16" "2 fp8block|-c fp8block --fp8-form
     done
     differ=$(python3 test/testlib.py --same-run "$TMP/bk${i}_0" "$TMP/bk${i}_0.0001" 3) && same=1 || same=0
     buckets=$(grep -o "gradient buckets *| [0-9]* of" "$TMP/bk${i}_0.0001.out" | grep -o "[0-9]* of")
-    if [ "$same" = 1 ] && { [[ "$flags" == *twophase* ]] || [ "$buckets" = "27 of" ]; } && { [ -z "$nan" ] || grep -q "step     3/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; then
+    if [ "$same" = 1 ] && { [[ "$flags" == *twophase* ]] || [ "$buckets" = "27 of" ]; } && { [ -z "$nan" ] || { nan_step=${nan#*=}; grep -q "step     ${nan_step%%:*}/3 | skipped" "$TMP/bk${i}_0.0001.out"; }; }; then
         pass "mpi_buckets_bitwise_np${np}_$name"
     else fail "mpi_buckets_bitwise_np${np}_$name" "$differ; buckets '$buckets'; $(why "$TMP/bk${i}_0.0001.out")"; fi
 done
@@ -297,8 +300,9 @@ done
 #     path's refresh at step 2, a fidelity step and a val loss at step 3.
 #     N = 2 on 1 process; N = 4 on 2 processes (each holds 2 logical ranks) and on 1.
 VR=("${FAST[@]}" -d 256 -x 3 -n 3 -v 3 -m 1 --fidelity-every 3 --geofp8-profile-steps 1 --geofp8-refresh 2)
-for spec in "fp32" "bf16" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase" "geofp8 --fp8-reduce twophase --geofp8-power auto"; do
-    t=$(echo "$spec" | sed 's/ --fp8-reduce twophase/_twophase/; s/ --geofp8-power auto/_auto/')
+for spec in "fp32" "bf16" "fp8" "fp8block" "geofp8" "kfac" "fp8 --fp8-reduce twophase" "geofp8 --fp8-reduce twophase --geofp8-power auto" \
+            "fp8 --fp8-ef 1" "geofp8 --fp8-reduce twophase --fp8-ef 1"; do
+    t=$(echo "$spec" | sed 's/ --fp8-reduce twophase/_twophase/; s/ --geofp8-power auto/_auto/; s/ --fp8-ef 1/_ef/')
     for layout in "2 1" "4 2" "4 1"; do
         read -r n p <<<"$layout"
         # shellcheck disable=SC2086
@@ -319,7 +323,7 @@ done
 # twophase server residuals and the fair figures' counterfactual residuals) and every metrics
 # field bitwise (testlib.py --same-run, the resumed run's log cut at step 3): the resume lands
 # inside a fidelity window (steps 3-4), whose sums the state files carry
-for spec in "geofp8 --geofp8-ema 0.9 --geofp8-power auto" "geofp8 --fp8-reduce twophase"; do
+for spec in "geofp8 --geofp8-ema 0.9 --geofp8-power auto" "geofp8 --fp8-reduce twophase" "geofp8 --fp8-ef 1"; do
     t=$(echo "$spec" | tr -c 'a-z0-9\n' '_')
     VRR=("${FAST[@]}" -d 256 -x 6 -n 3 -v 0 --geofp8-profile-steps 2 --geofp8-refresh 2 --fidelity-every 1 --virtual-ranks 4)
     # shellcheck disable=SC2086
