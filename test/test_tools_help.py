@@ -18,7 +18,7 @@ import testlib  # noqa: E402
 
 check = testlib.Checks()
 PY_TOOLS = ["scripts/eval_table.py", "scripts/export_hf.py", "scripts/import_hf.py", "scripts/plot_runs.py",
-            "scripts/plot_scaling.py", "scripts/sample.py", "scripts/scaling_model.py", "data/openwebtext.py",
+            "scripts/plot_scaling.py", "scripts/sample.py", "scripts/scaling_model.py", "scripts/study.py", "data/openwebtext.py",
             "data/prepare_text.py", "data/make_tokenizer_table.py", "dev/flash_model.py"]
 CPP_TOOLS = ["train_llama_cpu", "build/fidelity", "build/dump_logits"]
 
