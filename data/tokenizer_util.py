@@ -154,6 +154,34 @@ def remove_stale_shards(old, written):
         print(f"removed {len(stale)} shard(s) of an earlier run that this one did not write again")
 
 
+# The smallest train shard any run can read: one sequence of the smallest preset (tiny, T 256) at
+# batch size 1, plus the target of its last token. A run with -t T reads shards of T + 1 tokens.
+MIN_SHARD_TOKENS = 257
+
+
+def check_shard_size(n):
+    """--shard-size: at least MIN_SHARD_TOKENS, saying which runs could read less."""
+    if n < MIN_SHARD_TOKENS:
+        die(f"--shard-size: expected at least {MIN_SHARD_TOKENS} tokens (one sequence of the smallest preset, tiny: "
+            f"T 256 at batch size 1, plus its last target), found {n}")
+
+
+def check_out_dir(path):
+    """--out-dir: a directory, or a path whose nearest existing ancestor is a writable directory
+    (the missing ones are made at the first shard). Returns the directories that will be made."""
+    if not path:
+        die("--out-dir: expected a directory name, found ''")
+    missing, d = [], os.path.abspath(path)
+    while not os.path.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        die(f"--out-dir: '{d}' is not a directory (expected a directory for '{path}')")
+    if not os.access(d, os.W_OK | os.X_OK):
+        die(f"--out-dir: cannot write into '{d}' (permission denied)")
+    return missing
+
+
 class ShardWriter:
     """Collects document token arrays and writes {out_dir}/{name}_{split}_{index:06d}.bin.
 
