@@ -154,16 +154,21 @@ def remove_stale_shards(old, written):
         print(f"removed {len(stale)} shard(s) of an earlier run that this one did not write again")
 
 
-# The smallest train shard any run can read: one sequence of the smallest preset (tiny, T 256) at
-# batch size 1, plus the target of its last token. A run with -t T reads shards of T + 1 tokens.
-MIN_SHARD_TOKENS = 257
+# A run reads a shard only if it holds one micro-batch, B*T tokens, plus the last one's target:
+# 2 tokens at the least (-b 1 -t 1), and 257 for the smallest preset at its own sequence length
+# (tiny, T 256, at -b 1).
+MIN_SHARD_TOKENS = 2
+PRESET_SHARD_TOKENS = 257
 
 
 def check_shard_size(n):
-    """--shard-size: at least MIN_SHARD_TOKENS, saying which runs could read less."""
+    """--shard-size: refused below what any run can read; a warning, before anything is written,
+    below what the smallest preset reads at its own sequence length, naming the runs that can."""
     if n < MIN_SHARD_TOKENS:
-        die(f"--shard-size: expected at least {MIN_SHARD_TOKENS} tokens (one sequence of the smallest preset, tiny: "
-            f"T 256 at batch size 1, plus its last target), found {n}")
+        die(f"--shard-size: expected at least {MIN_SHARD_TOKENS} tokens (a run reads a shard of at least -b * -t * ranks + 1 tokens), found {n}")
+    if n < PRESET_SHARD_TOKENS:
+        print(f"warning: --shard-size {n}: only runs with -b * -t * ranks <= {n - 1} can read these shards (the smallest preset, tiny, "
+              f"needs {PRESET_SHARD_TOKENS} tokens at its own -t 256 and -b 1)", file=sys.stderr, flush=True)
 
 
 def check_out_dir(path):
