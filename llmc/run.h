@@ -216,16 +216,18 @@ static inline std::string run_command_line(int argc, char** argv, bool resume) {
 }
 
 // The launcher a job of world_size processes ran under, as the prefix (or suffix) that runs the
-// command the same way: TRAIN_LLAMA_LAUNCHER (scripts/mpirun.sh sets it), Open MPI's mpirun
-// (OMPI_COMM_WORLD_SIZE), srun (SLURM_STEP_ID with SLURM_PROCID: "under the same srun", whose
-// options the job script holds), MPICH's mpiexec (PMI_SIZE). One process: no launcher.
+// command the same way: TRAIN_LLAMA_LAUNCHER (scripts/mpirun.sh sets it), srun (SLURM_STEP_ID
+// with SLURM_PROCID, without mpirun's OMPI_MCA_orte_hnp_uri: "under the same srun", whose options
+// the job script holds; Open MPI sets OMPI_COMM_WORLD_SIZE under srun too), Open MPI's mpirun
+// (OMPI_COMM_WORLD_SIZE), MPICH's mpiexec (PMI_SIZE). One process: no launcher.
 static inline std::string run_launched_command(const std::string& cmd, int world_size) {
     if (world_size <= 1) return cmd;
     const std::string n = std::to_string(world_size);
     const char* own = getenv("TRAIN_LLAMA_LAUNCHER");
     if (own && *own) return std::string(own) + " -np " + n + " " + cmd;
+    const bool srun = getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID") && !getenv("OMPI_MCA_orte_hnp_uri");  // not mpirun's daemons under Slurm
+    if (srun) return cmd + " (under the same srun, " + n + " tasks)";
     if (getenv("OMPI_COMM_WORLD_SIZE")) return "mpirun -np " + n + " " + cmd;
-    if (getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID")) return cmd + " (under the same srun, " + n + " tasks)";
     if (getenv("PMI_SIZE")) return "mpiexec -n " + n + " " + cmd;
     return cmd + " (under the launcher this job ran under, " + n + " ranks)";
 }
