@@ -200,7 +200,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples (none: samples print token ids)"),
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
-    TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never)"),
+    TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never, else at least 1)"),
     TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints and replace the logs an earlier run left in -o"),
 };
 #undef TOPT
