@@ -841,6 +841,7 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, const TrainConfig*
 #ifndef TRAIN_LLAMA_NO_MAIN
 
 int main(int argc, char** argv) {
+    run_install_stop_signals();  // first thing: a stop during start-up is graceful too (llmc/run.h)
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
     if (tc.virtual_ranks != 0)
@@ -850,6 +851,8 @@ int main(int argc, char** argv) {
         user_error("no CUDA device found (train_llama needs an NVIDIA GPU; train_llama_cpu runs on any machine)");
     GpuCommGrid grid;
     llama_comm_init(&grid, &argc, &argv, 0);  // the model runs on the default stream; NCCL enqueues there too
+    run_test_signal(0, grid.rank);
+    run_test_slow_start();
 
     // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;
@@ -887,6 +890,7 @@ int main(int argc, char** argv) {
     Tokenizer tokenizer;
     tokenizer.ok = 0;
     if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
+    run_startup_stop(&ranks, tc, 0, argc, argv);
     run_open_output(&tc, &ranks);
     CheckpointState resume_state;
     std::vector<float> resume_params;
@@ -911,6 +915,7 @@ int main(int argc, char** argv) {
         llama_init_params(&lc, init.data(), tc.seed);
         llama_set_params(&model, init.data());
     }
+    run_startup_stop(&ranks, tc, start_step, argc, argv);  // a stop during the -y 1 load or the model's init
     gradcomm_gpu_omega_prepare(&gc, start_step);  // the first refresh's Ω, built while the run starts
 
     // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
@@ -946,11 +951,10 @@ int main(int argc, char** argv) {
     float last_loss = NAN;
     int stop_sig = 0;  // a stop signal every rank has agreed on (in the last step's skip all-reduce)
     bool stopped = false;
-    run_install_stop_signals();
     // a step, a validation pass and a checkpoint are the waits --comm-timeout watches (llmc/watchdog.h)
     if (grid.world_size > 1) watchdog_start(tc.comm_timeout, grid.rank);
     for (int step = start_step; step <= tc.steps; step++) {
-        watchdog_set_step(step + 1);
+        watchdog_set_step(step);  // the validation and checkpoint of this step; the training of step + 1 below
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
         const bool stopping = stop_sig != 0 && !last;
@@ -997,7 +1001,7 @@ int main(int argc, char** argv) {
             watchdog_enter("the stop's barrier");
             llama_comm_max_int(&grid, 0);
             watchdog_leave();
-            if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv);
+            if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv, grid.world_size);
             stopped = true;
             break;
         }
@@ -1005,6 +1009,7 @@ int main(int argc, char** argv) {
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         run_test_signal(step + 1, grid.rank);
+        watchdog_set_step(step + 1);
         double t0 = run_now_seconds();
         watchdog_enter("the step");
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader, &gc, &timer);

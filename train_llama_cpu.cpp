@@ -597,9 +597,12 @@ static RunRanks cpu_run_ranks(CommGrid* g) {
 #ifndef TRAIN_LLAMA_NO_MAIN
 
 int main(int argc, char** argv) {
+    run_install_stop_signals();  // first thing: a stop during start-up is graceful too (llmc/run.h)
     blas_select_early(argc, argv);  // may restart this program on faster OpenBLAS kernels (llmc/blas_select.h)
     CommGrid grid;
     comm_init(&grid, &argc, &argv);
+    run_test_signal(0, grid.rank);
+    run_test_slow_start();
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
     if (tc.attention != "auto")
@@ -614,6 +617,7 @@ int main(int argc, char** argv) {
         user_error("--muon-shard 1: shares Newton-Schulz between processes for speed; --virtual-ranks simulates the numerics of %d ranks, "
                    "not their time (use one or the other)", tc.virtual_ranks);
     const int V = tc.virtual_ranks > 0 ? tc.virtual_ranks / P : 1, N = P * V;
+    if (tc.virtual_ranks == P) tc.virtual_ranks = 0;  // one logical rank per process: the same run as without the flag
 
     // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;
@@ -652,6 +656,7 @@ int main(int argc, char** argv) {
     Tokenizer tokenizer;
     tokenizer.ok = 0;
     if (tc.sample_every > 0 && grid.rank == 0) tokenizer_init(&tokenizer, tc.tokenizer.c_str());
+    run_startup_stop(&ranks, tc, 0, argc, argv);
     run_open_output(&tc, &ranks);
     CheckpointState resume_state;
     std::vector<float> resume_params;
@@ -683,6 +688,7 @@ int main(int argc, char** argv) {
     } else {
         llama_init_params(&lc, model.params, tc.seed);
     }
+    run_startup_stop(&ranks, tc, start_step, argc, argv);  // a stop during the -y 1 load or the model's init
     gradcomm_omega_prepare(&gc, start_step);  // the first refresh's Ω, built while the run starts
 
     // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
@@ -717,10 +723,9 @@ int main(int argc, char** argv) {
     float last_loss = NAN;
     int stop_sig = 0;  // a stop signal every rank has agreed on (llmc/run.h)
     bool stopped = false;
-    run_install_stop_signals();
     if (grid.world_size > 1) watchdog_start(tc.comm_timeout, grid.rank);  // every MPI call from here on (llmc/watchdog.h)
     for (int step = start_step; step <= tc.steps; step++) {
-        watchdog_set_step(step + 1);
+        watchdog_set_step(step);  // the validation and checkpoint of this step; the training of step + 1 below
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
         const bool stopping = stop_sig != 0 && !last;
@@ -765,7 +770,7 @@ int main(int argc, char** argv) {
             // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as
             // srun --kill-on-bad-exit ends the others at the first exit)
             comm_barrier(&grid);
-            if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv);
+            if (grid.rank == 0) run_print_stopped(tc, stop_sig, step, argc, argv, grid.world_size);
             stopped = true;
             break;
         }
@@ -773,6 +778,7 @@ int main(int argc, char** argv) {
 
         if (getenv("TRAIN_LLAMA_TEST_SLOW")) usleep(200000);  // test hook: widen the window for a kill
         run_test_signal(step + 1, grid.rank);
+        watchdog_set_step(step + 1);
         double t0 = run_now_seconds();
         StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, &gc, accum_steps, step, run_next_batch, &local);
         stop_sig = st.stop_signal;  // every rank alike

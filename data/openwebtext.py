@@ -29,7 +29,8 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import cli_util  # noqa: E402
 from cli_util import die, int_in  # noqa: E402
-from tokenizer_util import Progress, ShardWriter, encode_document, get_encoding, refuse_existing_shards, remove_stale_shards  # noqa: E402
+from tokenizer_util import (Progress, ShardWriter, check_out_dir, check_shard_size, encode_document, get_encoding,  # noqa: E402
+                            refuse_existing_shards, remove_stale_shards)
 
 HF_DATASET = "Skylion007/openwebtext"
 LOCAL_SUFFIXES = (".txt", ".jsonl")
@@ -159,22 +160,6 @@ def iter_hub_documents(ds):
         yield row["text"]
 
 
-def check_out_dir(path):
-    """--out-dir: a directory, or a path whose nearest existing ancestor is a writable directory
-    (the missing ones are made at the first shard). Returns the directories that will be made."""
-    if not path:
-        die("--out-dir: expected a directory name, found ''")
-    missing, d = [], os.path.abspath(path)
-    while not os.path.exists(d):
-        missing.append(d)
-        d = os.path.dirname(d)
-    if not os.path.isdir(d):
-        die(f"--out-dir: '{d}' is not a directory (expected a directory for '{path}')")
-    if not os.access(d, os.W_OK | os.X_OK):
-        die(f"--out-dir: cannot write into '{d}' (permission denied)")
-    return missing
-
-
 def remove_output(paths, made):
     """The shards written, and the directories made for them when empty now."""
     for p in paths:
@@ -208,6 +193,7 @@ def main(argv=None):
 
     if not args.name or os.sep in args.name:
         die(f"--name: expected a file name prefix without '{os.sep}', found '{args.name}'")
+    check_shard_size(args.shard_size)
     made = check_out_dir(args.out_dir)
     old = refuse_existing_shards(args.out_dir, args.name, args.overwrite)
 

@@ -22,8 +22,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import cli_util  # noqa: E402
-from tokenizer_util import (Progress, ShardWriter, die, encode_document, get_encoding, refuse_existing_shards, remove_stale_shards,
-                            tokens_with_eot)
+from tokenizer_util import (Progress, ShardWriter, check_out_dir, check_shard_size, die, encode_document, get_encoding,
+                            refuse_existing_shards, remove_stale_shards, tokens_with_eot)
 
 ENCODE_BATCH_DOCS = 512     # documents handed to tiktoken's threaded batch encoder at once
 GLOB_CHARS = "*?["
@@ -124,13 +124,13 @@ def main(argv=None):
 
     if args.val_tokens < 0:
         die(f"--val-tokens: expected a count >= 0, found {args.val_tokens}")
-    if args.shard_size <= 0:
-        die(f"--shard-size: expected a positive token count, found {args.shard_size}")
+    check_shard_size(args.shard_size)
     if not args.name or os.sep in args.name:
         die(f"--name: expected a file name prefix without '{os.sep}', found '{args.name}'")
     if args.threads <= 0:
         die(f"--threads: expected a positive count, found {args.threads}")
 
+    check_out_dir(args.out_dir)  # before the input is read and tokenized
     split = make_splitter(args.doc_split)
     paths = expand_inputs(args.inputs)
     docs = read_documents(paths, split)
@@ -148,19 +148,27 @@ def main(argv=None):
     # Val takes whole documents from the start while the document's midpoint stays within
     # --val-tokens (so the total lands as close to the target as whole documents allow),
     # always at least one document and never the last one.
-    val_docs = 0
+    # Every document is tokenized before any shard is written, so that the split is known first.
     progress = Progress("tokenizing", len(docs), args.progress_every)
-    for i, tokens in enumerate(encode_documents(enc, docs, args.threads)):
+    encoded = []
+    for tokens in encode_documents(enc, docs, args.threads):
         progress.update(tokens.size)
-        if writer.index == 0:
-            take = val_docs == 0 or writer.count + tokens.size / 2 <= args.val_tokens
-            if take and i < len(docs) - 1:
-                writer.add(tokens)
-                val_docs += 1
-                continue
+        encoded.append(tokens)
+    progress.close()
+    val_docs, val_count = 0, 0
+    for i, tokens in enumerate(encoded[:-1]):
+        if val_docs > 0 and val_count + tokens.size / 2 > args.val_tokens:
+            break
+        val_docs, val_count = i + 1, val_count + tokens.size
+    total = sum(t.size for t in encoded)
+    if val_count > total / 2:
+        cli_util.warn(f"--val-tokens {args.val_tokens:,}: the val shard takes {val_count:,} of the input's {total:,} tokens "
+                      f"({val_docs:,} of {len(docs):,} documents), leaving {total - val_count:,} to train on "
+                      f"(hint: a smaller --val-tokens)")
+    for i, tokens in enumerate(encoded):
+        if i == val_docs:
             writer.end_val()
         writer.add(tokens)
-    progress.close()
     writer.close()
     remove_stale_shards(old, writer.paths)
 
@@ -173,4 +181,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli_util.run(main)

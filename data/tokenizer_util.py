@@ -154,6 +154,39 @@ def remove_stale_shards(old, written):
         print(f"removed {len(stale)} shard(s) of an earlier run that this one did not write again")
 
 
+# A run reads a shard only if it holds one micro-batch, B*T tokens, plus the last one's target:
+# 2 tokens at the least (-b 1 -t 1), and 257 for the smallest preset at its own sequence length
+# (tiny, T 256, at -b 1).
+MIN_SHARD_TOKENS = 2
+PRESET_SHARD_TOKENS = 257
+
+
+def check_shard_size(n):
+    """--shard-size: refused below what any run can read; a warning, before anything is written,
+    below what the smallest preset reads at its own sequence length, naming the runs that can."""
+    if n < MIN_SHARD_TOKENS:
+        die(f"--shard-size: expected at least {MIN_SHARD_TOKENS} tokens (a run reads a shard of at least -b * -t * ranks + 1 tokens), found {n}")
+    if n < PRESET_SHARD_TOKENS:
+        print(f"warning: --shard-size {n}: only runs with -b * -t * ranks <= {n - 1} can read these shards (the smallest preset, tiny, "
+              f"needs {PRESET_SHARD_TOKENS} tokens at its own -t 256 and -b 1)", file=sys.stderr, flush=True)
+
+
+def check_out_dir(path):
+    """--out-dir: a directory, or a path whose nearest existing ancestor is a writable directory
+    (the missing ones are made at the first shard). Returns the directories that will be made."""
+    if not path:
+        die("--out-dir: expected a directory name, found ''")
+    missing, d = [], os.path.abspath(path)
+    while not os.path.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        die(f"--out-dir: '{d}' is not a directory (expected a directory for '{path}')")
+    if not os.access(d, os.W_OK | os.X_OK):
+        die(f"--out-dir: cannot write into '{d}' (permission denied)")
+    return missing
+
+
 class ShardWriter:
     """Collects document token arrays and writes {out_dir}/{name}_{split}_{index:06d}.bin.
 

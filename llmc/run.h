@@ -125,6 +125,153 @@ static inline void run_agree(RunRanks* r, const std::string& problem) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// stopping on a signal: SIGTERM, SIGINT or SIGUSR1 (Slurm's --signal, a preemption, Ctrl-C) lets
+// the step in progress finish; the flag rides on the step's skip all-reduce (a MAX, in both
+// engines), so a signal to one rank stops them all at the same step; the run writes a checkpoint
+// of that step, prints one line with the resume command and exits with RUN_EXIT_STOPPED. The
+// handlers are installed first thing in main (run_install_stop_signals), so a signal during
+// start-up (data fingerprints, model init, the -y 1 load) stops the run too: at the next
+// start-up stop point (run_startup_stop) every rank exits RUN_EXIT_STOPPED with one line that
+// says nothing was trained, before the run commits to -o.
+// A second signal ends the process at once (exit 128 + signal), unless it comes within
+// RUN_STOP_REPEAT_S of the first: then it is the same stop arriving by another route (Slurm
+// signals every task and srun forwards, a batch script forwards what the tasks also got). A
+// second Ctrl-C at a terminal always ends it at once. The checkpoints already complete stay
+// intact, as each one is renamed into place whole and DONE is written last.
+
+#define RUN_EXIT_STOPPED 75  // EX_TEMPFAIL: stopped on a signal after a checkpoint; resume with -y 1
+#define RUN_STOP_REPEAT_S 3  // seconds in which a second stop signal counts as a copy of the first
+
+static volatile sig_atomic_t run_stop_signal = 0;
+static volatile sig_atomic_t run_stop_from_tty = 0;  // the first one was a Ctrl-C at a terminal
+static struct timespec run_stop_time = {0, 0};       // when the first one came (CLOCK_MONOTONIC)
+
+static void run_on_stop_signal(int sig, siginfo_t* info, void*) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+    const bool tty = sig == SIGINT && info && info->si_code == SI_KERNEL;
+    if (run_stop_signal != 0) {
+        const double since = (double)(now.tv_sec - run_stop_time.tv_sec) + 1e-9 * (double)(now.tv_nsec - run_stop_time.tv_nsec);
+        if ((tty && run_stop_from_tty) || since >= RUN_STOP_REPEAT_S) _exit(128 + sig);
+        return;
+    }
+    run_stop_time = now;
+    run_stop_from_tty = tty;
+    run_stop_signal = sig;
+}
+
+static inline void run_install_stop_signals() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = run_on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
+    const int sigs[3] = {SIGTERM, SIGINT, SIGUSR1};
+    for (int s : sigs) sigaction(s, &sa, NULL);
+}
+
+// Test hook TRAIN_LLAMA_TEST_SIGNAL="STEP:RANK:SIG": RANK raises SIG (a number) at the start of
+// (1-based) STEP, as if it had arrived during that step; STEP 0: during start-up, before the data
+// is read; STEP -1: during the -y 1 load. "STEP:RANK:SIG:2" raises it a second time, after
+// RUN_STOP_REPEAT_S (a second stop, not a copy of the first).
+static inline void run_test_signal(int step, int rank) {
+    const char* env = getenv("TRAIN_LLAMA_TEST_SIGNAL");
+    int s = -2, r = -1, sig = 0, times = 1;
+    if (!env || sscanf(env, "%d:%d:%d:%d", &s, &r, &sig, &times) < 3 || s != step || r != rank) return;
+    for (int k = 0; k < times; k++) {
+        if (k > 0) usleep((RUN_STOP_REPEAT_S * 1000 + 300) * 1000);
+        raise(sig);
+    }
+}
+
+// Test hook TRAIN_LLAMA_TEST_SLOW_START=1: start-up waits (up to 10 s) until a stop signal has
+// come, so that a test can signal a run that is surely still starting.
+static inline void run_test_slow_start() {
+    if (!getenv("TRAIN_LLAMA_TEST_SLOW_START")) return;
+    for (int i = 0; i < 200 && run_stop_signal == 0; i++) usleep(50 * 1000);
+}
+
+static inline const char* run_signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+// argv as given, shell-quoted; with resume, -y (--resume) set to 1.
+static inline std::string run_command_line(int argc, char** argv, bool resume) {
+    std::string cmd;
+    bool has_y = false;
+    for (int i = 0; i < argc; i++) {
+        std::string a = argv[i];
+        if (resume && i > 0 && i + 1 < argc && (a == "-y" || a == "--resume")) { cmd += " " + a + " 1"; has_y = true; i++; continue; }
+        bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@%") == std::string::npos;
+        if (!plain) {
+            std::string q = "'";
+            for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+            a = q + "'";
+        }
+        cmd += (i ? " " : "") + a;
+    }
+    if (resume && !has_y) cmd += " -y 1";
+    return cmd;
+}
+
+// The launcher a job of world_size processes ran under, as the prefix (or suffix) that runs the
+// command the same way: TRAIN_LLAMA_LAUNCHER (scripts/mpirun.sh sets it), srun (SLURM_STEP_ID
+// with SLURM_PROCID, without mpirun's OMPI_MCA_orte_hnp_uri: "under the same srun", whose options
+// the job script holds; Open MPI sets OMPI_COMM_WORLD_SIZE under srun too), Open MPI's mpirun
+// (OMPI_COMM_WORLD_SIZE), MPICH's mpiexec (PMI_SIZE). One process: no launcher.
+static inline std::string run_launched_command(const std::string& cmd, int world_size) {
+    if (world_size <= 1) return cmd;
+    const std::string n = std::to_string(world_size);
+    const char* own = getenv("TRAIN_LLAMA_LAUNCHER");
+    if (own && *own) return std::string(own) + " -np " + n + " " + cmd;
+    const bool srun = getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID") && !getenv("OMPI_MCA_orte_hnp_uri");  // not mpirun's daemons under Slurm
+    if (srun) return cmd + " (under the same srun, " + n + " tasks)";
+    if (getenv("OMPI_COMM_WORLD_SIZE")) return "mpirun -np " + n + " " + cmd;
+    if (getenv("PMI_SIZE")) return "mpiexec -n " + n + " " + cmd;
+    return cmd + " (under the launcher this job ran under, " + n + " ranks)";
+}
+
+// The command line that resumes this run: its launcher and rank count, argv as given, -y 1.
+static inline std::string run_resume_command(int argc, char** argv, int world_size) {
+    return run_launched_command(run_command_line(argc, argv, true), world_size);
+}
+
+// Rank 0's line after the stop checkpoint (or without -o, the stop alone).
+static inline void run_print_stopped(const TrainConfig& tc, int sig, int step, int argc, char** argv, int world_size) {
+    if (tc.output_dir.empty())
+        printf("stopped by %s after step %d; no -o, so no checkpoint was written\n", run_signal_name(sig), step);
+    else
+        printf("stopped by %s after step %d: checkpoint %s (step %d); resume with: %s\n", run_signal_name(sig), step, tc.output_dir.c_str(), step,
+               run_resume_command(argc, argv, world_size).c_str());
+    fflush(stdout);
+}
+
+// A start-up stop point, taken by every rank at the same place before the run commits to -o: if
+// any rank has a stop signal, every rank exits RUN_EXIT_STOPPED and rank 0 prints one line (what
+// run_output_undo removes at exit leaves -o as it was). start_step: the step a -y 1 run resumes
+// from (0: none, or not known yet).
+static inline void run_startup_stop(RunRanks* r, const TrainConfig& tc, int start_step, int argc, char** argv) {
+    const int sig = r->max_int(r->ctx, (int)run_stop_signal);
+    if (sig == 0) return;
+    if (r->rank == 0) {
+        fflush(stdout);
+        const char* nothing = tc.output_dir.empty() ? "nothing was trained" : "nothing was trained or written";
+        if (start_step > 0)
+            printf("stopped by %s during start-up, resuming from step %d: %s; resume with: %s\n", run_signal_name(sig), start_step, nothing,
+                   run_resume_command(argc, argv, r->world_size).c_str());
+        else if (tc.resume)
+            printf("stopped by %s during start-up: %s; resume with: %s\n", run_signal_name(sig), nothing,
+                   run_resume_command(argc, argv, r->world_size).c_str());
+        else
+            printf("stopped by %s during start-up, before step 1: %s; start again with: %s\n", run_signal_name(sig), nothing,
+                   run_launched_command(run_command_line(argc, argv, false), r->world_size).c_str());
+        fflush(stdout);
+    }
+    r->finalize(r->ctx);
+    exit(RUN_EXIT_STOPPED);
+}
+
 // Every rank must run with rank 0's settings (run_settings(..., true)): rank 0's text is
 // broadcast and compared; the differing ranks name the first differing setting.
 static inline void run_check_same_settings(RunRanks* r, const std::string& settings) {
@@ -358,7 +505,21 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
         *why = b;
         return 2;
     }
-    std::string diff = train_config_first_difference(state->settings, settings);
+    // --virtual-ranks first: it changes the default -d too, and the flag is what the user changed
+    // (N logical ranks in N processes is one per process: an older checkpoint may say N)
+    std::string ckpt_settings = state->settings;
+    std::string vc = train_config_setting(ckpt_settings, "virtual-ranks"), vr = train_config_setting(settings, "virtual-ranks");
+    if (vc == std::to_string(world_size) && vr == "0") {
+        size_t at = ckpt_settings.find("\nvirtual-ranks=" + vc + "\n");
+        if (at != std::string::npos) ckpt_settings.replace(at, vc.size() + 16, "\nvirtual-ranks=0\n");
+        vc = "0";
+    }
+    if (vc != vr) {
+        *why = "-y: checkpoint step " + std::to_string(step) + " was written with --virtual-ranks " + vc + ", this run has --virtual-ranks " +
+               vr + " (resume with the same number of logical ranks; 0 means one per process)";
+        return 2;
+    }
+    std::string diff = train_config_first_difference(ckpt_settings, settings);
     if (!diff.empty()) {
         *why = "-y: checkpoint step " + std::to_string(step) + " was written with different settings: " + diff + " (checkpoint vs this run)";
         return 2;
@@ -431,6 +592,7 @@ static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, 
             fflush(stderr);
         }
     }
+    run_test_signal(-1, r->rank);
     if (chosen == 0 && !done.empty()) {
         run_agree(r, r->rank != 0 ? "" : "-y: every complete checkpoint in '" + dir + "' is damaged (the warnings above say how); "
                                          "restore one, or start a fresh run with --overwrite 1 or another -o");
@@ -578,75 +740,6 @@ static inline void run_print_run_rows(const TrainConfig& tc, const std::string& 
         run_print_row("fidelity", row);
     }
     run_print_row("output", tc.output_dir.empty() ? "none" : tc.output_dir);
-}
-
-// ----------------------------------------------------------------------------
-// stopping on a signal: SIGTERM, SIGINT or SIGUSR1 (Slurm's --signal, a preemption, Ctrl-C) lets
-// the step in progress finish; the flag rides on the step's skip all-reduce (a MAX, in both
-// engines), so a signal to one rank stops them all at the same step; the run writes a checkpoint
-// of that step, prints one line with the resume command and exits with RUN_EXIT_STOPPED. A
-// second signal ends the process at once (exit 128 + signal); the checkpoints already complete
-// stay intact, as each one is renamed into place whole and DONE is written last.
-
-#define RUN_EXIT_STOPPED 75  // EX_TEMPFAIL: stopped on a signal after a checkpoint; resume with -y 1
-
-static volatile sig_atomic_t run_stop_signal = 0;
-
-static void run_on_stop_signal(int sig) {
-    if (run_stop_signal != 0) _exit(128 + sig);
-    run_stop_signal = sig;
-}
-
-static inline void run_install_stop_signals() {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = run_on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    const int sigs[3] = {SIGTERM, SIGINT, SIGUSR1};
-    for (int s : sigs) sigaction(s, &sa, NULL);
-}
-
-// Test hook TRAIN_LLAMA_TEST_SIGNAL="STEP:RANK:SIG": RANK raises SIG (a number) at the start of
-// (1-based) STEP, as if it had arrived during that step; "STEP:RANK:SIG:2" raises it twice.
-static inline void run_test_signal(int step, int rank) {
-    const char* env = getenv("TRAIN_LLAMA_TEST_SIGNAL");
-    int s = -1, r = -1, sig = 0, times = 1;
-    if (!env || sscanf(env, "%d:%d:%d:%d", &s, &r, &sig, &times) < 3 || s != step || r != rank) return;
-    for (int k = 0; k < times; k++) raise(sig);
-}
-
-static inline const char* run_signal_name(int sig) {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
-}
-
-// The command line that resumes this run: argv as given, shell-quoted, with -y (--resume) set to 1.
-static inline std::string run_resume_command(int argc, char** argv) {
-    std::string cmd;
-    bool has_y = false;
-    for (int i = 0; i < argc; i++) {
-        std::string a = argv[i];
-        if (i > 0 && i + 1 < argc && (a == "-y" || a == "--resume")) { cmd += " " + a + " 1"; has_y = true; i++; continue; }
-        bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@%") == std::string::npos;
-        if (!plain) {
-            std::string q = "'";
-            for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-            a = q + "'";
-        }
-        cmd += (i ? " " : "") + a;
-    }
-    if (!has_y) cmd += " -y 1";
-    return cmd;
-}
-
-// Rank 0's line after the stop checkpoint (or without -o, the stop alone).
-static inline void run_print_stopped(const TrainConfig& tc, int sig, int step, int argc, char** argv) {
-    if (tc.output_dir.empty())
-        printf("stopped by %s after step %d; no -o, so no checkpoint was written\n", run_signal_name(sig), step);
-    else
-        printf("stopped by %s after step %d: checkpoint %s (step %d); resume with: %s\n", run_signal_name(sig), step, tc.output_dir.c_str(), step,
-               run_resume_command(argc, argv).c_str());
-    fflush(stdout);
 }
 
 static inline double run_now_seconds() {

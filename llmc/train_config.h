@@ -205,7 +205,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),
     TOPT(NULL, "--tokenizer", OPT_STR, tokenizer, 0, 0, NULL, OPT_RANKS, "GPT-2 decode table for samples (none: samples print token ids)"),
     TOPT(NULL, "--max-skips", OPT_INT, max_skips, 0, INT_MAX, NULL, OPT_RANKS, "stop after this many consecutive non-finite steps"),
-    TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never)"),
+    TOPT(NULL, "--comm-timeout", OPT_FLOAT, comm_timeout, 0, 86400, NULL, OPT_RANKS, "seconds a collective (GPU engine: a step, validation or checkpoint) may wait before the job ends with one line (0 = never, else at least 1)"),
     TOPT(NULL, "--overwrite", OPT_INT, overwrite, 0, 1, NULL, OPT_RANKS, "1 = a fresh run may delete the checkpoints and replace the logs an earlier run left in -o"),
     TOPT(NULL, "--blas-auto", OPT_INT, blas_auto, 0, 1, NULL, OPT_RANKS, "train_llama_cpu: 1 = where OpenBLAS names a generic core, run its SkylakeX (AVX-512) or Haswell (AVX2) kernels, checked at start-up; 0 = OpenBLAS's own choice (also TRAIN_LLAMA_BLAS_AUTO=0; a set OPENBLAS_CORETYPE always wins)"),
 };
@@ -349,6 +349,9 @@ static inline void train_config_parse(TrainConfig* cfg, int argc, char** argv) {
         if (!inline_value) value = train_config_flag_value(argc, argv, &i, name);
         train_config_set(cfg, o, name.c_str(), value.c_str());
     }
+    if (cfg->comm_timeout > 0.0f && cfg->comm_timeout < 1.0f)
+        user_error("--comm-timeout: expected 0 (never) or at least 1 second, found %g (a shorter limit fires inside an ordinary step, "
+                   "whose collectives wait for the slowest rank)", cfg->comm_timeout);
     if (cfg->resume && cfg->output_dir.empty())
         user_error("-y 1: resuming needs the checkpoint directory, but -o is not set (hint: add -o DIR)");
     if (cfg->fp8_format != "e4m3" && (cfg->comm == "fp32" || cfg->comm == "bf16"))
@@ -442,6 +445,20 @@ static inline std::string train_config_settings(const TrainConfig* c, const std:
         out += std::string(o->long_name + 2) + "=" + train_config_value(c, o) + "\n";
     }
     return out + "world_size=" + std::to_string(world_size) + "\n";
+}
+
+// The value of "key=value" in a settings text (train_config_settings); "" when absent (an older
+// checkpoint's text without that flag).
+static inline std::string train_config_setting(const std::string& text, const std::string& key) {
+    const std::string at = key + "=";
+    size_t pos = 0;
+    if (text.compare(0, at.size(), at) != 0) {
+        pos = text.find("\n" + at);
+        if (pos == std::string::npos) return "";
+        pos++;
+    }
+    size_t end = text.find('\n', pos);
+    return text.substr(pos + at.size(), (end == std::string::npos ? text.size() : end) - pos - at.size());
 }
 
 // First differing "key=value" line between two settings texts, as "key: A vs B"; "" if equal.

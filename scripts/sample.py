@@ -15,9 +15,11 @@ token ids (prompt, then sample) instead of text. --data: the engine validates it
 even for zero steps; the default suits GPT-2-vocabulary checkpoints.
 """
 import argparse
+import codecs
 import os
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
@@ -60,24 +62,47 @@ def main():
     if prompt:
         cmd += ["--prompt-tokens", ",".join(map(str, prompt))]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    # the engine prints each token as it is generated: the text goes out as it comes (a long -g
+    # shows its progress), decoded incrementally (a character split across tokens waits for its
+    # last byte), and ends the same as decoding every id at once
+    err = tempfile.TemporaryFile()
     try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
     except OSError as e:
         fail(f"--engine '{args.engine}' cannot be run ({e.strerror})")
-    if r.returncode != 0:
-        lines = [l for l in r.stderr.splitlines() if l.strip()]
-        fail(f"the engine failed (exit {r.returncode}): " + (lines[-1] if lines else "no message"))
-    out = r.stdout.split("generating:\n---\n", 1)
-    if len(out) != 2 or "\n---\n" not in out[1]:
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    head, body, ids, started, ended = b"", b"", [], False, False
+    while True:
+        chunk = proc.stdout.read1(4096)
+        if not chunk:
+            break
+        if not started:
+            head += chunk
+            if b"generating:\n---\n" not in head:
+                continue
+            started, chunk = True, head.split(b"generating:\n---\n", 1)[1]
+        if ended:
+            continue
+        body += chunk
+        if b"\n---\n" in body:
+            body, ended = body.split(b"\n---\n", 1)[0] + b" ", True
+        words = body.split(b" ")
+        body = words.pop()  # an id not yet followed by its blank
+        new = [int(w) for w in words if w.strip()]
+        if new:
+            sys.stdout.write((" " if ids else "") + " ".join(map(str, new)) if args.ids else text.decode(enc.decode_bytes(new)))
+            sys.stdout.flush()
+        ids += new
+    rc = proc.wait()
+    if rc != 0:
+        err.seek(0)
+        lines = [l for l in err.read().decode("utf-8", "replace").splitlines() if l.strip()]
+        fail(f"the engine failed (exit {rc}): " + (lines[-1] if lines else "no message"))
+    if not started or not ended:
         fail("the engine printed no sample (expected 'generating:' then the tokens between '---' lines)")
-    ids = [int(t) for t in out[1].split("\n---\n", 1)[0].split()]
     if ids[:len(prompt)] != prompt or len(ids) != len(prompt) + args.gen_tokens:
         fail(f"the engine's sample holds {len(ids)} ids, expected the prompt's {len(prompt)} then {args.gen_tokens}")
-    if args.ids:
-        print(" ".join(map(str, ids)))
-    else:
-        sys.stdout.write(enc.decode(ids) + "\n")
-
+    sys.stdout.write("\n" if args.ids else text.decode(b"", final=True) + "\n")
 
 if __name__ == "__main__":
     cli_util.run(main)

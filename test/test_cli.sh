@@ -95,6 +95,9 @@ expect_error cli_geofp8_rank_full_too_wide "--geofp8-rank full: the exact factor
     -e "$TMP/wide_ff.bin" -b 2 -t 32 -v 0 -x 1 -c geofp8 --geofp8-rank full --geofp8-layers layers.0.fc2
 rm -f "$TMP/wide_ff.bin"
 expect_error cli_comm_timeout_negative "--comm-timeout" "${FAST[@]}" -x 1 --comm-timeout -1
+# a limit under a second fires inside an ordinary step (before: accepted, and the job died at step 1
+# blaming another rank)
+expect_error cli_comm_timeout_under_a_second "--comm-timeout: expected 0 (never) or at least 1 second, found 0.001" "${FAST[@]}" -x 1 --comm-timeout 0.001
 expect_error cli_geofp8_ema_with_kfac "--geofp8-ema: averages the sketch of -c geofp8" "${FAST[@]}" -x 1 -c kfac --geofp8-ema 0.9
 expect_error cli_geofp8_ema_one "--geofp8-ema: expected a number in \[0, 0.999\], found 1" "${FAST[@]}" -x 1 -c geofp8 --geofp8-ema 1
 # the FP8 format: one of the two, and only with a mode that sends FP8 codes
@@ -295,5 +298,23 @@ else fail fidelity_tool_tables "build/fidelity is missing (make build/fidelity)"
 timeout 120 "$BIN" "${FAST[@]}" -x 2 -n -1 -o "$TMP/nockpt" >/dev/null 2>&1
 if [ -s "$TMP/nockpt/main.log" ] && ! ls "$TMP/nockpt" | grep -q '^model_'; then pass checkpoint_never_with_n_minus_1
 else fail checkpoint_never_with_n_minus_1 "$(ls "$TMP/nockpt")"; fi
+
+# --virtual-ranks on resume: a change is named by the flag (before: by the -d it changes,
+# "total-batch: 128 vs 256"); 1 on one process is the run without the flag, both ways
+timeout 120 "$BIN" "${FAST[@]}" -x 2 -n 1 --virtual-ranks 2 -o "$TMP/vr" >/dev/null 2>&1
+out=$(timeout 120 "$BIN" "${FAST[@]}" -x 2 -n 1 --virtual-ranks 4 -y 1 -o "$TMP/vr" 2>&1)
+if [ $? -eq 1 ] && grep -q "^error: -y: checkpoint step 2 was written with --virtual-ranks 2, this run has --virtual-ranks 4 " <<<"$out"; then
+    pass cli_resume_virtual_ranks_changed_names_the_flag
+else fail cli_resume_virtual_ranks_changed_names_the_flag "$(tail -c 300 <<<"$out")"; fi
+timeout 120 "$BIN" "${FAST[@]}" -x 3 -n 2 --virtual-ranks 1 -o "$TMP/vr1" >/dev/null 2>&1
+out=$(timeout 120 "$BIN" "${FAST[@]}" -x 3 -n 2 -y 1 -o "$TMP/vr1" 2>&1)
+rc=$?
+rm -f "$TMP"/vr1/*00000003*
+out2=$(timeout 120 "$BIN" "${FAST[@]}" -x 3 -n 2 --virtual-ranks 1 -y 1 -o "$TMP/vr1" 2>&1)
+rc2=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "^-y 1: resuming from step 3" <<<"$out" && grep -q "^-y 1: resuming from step 2" <<<"$out2"; then
+    pass cli_resume_virtual_ranks_1_is_0_on_one_process
+else fail cli_resume_virtual_ranks_1_is_0_on_one_process "rc $rc: $(tail -c 300 <<<"$out") | $(tail -c 300 <<<"$out2")"; fi
+rm -rf "$TMP/vr" "$TMP/vr1"
 
 [ "$failures" -eq 0 ]

@@ -8,6 +8,7 @@ else from tiktoken's registry; tests that need it skip when neither is available
 """
 import json
 import os
+import shutil
 import random
 import socket
 import subprocess
@@ -251,6 +252,35 @@ def test_prepare_text(enc, tmp):
 def test_prepare_text_errors(tmp):
     missing = os.path.join(tmp, "does_not_exist.txt")
     out = os.path.join(tmp, "err_out")
+    # --out-dir an existing file: one line, from the shared runner, before any tokenizing (before:
+    # a FileExistsError traceback after the whole input was tokenized)
+    src = os.path.join(tmp, "two_docs.txt")
+    with open(src, "w") as f:
+        f.write("one document.\n\nanother document.\n")
+    a_file = os.path.join(tmp, "a_plain_file")
+    with open(a_file, "w") as f:
+        f.write("x")
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", a_file, "--name", "e", "--doc-split", "blank", "--progress-every", "1e-9")
+    check("prepare_text_error_out_dir_is_a_file", rc == 1 and is_one_error_line(se) and f"--out-dir: '{a_file}' is not a directory" in se
+          and "tokenizing" not in so, f"rc {rc} stdout {so!r} stderr {se!r}")
+    # --shard-size 1: no run reads a shard of 1 token; refused, nothing written. Below the smallest
+    # preset's 257: a warning naming the runs that can read it, before the first shard
+    rc, _, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "e", "--doc-split", "blank", "--shard-size", "1")
+    check("prepare_text_error_shard_size_one", rc == 1 and is_one_error_line(se) and "--shard-size: expected at least 2 tokens" in se
+          and not os.path.exists(out), f"rc {rc} stderr {se!r}")
+    rc, so, se = run_script("prepare_text.py", src, "--out-dir", out, "--name", "e", "--doc-split", "blank", "--shard-size", "100")
+    check("prepare_text_small_shard_size_warns", rc == 0 and "warning: --shard-size 100: only runs with -b * -t * ranks <= 99 can read" in se
+          and so.startswith("wrote"), f"rc {rc} stderr {se!r}")
+    shutil.rmtree(out, ignore_errors=True)
+    # val taking most of the input (the default --val-tokens 65536 on a small input): a warning
+    # before the first shard is written
+    many = os.path.join(tmp, "many_docs.txt")
+    with open(many, "w") as f:
+        f.write("\n\n".join(f"Document number {i} has a few words." for i in range(40)) + "\n")
+    rc, so, se = run_script("prepare_text.py", many, "--out-dir", out, "--name", "e", "--doc-split", "blank")
+    check("prepare_text_val_takes_most_warns", rc == 0 and "warning: --val-tokens 65,536: the val shard takes " in se
+          and "(39 of 40 documents)" in se and so.startswith("wrote"), f"rc {rc} stdout {so[:200]!r} stderr {se!r}")
+    shutil.rmtree(out, ignore_errors=True)
     rc, _, se = run_script("prepare_text.py", missing, "--out-dir", out, "--name", "e")
     check("prepare_text_error_missing_file", rc == 1 and is_one_error_line(se) and missing in se and
           not os.path.exists(out), f"rc {rc} stderr {se!r}")
@@ -431,6 +461,7 @@ def test_openwebtext_errors(tmp):
     for name, args, want in [("shard_size_zero", ["--shard-size", "0"], "error: argument --shard-size: expected an integer in [1, 2147483647], found 0"),
                              ("shard_size_float", ["--shard-size", "1e3"], "error: argument --shard-size: expected an integer, found '1e3'"),
                              ("shard_size_over_int32", ["--shard-size", "3000000000"], "error: argument --shard-size: expected an integer in [1, "),
+                             ("shard_size_one", ["--shard-size", "1"], "error: --shard-size: expected at least 2 tokens"),
                              ("workers_zero", ["--workers", "0"], "error: argument --workers: expected an integer in [1, 1024], found 0"),
                              ("val_docs_negative", ["--val-docs=-1"], "error: argument --val-docs: expected an integer in [0, "),
                              ("unknown_flag", ["--bogus"], "error: unrecognized arguments: --bogus"),

@@ -160,7 +160,9 @@ stop_row() {
     [ -f "$dir/DONE_$(printf %08d "$at")" ] && [ "$(ls "$dir" | grep -c "^state_$(printf %08d "$at")_")" -eq "$np" ] || { ok=0; detail="$detail no complete checkpoint $at;"; }
     if [ "$ok" = 1 ]; then
         # shellcheck disable=SC2086
-        (cd "$ROOT" && eval "${MPIRUN[*]} -np $np $cmd") >"$dir.resume.out" 2>&1 || { ok=0; detail="resume failed: $(why "$dir.resume.out")"; }
+        # the line as printed: on 2 ranks it names the launcher and the rank count
+        if [ "$np" -gt 1 ] && [[ "$cmd" != "${launcher:-mpirun} -np $np "* ]]; then ok=0; detail="the resume line does not start with '${launcher:-mpirun} -np $np': $cmd"
+        else (cd "$ROOT" && eval "timeout 240 $cmd") >"$dir.resume.out" 2>&1 || { ok=0; detail="resume failed: $(why "$dir.resume.out")"; }; fi
     fi
     if [ "$ok" = 1 ] && cmp -s "$TMP/sig_whole$np/model_00000008.bin" "$dir/model_00000008.bin" &&
        [ "$(losses "$TMP/sig_whole$np/main.log")" = "$(losses "$dir/main.log")" ] &&
@@ -190,6 +192,51 @@ if [ $rc -eq 143 ] && [ -z "$(ls "$TMP/sig4" | grep 00000003)" ] && [ -f "$TMP/s
    grep -q "resuming from step 2" "$TMP/sig4r.out" && cmp -s "$TMP/sig_whole1/model_00000008.bin" "$TMP/sig4/model_00000008.bin"; then
     pass mpi_second_signal_exits_at_once_checkpoint_intact
 else fail mpi_second_signal_exits_at_once_checkpoint_intact "exit $rc; files: $(ls "$TMP/sig4" | tr '\n' ' '); $(why "$TMP/sig4r.out")"; fi
+# SIGTERM to the launcher: mpirun itself ends its ranks (SIGKILL a second after SIGTERM) and
+# exits 1; scripts/mpirun.sh turns it into SIGUSR1, which mpirun forwards: a checkpoint, exit 75,
+# and a resume line that names the script
+bash scripts/mpirun.sh -np 2 -x TRAIN_LLAMA_TEST_SLOW=1 "$BIN" "${SRUN[@]}" -o "$TMP/sig5" >"$TMP/sig5.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do n=$(grep -c '"train_loss"' "$TMP/sig5/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 2 ] && break; sleep 0.1; done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+at=$(sed -n 's/^stopped by SIGUSR1 after step \([0-9]*\):.*/\1/p' "$TMP/sig5.out")
+if [ -n "$at" ] && [ "$at" -ge 2 ] && [ "$at" -lt 8 ]; then launcher="bash scripts/mpirun.sh" stop_row mpi_sigterm_to_launcher_checkpoint_exit75_np2 2 "$TMP/sig5" "$at" SIGUSR1 $rc
+else fail mpi_sigterm_to_launcher_checkpoint_exit75_np2 "exit $rc, stopped at '$at': $(why "$TMP/sig5.out")"; fi
+
+# a stop during start-up (the handlers come first in main): a real SIGUSR1 once the handler is in
+# place (/proc SigCgt) while start-up waits (TRAIN_LLAMA_TEST_SLOW_START); exit 75, one line,
+# -o not made; the line's command starts the run again
+TRAIN_LLAMA_TEST_SLOW_START=1 "$BIN" "${SRUN[@]}" -o "$TMP/sig6" >"$TMP/sig6.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+    mask=$(sed -n 's/^SigCgt:\s*//p' /proc/$pid/status 2>/dev/null)
+    [ -n "$mask" ] && (( (16#$mask >> 9) & 1 )) && break  # SIGUSR1 (10) caught
+    sleep 0.05
+done
+kill -USR1 "$pid"
+wait "$pid"
+rc=$?
+line=$(grep -m1 "^stopped by SIGUSR1 during start-up, before step 1: nothing was trained or written; start again with: " "$TMP/sig6.out")
+cmd=${line#*start again with: }
+if [ $rc -eq 75 ] && [ -n "$line" ] && [ "$(wc -l <"$TMP/sig6.out")" -eq 1 ] && [ ! -e "$TMP/sig6" ] &&
+   (cd "$ROOT" && eval "timeout 240 $cmd") >"$TMP/sig6r.out" 2>&1 && cmp -s "$TMP/sig_whole1/model_00000008.bin" "$TMP/sig6/model_00000008.bin"; then
+    pass mpi_signal_during_startup_exit75_one_line
+else fail mpi_signal_during_startup_exit75_one_line "exit $rc, -o $( [ -e "$TMP/sig6" ] && echo made || echo absent): $(head -c 400 "$TMP/sig6.out")"; fi
+# a stop during the -y 1 load, on 2 ranks: exit 75, one line naming the step, nothing written;
+# its resume line (mpirun -np 2 ...) resumes
+"${MPIRUN[@]}" -np 2 "$BIN" "${SRUN[@]}" -n 2 -o "$TMP/sig7" >/dev/null 2>&1
+rm -f "$TMP"/sig7/*0000000[68]*  # the newest complete checkpoint is step 4's
+before=$(ls "$TMP/sig7" | tr '\n' ' ')
+TRAIN_LLAMA_TEST_SIGNAL=-1:1:15 "${MPIRUN[@]}" -np 2 -x TRAIN_LLAMA_TEST_SIGNAL "$BIN" "${SRUN[@]}" -n 2 -y 1 -o "$TMP/sig7" >"$TMP/sig7.out" 2>&1
+rc=$?
+line=$(grep -m1 "^stopped by SIGTERM during start-up, resuming from step 4: nothing was trained or written; resume with: mpirun -np 2 " "$TMP/sig7.out")
+cmd=${line#*resume with: }
+if [ $rc -eq 75 ] && [ -n "$line" ] && [ "$(grep -c "^stopped" "$TMP/sig7.out")" -eq 1 ] && ! grep -q "^error" "$TMP/sig7.out" && [ "$(ls "$TMP/sig7" | tr '\n' ' ')" = "$before" ] &&
+   (cd "$ROOT" && eval "timeout 240 $cmd") >"$TMP/sig7r.out" 2>&1 && cmp -s "$TMP/sig_whole2/model_00000008.bin" "$TMP/sig7/model_00000008.bin"; then
+    pass mpi_signal_during_resume_load_exit75_np2
+else fail mpi_signal_during_resume_load_exit75_np2 "exit $rc: $(head -c 600 "$TMP/sig7.out") | $(why "$TMP/sig7r.out")"; fi
 rm -rf "$TMP"/sig*
 
 # --- --comm-timeout: rank 1 of 2 SIGSTOPped mid-run (it neither dies nor answers); the job ends

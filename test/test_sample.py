@@ -1,7 +1,7 @@
 """Tests for the sampler (scripts/sample.py over the engine's -x 0 -s 1): greedy decoding equal
 to transformers' generate(do_sample=False) on the exported model (SKIP without torch and
 transformers), the same text for the same seed and another for another seed, --top-k 1 equal to
-greedy, the prompt kept in front, -x 0 without a "final train loss nan", and the errors.
+greedy, the prompt kept in front, the tokens streamed as they are made, -x 0 without a "final train loss nan", and the errors.
 
 Prints "PASS name" / "FAIL name: detail" lines; exits 1 on any failure.
 
@@ -53,6 +53,20 @@ def main():
         if not ok:
             return 1
         n_prompt = len(greedy) - 12
+        # the tokens stream out as the engine makes them (before: all at the end, after minutes
+        # for a long -g): the first read holds some ids while the sampler still runs, and the
+        # whole output is the same as the ids of a one-piece run
+        n_long = 1500
+        proc = subprocess.Popen([sys.executable, SAMPLE, ckpt, "--prompt", PROMPT, "-g", str(n_long), "--ids", "--temperature", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = proc.stdout.read1(1 << 16)
+        running = proc.poll() is None
+        rest, err = proc.communicate()
+        ids = [int(t) for t in (first + rest).split()]
+        first_ids = len(first.split())
+        check("sample_streams_tokens", proc.returncode == 0 and running and 0 < first_ids < len(ids) and
+              len(ids) == n_prompt + n_long and ids[:len(greedy)] == greedy,
+              f"rc {proc.returncode}, running at the first read {running}, {first_ids} of {len(ids)} ids in it: {err[-300:]!r}")
         check("sample_greedy_deterministic", ids_of(ckpt, "--temperature", "0") == greedy)
         check("sample_top_k_1_is_greedy", ids_of(ckpt, "--top-k", "1", "--seed", "7") == greedy)
         a, b, c = (ids_of(ckpt, "--seed", s) for s in ("1", "1", "2"))

@@ -191,7 +191,8 @@ jobs_all=($prof $fp32 $geo $straight)
 echo "  jobs: profile_tiny $prof, tiny_fp32 $fp32, tiny_geofp8 $geo (afterok:$prof), tiny_fp32_straight $straight"
 
 # --- stop the fp32 job two steps after its first complete checkpoint as its time limit would:
-#     SIGUSR1 to its tasks (what --signal=USR1@STOP_SIGNAL_LEAD sends); the trainer checkpoints
+#     SIGUSR1 to every process of the job (what --signal=USR1@STOP_SIGNAL_LEAD sends its tasks, and
+#     more); the trainer checkpoints
 #     that step and exits 75, and pretrain.sbatch requeues the job itself ----------------------------
 requeued_at=
 for _ in $(seq 1 1200); do
@@ -199,8 +200,11 @@ for _ in $(seq 1 1200); do
     done_file=$(ls "$OUT/tiny_fp32"/DONE_[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9] 2>/dev/null | head -1)
     last=$(tail -1 "$OUT/tiny_fp32/metrics.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
     if [ -n "$done_file" ] && [ "${last:-0}" -ge $((10#${done_file##*DONE_} + 2)) ]; then
-        scancel --signal=USR1 "$fp32" && requeued_at=$((10#${done_file##*DONE_}))
-        echo "  sent SIGUSR1 to fp32 job $fp32 at step $last (checkpoint of step $requeued_at complete)"
+        # --full: the whole job, the batch script and srun included (a preemption's or a
+        # scheduler's signal to every process): the script forwards it through srun, and each
+        # task takes its copies as one stop (llmc/run.h)
+        scancel --full --signal=USR1 "$fp32" && requeued_at=$((10#${done_file##*DONE_}))
+        echo "  sent SIGUSR1 to every process of fp32 job $fp32 at step $last (checkpoint of step $requeued_at complete)"
         break
     fi
     sleep 0.1
@@ -251,13 +255,13 @@ fi
 fp32_log=$(log_of "$fp32" tiny_fp32)
 resumed=$(sed -n 's/^-y 1: resuming from step \([0-9]*\) in .*/\1/p' "$fp32_log" | tail -1)
 restarts=$(field "$fp32" Restarts)
-stopped_at=$(sed -n 's/^stopped by SIGUSR1 after step \([0-9]*\): checkpoint .* resume with: .*/\1/p' "$fp32_log" | head -1)
+stopped_at=$(sed -n 's/^stopped by SIGUSR1 after step \([0-9]*\): checkpoint .* resume with: .* -y 1 .*(under the same srun, 2 tasks)$/\1/p' "$fp32_log" | head -1)
 if [ -n "$requeued_at" ] && [ "$restarts" = 1 ] && grep -q "(restart 1)" "$fp32_log" && [ -n "$resumed" ] &&
    grep -q "requeueing job $fp32" "$fp32_log" && [ "$resumed" = "$stopped_at" ] && [ "$resumed" -ge "$requeued_at" ] && [ "$resumed" -lt $STEPS ] && grep -q "^done: $((STEPS - resumed)) steps" "$fp32_log"; then
     pass slurm_requeued_job_resumed
     echo "  fp32 job $fp32: stopped by SIGUSR1 with a checkpoint of step $stopped_at, requeued itself, restarted once, resumed from step $resumed"
 else
-    fail slurm_requeued_job_resumed "signalled after step '$requeued_at', stopped at '$stopped_at', restarts '$restarts', resumed from '$resumed': $(grep -E '^-y 1|^done|^stopped|requeueing|restart|CANCELLED' "$fp32_log" 2>&1 | head -6)"
+    fail slurm_requeued_job_resumed "signalled after step '$requeued_at', stopped at '$stopped_at', restarts '$restarts', resumed from '$resumed': $(grep -E '^stopped' "$fp32_log" | sed 's/resume with: .* -y 1/resume with: ... -y 1/' | head -2) $(grep -E '^-y 1|^done|requeueing|restart|CANCELLED' "$fp32_log" 2>&1 | head -6)"
 fi
 # and no job stopped for any other reason: Slurm's own SIGUSR1 (--signal=USR1@STOP_SIGNAL_LEAD)
 # comes long after these jobs end, so only the signal sent above stopped a trainer, once

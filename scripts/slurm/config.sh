@@ -197,7 +197,20 @@ run_train_llama() {
     echo "run: srun $TRAINER -o $run_dir $*${TRAIN_EXTRA:+ $TRAIN_EXTRA} (tasks $SLURM_NTASKS, nodes $SLURM_JOB_NUM_NODES)"
     # shellcheck disable=SC2086
     srun --mpi="$SRUN_MPI" --kill-on-bad-exit=1 --ntasks="$SLURM_NTASKS" --ntasks-per-node="$GPUS_PER_NODE" $SRUN_EXTRA \
-        "$TRAINER" -o "$run_dir" "$@" $TRAIN_EXTRA
+        "$TRAINER" -o "$run_dir" "$@" $TRAIN_EXTRA &
+    # a stop signal to this script (scancel --full, --signal=B:USR1@..., a preemption) would end
+    # it, and with it the job, before the trainer's checkpoint: it goes on to the tasks as SIGUSR1
+    # through srun instead (the tasks take the copies of one stop as one, llmc/run.h). SIGTERM to
+    # srun itself makes srun SIGKILL its tasks: that stop is Slurm's to avoid (docs/slurm.md).
+    local pid=$! rc
+    trap 'kill -USR1 "$pid" 2>/dev/null' USR1 TERM INT HUP
+    while :; do
+        rc=0
+        wait "$pid" || rc=$?
+        kill -0 "$pid" 2>/dev/null || break  # a trapped signal ended the wait, not srun
+    done
+    trap - USR1 TERM INT HUP
+    return "$rc"
 }
 
 # The trainer's flags for one paper run (MODEL, MODE; the layers file of a geofp8 run), into the
