@@ -693,9 +693,77 @@ typedef struct {
 // next_batch(ctx, &inputs, &targets) hands out each micro-batch (B, T) in host memory.
 typedef void (*NextBatchFn)(void* ctx, const int** inputs, const int** targets);
 
+// This process's logical ranks (DESIGN §6 "Virtual ranks"; one without --virtual-ranks):
+// logical rank vrank0 + v draws its micro-batches from batch_ctx[v], accumulates its gradient in
+// grads[v] and communicates with its own state gc[v] over grids[v]. With V > 1 the grids are the
+// logical ranks of one virtual group (llmc/comm_virtual.cuh), which runs their communication.
+typedef struct {
+    int V, vrank0, N;                 // logical ranks here, the first one, all of them
+    std::vector<float*> grads;        // (V) grads[0] is the model's own buffer, which receives the average
+    std::vector<void*> batch_ctx;     // (V)
+    std::vector<GradCommGPU*> gc;     // (V) NULL entries: fp32 averaging without a GradCommGPU (one logical rank)
+    std::vector<CommGridGPU*> grids;  // (V)
+    CommVirtualGroup* group;          // V > 1
+} LocalRanksGPU;
+
+// One logical rank per process: the model's buffer, one batch source, the trainer's communicator.
+static LocalRanksGPU llama_local_ranks_single(LlamaModel* m, GpuCommGrid* grid, void* batch_ctx, GradCommGPU* gc) {
+    return LocalRanksGPU{1, grid->rank, grid->world_size, {m->grads}, {batch_ctx}, {gc}, {&grid->nccl}, NULL};
+}
+
+// The mean over logical ranks of x (one value per logical rank of this process): summed in rank
+// order in double, then over processes (the fp64 all-reduce), as N real ranks' all-reduce sums.
+static double llama_mean_over_ranks(GpuCommGrid* grid, const std::vector<double>& x, int N) {
+    double sum = x[0];
+    for (size_t v = 1; v < x.size(); v++) sum = sum + x[v];
+    return llama_comm_sum(grid, sum) / N;
+}
+
+// --virtual-ranks: what the V - 1 other logical ranks add on the GPU (a gradient each, and each
+// one's communication state: codes, error-feedback residuals, the geometry units' residuals and
+// factors, the fair figures' buffers; the fidelity reference and Ω are shared), against what is
+// free once the model and logical rank 0's state are in place. "" when it fits, with a tenth to
+// spare for the libraries' workspaces.
+static std::string llama_virtual_memory_problem(const TrainConfig* tc, const LlamaConfig* c, int V) {
+    const double P = (double)llama_num_params(c);
+    const std::string& mode = tc->comm;
+    double per_rank = 4.0 * P;  // the gradient
+    if (mode == "bf16") per_rank += 2.0 * P;
+    if (mode != "fp32" && mode != "bf16") {
+        per_rank += P;                                          // the codes
+        if (tc->fp8_reduce == "twophase") per_rank += 2.0 * P;  // every rank's codes of its shard, the server's
+        if (tc->fp8_ef) per_rank += 4.0 * P;
+        const std::vector<LlamaUnit> units = llama_units(c);
+        std::vector<int> geo;  // the units that may take the geometry path (auto: every fc1 and fc2)
+        if (mode == "kfac" || (mode == "geofp8" && tc->geofp8_layers == "auto")) {
+            for (size_t u = 0; u < units.size(); u++)
+                if (units[u].is_matrix && (mode == "kfac" || units[u].tensor == T_FC1W || units[u].tensor == T_FC2W)) geo.push_back((int)u);
+        } else if (mode == "geofp8") {
+            geo = gradcomm_parse_layers(units, tc->geofp8_layers);
+        }
+        const bool fair = tc->fidelity_every > 0 && tc->fp8_reduce != "twophase";
+        for (int u : geo) {
+            const double n = (double)units[u].rows * units[u].cols, d_in = units[u].cols, d_out = units[u].rows;
+            per_rank += 4.0 * n + (fair ? 37.0 * n : 0.0);             // residual; raw, exact, x, geo, residual, 4 windows, codes
+            if (mode == "kfac") per_rank += 20.0 * (d_in * d_in + d_out * d_out);  // A, G and the factors in use and next
+        }
+    }
+    const double need = (V - 1) * per_rank;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (need <= 0.9 * (double)free_b) return "";
+    char b[512];
+    snprintf(b, sizeof(b), "--virtual-ranks %d: the other %d logical ranks' gradients and -c %s state need about %.1f GiB of GPU memory, "
+             "%.1f GiB are free once the model is in place (hint: fewer virtual ranks, a smaller model, or less state per rank: "
+             "--fidelity-every 0, --fp8-ef 0)",
+             V, V - 1, mode.c_str(), need / 1073741824.0, free_b / 1073741824.0);
+    return b;
+}
+
 // The config table's "gradient buckets" row: the CPU engine's, and the steps that communicate
 // after the backward all the same.
 static std::string llama_buckets_row(const GradCommGPU* gc, const TrainConfig* tc) {
+    if (tc->virtual_ranks > 1) return "none: --virtual-ranks communicates after the backward";
     std::string row = gradcomm_buckets_summary(&gc->buckets, tc->bucket_mb, gc->twophase);
     if (!gc->bucketing) return row;
     const bool refresh = gc->mode == "kfac" || (gc->mode == "geofp8" && gc->ema > 0.0f);  // (gradcomm_gpu_start)
@@ -705,54 +773,73 @@ static std::string llama_buckets_row(const GradCommGPU* gc, const TrainConfig* t
     return row;
 }
 
-// gc NULL: fp32 averaging (what the whole-model test uses); timer NULL: no timing.
+// gc NULL: fp32 averaging (what the whole-model test uses); timer NULL: no timing; lr NULL: one
+// logical rank (ctx, gc), else the process's logical ranks (ctx and gc unused).
 static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const MuonConfig* mc, SchedulerKind sched,
                                   GpuCommGrid* grid, int accum_steps, int step, NextBatchFn next_batch, void* ctx,
-                                  GradCommGPU* gc = NULL, GradCommTimer* timer = NULL) {
+                                  GradCommGPU* gc = NULL, GradCommTimer* timer = NULL, LocalRanksGPU* lr = NULL) {
     StepStats st;
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(float), m->stream));
-    if (gc) gradcomm_gpu_begin_step(gc, step, (long long)tc->B * tc->T * accum_steps * grid->world_size, m->stream);
-    double loss_sum = 0.0;
+    LocalRanksGPU single;
+    if (!lr) { single = llama_local_ranks_single(m, grid, ctx, gc); lr = &single; }
+    const int V = lr->V;
+    gc = lr->gc[0];  // logical rank 0's state: the stats and the bucketed path (V = 1)
+    for (int v = 0; v < V; v++) {
+        CUDA_CHECK(cudaMemsetAsync(lr->grads[v], 0, m->num_params * sizeof(float), m->stream));
+        if (lr->gc[v]) gradcomm_gpu_begin_step(lr->gc[v], step, (long long)tc->B * tc->T * accum_steps * lr->N, m->stream);
+    }
     const bool fidelity = gradcomm_fidelity_step(tc, step);
     bool bucketed = false;  // the communication runs bucket by bucket inside the last backward
-    llama_reserve_loss_slots(m, accum_steps);
-    for (int micro = 0; micro < accum_steps; micro++) {
-        const int *inputs, *targets;
-        next_batch(ctx, &inputs, &targets);  // its buffer may be refilled at once: the uploads go through pinned copies
-        int sp = gradcomm_timer_begin(timer, GC_T_FORWARD);
-        llama_forward(m, inputs, tc->B, tc->T);
-        if (gradcomm_gpu_wants_activations(gc)) {
-            int sk = gradcomm_timer_begin(timer, GC_T_SKETCH);  // inside the forward's span
-            llama_observe_inputs(m, gc, tc->B, tc->T);
-            gradcomm_timer_end(timer, sk);
+    llama_reserve_loss_slots(m, accum_steps * V);
+    for (int v = 0; v < V; v++) {  // each logical rank's micro-steps, into its own gradient
+        GradCommGPU* g = lr->gc[v];
+        m->grads = lr->grads[v];
+        for (int micro = 0; micro < accum_steps; micro++) {
+            const int *inputs, *targets;
+            next_batch(lr->batch_ctx[v], &inputs, &targets);  // its buffer may be refilled at once: the uploads go through pinned copies
+            int sp = gradcomm_timer_begin(timer, GC_T_FORWARD);
+            llama_forward(m, inputs, tc->B, tc->T);
+            if (gradcomm_gpu_wants_activations(g)) {
+                int sk = gradcomm_timer_begin(timer, GC_T_SKETCH);  // inside the forward's span
+                llama_observe_inputs(m, g, tc->B, tc->T);
+                gradcomm_timer_end(timer, sk);
+            }
+            gradcomm_timer_end(timer, sp);
+            if (g && micro == accum_steps - 1) bucketed = gradcomm_gpu_start(g, lr->grids[v], step, fidelity, timer);
+            sp = gradcomm_timer_begin(timer, GC_T_BACKWARD);
+            llama_backward_enqueue(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, g, v * accum_steps + micro);
+            gradcomm_timer_end(timer, sp);
         }
-        gradcomm_timer_end(timer, sp);
-        if (gc && micro == accum_steps - 1) bucketed = gradcomm_gpu_start(gc, &grid->nccl, step, fidelity, timer);
-        sp = gradcomm_timer_begin(timer, GC_T_BACKWARD);
-        llama_backward_enqueue(m, inputs, targets, tc->B, tc->T, 1.0f / accum_steps, gc, micro);
-        gradcomm_timer_end(timer, sp);
     }
+    m->grads = lr->grads[0];
     // the step's one wait for its losses, summed in the order the micro-steps ran
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    for (int micro = 0; micro < accum_steps; micro++) loss_sum += llama_slot_mean_loss(m, tc->B * tc->T, micro);
-    if (test_inject_at("TRAIN_LLAMA_TEST_NAN_LOSS", step + 1, grid->rank)) loss_sum = NAN;
-    if (gc) gc->last_backward = false;
+    std::vector<double> loss_sum(V, 0.0);
+    for (int v = 0; v < V; v++) {
+        for (int micro = 0; micro < accum_steps; micro++) loss_sum[v] += llama_slot_mean_loss(m, tc->B * tc->T, v * accum_steps + micro);
+        if (test_inject_at("TRAIN_LLAMA_TEST_NAN_LOSS", step + 1, lr->vrank0 + v)) loss_sum[v] = NAN;
+        if (lr->gc[v]) lr->gc[v]->last_backward = false;
+    }
     st.lr = scheduler_lr(sched, step, tc->steps, tc->warmup, tc->lr, tc->final_lr_frac);
     st.loss = NAN; st.grad_norm = NAN; st.comm_bytes = 0.0; st.skipped_on_rank = -1; st.ns_matrices = 0;
     st.comm_buckets = bucketed ? gradcomm_num_buckets(&gc->buckets) : 0;
     // A non-finite loss or gradient on any rank: every rank skips this step identically. A
     // non-finite element makes the (fp64) sum of squares non-finite, so the local norm is the
     // finiteness check (a bucketed step: the units' local amax, taken before each bucket went
-    // out); the flag (rank + 1) is MAX all-reduced, as the CPU engine does. The comm span of a
-    // bucketed step is the communication the backward did not hide.
+    // out); the flag (logical rank + 1, the last bad one) is MAX all-reduced, as the CPU engine does.
+    // The comm span of a bucketed step is the communication the backward did not hide.
     // A bucketed step waits for its buckets whatever the loss: that wait is the trainer's stream's
     // only one on the bucket stream (the timers' events and the next step's zeroing of the
     // gradient come after it).
     int sp = bucketed ? gradcomm_timer_begin(timer, GC_T_COMM) : -1;
     const bool buckets_finite = bucketed ? gradcomm_gpu_bucket_wait(gc, m->stream) : true;
-    bool finite = std::isfinite(loss_sum) && buckets_finite && (bucketed || std::isfinite(llama_grad_norm(m)));
+    int bad_rank = 0;
+    for (int v = 0; v < V; v++) {
+        m->grads = lr->grads[v];
+        const bool finite = std::isfinite(loss_sum[v]) && buckets_finite && (bucketed || std::isfinite(llama_grad_norm(m)));
+        if (!finite) bad_rank = lr->vrank0 + v + 1;
+    }
+    m->grads = lr->grads[0];
     // the stop flag (llmc/run.h) rides on the same all-reduce, so that every rank sees it at this step
-    int bad_rank = finite ? 0 : grid->rank + 1;
     st.stop_signal = run_stop_signal;
     llama_comm_max_int2(grid, &bad_rank, &st.stop_signal);
     st.skipped_on_rank = bad_rank - 1;
@@ -766,6 +853,11 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
     if (bucketed) {
         gradcomm_gpu_bucket_finish(gc, &grid->nccl, m->grads, timer);
         st.comm_bytes = gc->stats.bytes;
+    } else if (V > 1) {  // every logical rank's communication, each on its own thread, one at a time (llmc/comm_virtual.cuh)
+        comm_virtual_run(lr->group, [&](int v) {
+            gradcomm_gpu_reduce(lr->gc[v], lr->grids[v], lr->grads[v], step, fidelity, v == 0 ? timer : NULL);
+        });
+        st.comm_bytes = gc->stats.bytes;
     } else if (gc) {
         gradcomm_gpu_reduce(gc, &grid->nccl, m->grads, step, fidelity, timer);
         st.comm_bytes = gc->stats.bytes;
@@ -775,13 +867,14 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
         st.comm_bytes = comm_gpu_ring_bytes(&grid->nccl, 4.0 * m->num_params);
     }
     gradcomm_timer_end(timer, sp);
-    if (gc && gc->stats.skipped) { st.skipped_on_rank = grid->world_size; return st; }  // a non-finite scale
-    st.loss = (float)(llama_comm_sum(grid, loss_sum / accum_steps) / grid->world_size);
+    if (gc && gc->stats.skipped) { st.skipped_on_rank = lr->N; return st; }  // a non-finite scale
+    for (double& l : loss_sum) l /= accum_steps;
+    st.loss = (float)llama_mean_over_ranks(grid, loss_sum, lr->N);
     st.grad_norm = llama_grad_norm(m);
     // the averaged gradient itself (e.g. a sum that overflowed in the collective): the same on
     // every rank, so this check agrees everywhere; the error-feedback residuals of this step are
     // kept, unlike the skips above
-    if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = grid->world_size + 1; return st; }
+    if (!std::isfinite(st.grad_norm)) { st.skipped_on_rank = lr->N + 1; return st; }
     sp = gradcomm_timer_begin(timer, GC_T_OPTIMIZER);
     st.ns_matrices = llama_update(m, tc, mc, st.lr, llama_clip_scale(st.grad_norm, tc->grad_clip), step, grid);
     gradcomm_timer_end(timer, sp);
@@ -844,20 +937,23 @@ int main(int argc, char** argv) {
     run_install_stop_signals();  // first thing: a stop during start-up is graceful too (llmc/run.h)
     TrainConfig tc;
     train_config_parse(&tc, argc, argv);
-    if (tc.virtual_ranks != 0)
-        user_error("--virtual-ranks %d: simulates the communication of N ranks in fewer processes, in train_llama_cpu only "
-                   "(train_llama runs one rank per GPU; found it on the GPU engine)", tc.virtual_ranks);
     if (!cuda_device_present())
         user_error("no CUDA device found (train_llama needs an NVIDIA GPU; train_llama_cpu runs on any machine)");
     GpuCommGrid grid;
     llama_comm_init(&grid, &argc, &argv, 0);  // the model runs on the default stream; NCCL enqueues there too
     run_test_signal(0, grid.rank);
     run_test_slow_start();
+    // logical ranks: --virtual-ranks N simulates N ranks in this one process (one GPU)
+    if (tc.virtual_ranks > 1 && grid.world_size > 1)
+        user_error("--virtual-ranks %d: train_llama simulates N ranks in one process on one GPU, found %d processes "
+                   "(launch one process, or train_llama_cpu for virtual ranks over several processes)", tc.virtual_ranks, grid.world_size);
+    if (tc.virtual_ranks == 1) tc.virtual_ranks = 0;  // one logical rank: the same run as without the flag
+    const int V = tc.virtual_ranks > 1 ? tc.virtual_ranks : 1, N = grid.world_size * V;
 
     // model config (a preset or a checkpoint file) and batch
     LlamaConfig lc;
     bool from_file = false;
-    int accum_steps = run_resolve_config(&tc, &lc, grid.world_size, &from_file);
+    int accum_steps = run_resolve_config(&tc, &lc, N, &from_file);
     AttentionKind attention = ATTENTION_CUBLAS;
     if (!attention_kind_from_name(tc.attention.c_str(), llama_head_size(&lc), &attention))
         user_error("--attention flash: the fused kernels take head sizes 16, 32, 64 and 128, this model's is %d (use cublas or auto)",
@@ -869,21 +965,27 @@ int main(int argc, char** argv) {
     scheduler_from_name(tc.schedule.c_str(), &sched);
 
     // data (validated before anything is written)
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    // (one of each per logical rank: logical rank grid.rank * V + v reads train_loaders[v])
+    std::vector<DataLoader> train_loaders(V), val_loaders(V);
     bool do_val = tc.val_every > 0;
-    if (do_val) dataloader_init(&val_loader, tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank, grid.world_size, lc.V);
+    for (int v = 0; v < V; v++) {
+        dataloader_init(&train_loaders[v], tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank * V + v, N, lc.V);
+        if (do_val) dataloader_init(&val_loaders[v], tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank * V + v, N, lc.V);
+    }
+    DataLoader& train_loader = train_loaders[0];
+    DataLoader& val_loader = val_loaders[0];
     run_resolve_steps(&tc, &train_loader);
 
     // every rank checks the same things in the same order: flags and data against rank 0's,
     // then the output directory (lock, leftovers), then the resume point; the settings text is
     // the CPU engine's, so a run may resume from the other engine's checkpoint
     std::string model_desc = from_file ? llama_config_string(&lc) : tc.model + " " + llama_config_string(&lc);
-    std::string settings = run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, false);
+    std::string settings = run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, false);
     RunRanks ranks = llama_run_ranks(&grid);
-    run_check_same_settings(&ranks, run_settings(&tc, &lc, grid.world_size, &train_loader, do_val ? &val_loader : NULL, true));
-    GradCommGPU gc;
-    gradcomm_gpu_init(&gc, &tc, &lc, grid.rank, grid.world_size, tc.B * tc.T);
+    run_check_same_settings(&ranks, run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, true));
+    std::vector<GradCommGPU> gcs(V);  // one per logical rank; the others' made once the model is in place
+    GradCommGPU& gc = gcs[0];
+    gradcomm_gpu_init(&gc, &tc, &lc, grid.rank * V, N, tc.B * tc.T);
     uint32_t file_crc = 0;
     std::vector<float> file_params = run_read_model_file(&tc, &lc, from_file, &file_crc);
     run_check_same_model_file(&tc, &ranks, from_file, file_crc);
@@ -901,13 +1003,49 @@ int main(int argc, char** argv) {
     CudaDeviceInfo dev = cuda_device_info(grid.nccl.device);
     LlamaModel model;
     llama_model_alloc(&model, &lc, tc.B, tc.T, attention);
+    // the other logical ranks: their gradients, communication states and the group that runs them
+    CommVirtualGroup vgroup;
+    std::vector<CommGridGPU> vgrids(V, grid.nccl);
+    LocalRanksGPU local = llama_local_ranks_single(&model, &grid, &train_loaders[0], &gc);
+    if (V > 1) {
+        run_agree(&ranks, llama_virtual_memory_problem(&tc, &lc, V));
+        comm_virtual_init(&vgroup, V, grid.nccl.device, model.stream);
+        local = LocalRanksGPU{V, grid.rank * V, N, {}, {}, {}, {}, &vgroup};
+        for (int v = 0; v < V; v++) {
+            if (v > 0) {
+                gradcomm_gpu_init(&gcs[v], &tc, &lc, grid.rank * V + v, N, tc.B * tc.T);
+                gradcomm_gpu_share(&gcs[v], &gcs[0]);
+            }
+            CommGridGPU& g = vgrids[v];
+            g.rank = g.vrank = grid.rank * V + v;
+            g.world_size = N;
+            g.comm = NULL;
+            g.watch = NULL;
+            g.stream = model.stream;
+            g.vgroup = &vgroup;
+            float* grads = model.grads;
+            if (v > 0) {
+                grads = cuda_malloc<float>(model.num_params);
+                CUDA_CHECK(cudaMemset(grads, 0, model.num_params * sizeof(float)));
+            }
+            local.grads.push_back(grads);
+            local.batch_ctx.push_back(&train_loaders[v]);
+            local.gc.push_back(&gcs[v]);
+            local.grids.push_back(&vgrids[v]);
+        }
+    }
     if (start_step > 0) {
         llama_set_params(&model, resume_params.data());
         std::vector<float>().swap(resume_params);
         llama_set_optimizer_state(&model, &resume_state);
         dataloader_set_state(&train_loader, resume_state.data_state);
+        for (int v = 1; v < V; v++) {  // the others' positions follow from the step, as the state file's does (checked at resume)
+            int64_t pos[3];
+            dataloader_state_after(&train_loaders[v], (long long)start_step * accum_steps, pos);
+            dataloader_set_state(&train_loaders[v], pos);
+        }
         consecutive_skips = (int)resume_state.skipped_steps;
-        gradcomm_gpu_load(&gc, &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str());
+        for (int v = 0; v < V; v++) gradcomm_gpu_load(&gcs[v], &resume_state, checkpoint_state_path(tc.output_dir, start_step, grid.rank).c_str(), v);
     } else if (from_file) {
         llama_set_params(&model, file_params.data());
     } else {
@@ -916,7 +1054,7 @@ int main(int argc, char** argv) {
         llama_set_params(&model, init.data());
     }
     run_startup_stop(&ranks, tc, start_step, argc, argv);  // a stop during the -y 1 load or the model's init
-    gradcomm_gpu_omega_prepare(&gc, start_step);  // the first refresh's Ω, built while the run starts
+    for (GradCommGPU& g : gcs) gradcomm_gpu_omega_prepare(&g, start_step);  // the first refresh's Ω, built while the run starts
 
     // past every start-up check: the run commits to -o (deletes what it set aside), then logs there
     Logger logger = {NULL, NULL, "", ""};
@@ -937,8 +1075,12 @@ int main(int argc, char** argv) {
         snprintf(b, sizeof(b), "%s (--attention %s, head size %d)", model.attn.kind == ATTENTION_FLASH ? "flash, fused" : "cublas, unfused",
                  tc.attention.c_str(), llama_head_size(&lc));
         run_print_row("attention", b);
-        run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, grid.world_size, accum_steps,
-                           start_step, "NCCL", llama_buckets_row(&gc, &tc).c_str());
+        run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, N, accum_steps,
+                           start_step, V > 1 ? "NCCL; logical ranks folded on the GPU" : "NCCL", llama_buckets_row(&gc, &tc).c_str());
+        if (V > 1) {
+            snprintf(b, sizeof(b), "%d logical ranks in this process, one GPU (--virtual-ranks)", N);
+            run_print_row("virtual ranks", b);
+        }
         snprintf(b, sizeof(b), "%llu", tc.seed); run_print_row("seed", b);
         printf("+------------------------+--------------------------------------------------+\n");
         fflush(stdout);
@@ -960,15 +1102,18 @@ int main(int argc, char** argv) {
         const bool stopping = stop_sig != 0 && !last;
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
-            dataloader_reset(&val_loader);
-            double sum = 0.0;
-            for (int k = 0; k < tc.val_batches; k++) {
-                dataloader_next_batch(&val_loader);
-                llama_forward(&model, val_loader.inputs, tc.B, tc.T);
-                sum += llama_loss(&model, val_loader.targets, tc.B, tc.T);
+            std::vector<double> mean(V, 0.0);  // each logical rank's mean over its val batches
+            for (int v = 0; v < V; v++) {
+                dataloader_reset(&val_loaders[v]);
+                for (int k = 0; k < tc.val_batches; k++) {
+                    dataloader_next_batch(&val_loaders[v]);
+                    llama_forward(&model, val_loaders[v].inputs, tc.B, tc.T);
+                    mean[v] += llama_loss(&model, val_loaders[v].targets, tc.B, tc.T);
+                }
+                mean[v] /= tc.val_batches;
             }
             watchdog_enter("the validation loss's all-reduce");
-            float val_loss = (float)(llama_comm_sum(&grid, sum / tc.val_batches) / grid.world_size);
+            float val_loss = (float)llama_mean_over_ranks(&grid, mean, N);
             watchdog_leave();
             if (grid.rank == 0) run_report_val(&logger, step, val_loss, tc.total_batch);
         }
@@ -983,7 +1128,7 @@ int main(int argc, char** argv) {
             st.skipped_steps = consecutive_skips;
             st.settings = settings;
             llama_get_optimizer_state(&model, &st);
-            gradcomm_gpu_save(&gc, &st.extras);
+            for (int v = 0; v < V; v++) gradcomm_gpu_save(&gcs[v], &st.extras, v);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
             watchdog_enter("the checkpoint's barrier");
             llama_comm_max_int(&grid, 0);  // a barrier: every state file is in place before DONE marks the checkpoint whole
@@ -1012,8 +1157,8 @@ int main(int argc, char** argv) {
         watchdog_set_step(step + 1);
         double t0 = run_now_seconds();
         watchdog_enter("the step");
-        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, &train_loader, &gc, &timer);
-        gradcomm_gpu_end_step(&gc, step);  // the factors are settled: the next refresh's Ω starts building
+        StepStats st = llama_train_step(&model, &tc, &mc, sched, &grid, accum_steps, step, run_next_batch, NULL, NULL, &timer, &local);
+        for (GradCommGPU& g : gcs) gradcomm_gpu_end_step(&g, step);  // the factors are settled: the next refresh's Ω starts building
         watchdog_leave();
         stop_sig = st.stop_signal;
         gradcomm_timer_collect(&timer);
@@ -1023,10 +1168,10 @@ int main(int argc, char** argv) {
         if (st.skipped_on_rank >= 0) {
             consecutive_skips++;
             if (grid.rank == 0) {
-                if (st.skipped_on_rank < grid.world_size)
+                if (st.skipped_on_rank < N)
                     printf("step %5d/%d | skipped: non-finite loss or gradient on rank %d (%d in a row)\n",
                            step + 1, tc.steps, st.skipped_on_rank, consecutive_skips);
-                else if (st.skipped_on_rank == grid.world_size)
+                else if (st.skipped_on_rank == N)
                     printf("step %5d/%d | skipped: non-finite value in the %s coordinates (%d in a row)\n",
                            step + 1, tc.steps, tc.comm.c_str(), consecutive_skips);
                 else
@@ -1096,10 +1241,14 @@ int main(int argc, char** argv) {
     }
     logger_free(&logger);
     if (tokenizer.ok) tokenizer_free(&tokenizer);
-    dataloader_free(&train_loader);
-    if (do_val) dataloader_free(&val_loader);
+    for (int v = 0; v < V; v++) {
+        dataloader_free(&train_loaders[v]);
+        if (do_val) dataloader_free(&val_loaders[v]);
+    }
     gradcomm_timer_free(&timer);
-    gradcomm_gpu_free(&gc);
+    for (int v = V - 1; v >= 0; v--) gradcomm_gpu_free(&gcs[v]);  // the others first: they share logical rank 0's buffers
+    for (int v = 1; v < V; v++) CUDA_CHECK(cudaFree(local.grads[v]));
+    if (V > 1) comm_virtual_free(&vgroup);
     llama_model_free(&model);
     matmul_free();
     llama_comm_finalize(&grid);

@@ -28,6 +28,8 @@
 // newer GPUs): every combine rounds back to the format, which the CPU engine's MPI operator
 // (comm.h, fp8_sum_codes) models. It is
 // never ncclAvg: the average is decode(sum) / (s N) afterwards (geofp8_dequantize_units).
+// A grid with a virtual group (--virtual-ranks, llmc/comm_virtual.cuh) is one logical rank of
+// this process: its collectives go to the group, which folds the logical ranks in rank order.
 // Errors: NCCL_CHECK prints file:line, the call and NCCL's text, then exits 1 (Slurm's
 // --kill-on-bad-exit takes the other ranks down); bad launch settings get one "error:" line.
 // A dead peer: a collective whose peer is gone never completes, so the host would wait forever in
@@ -51,6 +53,7 @@
 #include <thread>
 #include <unistd.h>
 #include <nccl.h>
+#include "comm_virtual.cuh"
 #include "cuda_common.cuh"
 #include "fp8.h"
 
@@ -109,6 +112,8 @@ typedef struct {
     cudaStream_t stream;
     int launcher;      // COMM_GPU_SINGLE / COMM_GPU_MPI / COMM_GPU_SLURM_FILE
     CommWatchGPU* watch;  // NULL without a communicator
+    CommVirtualGroup* vgroup;  // --virtual-ranks: the logical ranks of this process (comm_virtual.cuh), else NULL
+    int vrank;                 // with vgroup: this grid's logical rank (= rank)
 } CommGridGPU;
 
 // The watch thread's body. The exit is _exit, not exit: the main thread is inside the CUDA
@@ -396,6 +401,13 @@ static inline void comm_gpu_copy(CommGridGPU* g, const void* send, void* recv, s
 static inline void comm_gpu_allreduce(CommGridGPU* g, const void* send, void* recv, size_t count, ncclDataType_t type, size_t elem_bytes,
                                       ncclRedOp_t op) {
     if (count == 0) return;
+    if (g->vgroup) {
+        int vop = op == ncclMax ? COMM_VIRTUAL_MAX_F32 : type == ncclFloat32 ? COMM_VIRTUAL_SUM_F32 : type == ncclFloat64 ? COMM_VIRTUAL_SUM_F64
+                : type == ncclUint64 ? COMM_VIRTUAL_SUM_U64 : type == ncclBfloat16 ? COMM_VIRTUAL_SUM_BF16
+                : type == ncclFloat8e5m2 ? COMM_VIRTUAL_SUM_E5M2 : COMM_VIRTUAL_SUM_E4M3;
+        comm_virtual_collective(g->vgroup, g->vrank, vop, send, recv, count, 0);
+        return;
+    }
     if (!g->comm) { comm_gpu_copy(g, send, recv, count * elem_bytes); return; }
     NCCL_CHECK(ncclAllReduce(send, recv, count, type, op, g->comm, g->stream));
 }
@@ -438,6 +450,7 @@ static inline void comm_gpu_allreduce_f32_max(CommGridGPU* g, const float* send,
 // Grouped point-to-point, so all 2N transfers progress together.
 static inline void comm_gpu_alltoall_bytes(CommGridGPU* g, const void* send, void* recv, size_t bytes) {
     if (bytes == 0) return;
+    if (g->vgroup) { comm_virtual_collective(g->vgroup, g->vrank, COMM_VIRTUAL_ALLTOALL, send, recv, bytes, 0); return; }
     if (!g->comm) { comm_gpu_copy(g, send, recv, bytes); return; }
     const char* s = static_cast<const char*>(send);
     char* r = static_cast<char*>(recv);
@@ -452,18 +465,23 @@ static inline void comm_gpu_alltoall_bytes(CommGridGPU* g, const void* send, voi
 // recv (N, bytes) = every rank's send (bytes), in rank order
 static inline void comm_gpu_allgather_bytes(CommGridGPU* g, const void* send, void* recv, size_t bytes) {
     if (bytes == 0) return;
+    if (g->vgroup) { comm_virtual_collective(g->vgroup, g->vrank, COMM_VIRTUAL_ALLGATHER, send, recv, bytes, 0); return; }
     if (!g->comm) { comm_gpu_copy(g, send, recv, bytes); return; }
     NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, g->comm, g->stream));
 }
 
 // buf (bytes) = root's buf, in place (the settings text of the launch check)
 static inline void comm_gpu_broadcast_bytes(CommGridGPU* g, void* buf, size_t bytes, int root) {
-    if (bytes == 0 || !g->comm) return;
+    if (bytes == 0) return;
+    if (g->vgroup) { comm_virtual_collective(g->vgroup, g->vrank, COMM_VIRTUAL_BROADCAST, buf, buf, bytes, root); return; }
+    if (!g->comm) return;
     NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->comm, g->stream));
 }
 
 // buf (n) = root's buf (n), in place: the factors rank 0 computes
 static inline void comm_gpu_broadcast_f32(CommGridGPU* g, float* buf, size_t n, int root) {
-    if (n == 0 || !g->comm) return;
+    if (n == 0) return;
+    if (g->vgroup) { comm_virtual_collective(g->vgroup, g->vrank, COMM_VIRTUAL_BROADCAST, buf, buf, n * sizeof(float), root); return; }
+    if (!g->comm) return;
     NCCL_CHECK(ncclBroadcast(buf, buf, n, ncclFloat32, root, g->comm, g->stream));
 }

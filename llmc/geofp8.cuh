@@ -617,7 +617,7 @@ typedef struct {
     long long U_host_version;  // the factor_version U_host holds (-1: none)
 } GeoFP8DeviceUnit;
 
-typedef struct {
+typedef struct GeoFP8Device {
     cublasHandle_t blas;         // host pointer mode, default (fp32, no TF32) math
     cusolverDnHandle_t solver;
     GeoFP8UnitTable units;       // every unit of the flat buffer
@@ -653,6 +653,8 @@ typedef struct {
     size_t cap_reports;
     float* lambda;                   // (GEOFP8_MAX_RANK) λ of the unit being refreshed
     GeoFP8OmegaBuilder* omega;       // the next refresh's Ω (geofp8_omega.h)
+    const struct GeoFP8Device* omega_from;  // --virtual-ranks: logical rank 0's device, whose Ω every other
+                                     // logical rank copies (the same seed and factors: the same Ω), or NULL
     cudaEvent_t pinned_done;         // after the last transfer of the pinned buffers (Ω's upload, U's download)
     // twophase (§5.2)
     size_t shard_size;               // ceil(num_params / N); shard j = [j*shard_size, (j+1)*shard_size)

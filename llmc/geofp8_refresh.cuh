@@ -168,6 +168,7 @@ static inline void geofp8_device_fetch_U(GeoFP8Device* g) {
 // Starts building every low-rank unit's Ω of refresh step `step` into its omega_host, on host
 // threads (background) or here. first: the first refresh (Gaussian only).
 static inline void geofp8_device_omega_prepare(GeoFP8Device* g, unsigned long long seed, int step, int first, bool background = true) {
+    if (g->omega_from) return;  // a copy of another device's (geofp8_device_omega_install)
     geofp8_omega_wait(g->omega);  // its jobs write omega_host: none may be in flight, nor an upload from it,
     CUDA_CHECK(cudaEventSynchronize(g->pinned_done));  // and U_host must have arrived
     if (!first) geofp8_device_fetch_U(g);
@@ -189,6 +190,16 @@ static inline void geofp8_device_omega_prepare(GeoFP8Device* g, unsigned long lo
 // `stream`: the builder's, if it ran for this step from the factors in use; else built here.
 // Returns the seconds the host spent on it (waiting or building).
 static inline double geofp8_device_omega_install(GeoFP8Device* g, unsigned long long seed, int step, int first, cudaStream_t stream) {
+    if (g->omega_from) {  // installed there first, on the same stream
+        if (g->omega_from->geo.size() != g->geo.size()) { fprintf(stderr, "geofp8_device_omega_install: the devices' units differ\n"); exit(1); }
+        for (size_t gi = 0; gi < g->geo.size(); gi++) {
+            const GeoFP8DeviceUnit& gu = g->geo[gi];
+            if (!gu.kfac)
+                CUDA_CHECK(cudaMemcpyAsync(gu.omega, g->omega_from->geo[gi].omega, (size_t)gu.d_in * gu.k * sizeof(float), cudaMemcpyDeviceToDevice,
+                                           stream));
+        }
+        return 0.0;
+    }
     double spent = 0.0;
     const std::vector<GeoFP8OmegaJob>* jobs = geofp8_omega_take(g->omega, step, &spent);
     size_t i = 0;

@@ -173,6 +173,7 @@ typedef struct {
     GeoFP8Device dev;                 // unit table, codes, scales, counts, geometry units
     bf16* codes16;                    // (num_params) bf16 mode
     float* ref;                       // (num_params) fp32 reference of the fidelity, or NULL
+    bool ref_shared;                  // --virtual-ranks: ref is logical rank 0's (gradcomm_gpu_share), which averages it
     GeoFP8UnitTable fid_units;        // every unit, for the fidelity sums (with ref)
     double* fid_scratch;              // (4, fid_units chunks)
     GradCommCounterfactual cf;        // gradcomm_gpu_fair_step
@@ -279,6 +280,7 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->dev = GeoFP8Device();
     gc->codes16 = NULL;
     gc->ref = NULL;
+    gc->ref_shared = false;
     gc->fid_units = GeoFP8UnitTable();
     gc->fid_scratch = NULL;
     gc->cf = GradCommCounterfactual();
@@ -288,7 +290,10 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->fidelity_window = gradcomm_fidelity_window(tc);
     gc->output_dir = tc->output_dir;
     gc->buckets = gradcomm_buckets(gc->units, c->L, gc->twophase ? 0.0 : tc->bucket_mb);
-    gc->bucketing = !gc->twophase && tc->bucket_mb > 0.0f;
+    // --virtual-ranks: the logical ranks' backwards run one after another and every collective
+    // waits for all of them, so there is nothing to overlap: their steps communicate after it
+    const bool virtual_ranks = tc->virtual_ranks > 1;
+    gc->bucketing = !gc->twophase && tc->bucket_mb > 0.0f && !virtual_ranks;
     gc->bucket_lo.clear(); gc->bucket_hi.clear(); gc->unit_bucket.assign(gc->units.size(), 0);
     gc->bucket_units.clear(); gc->bucket_ready.clear();
     gc->bucket_done = NULL;
@@ -303,7 +308,7 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->refresh_bytes = 0.0;
     if (gc->twophase && gc->mode == "fp8block")
         user_error("--fp8-reduce twophase: works with -c fp8, geofp8 or kfac, found -c fp8block (its per-block scales are synchronized; use native)");
-    if (world_size > 1 && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native FP8 sum in NCCL
+    if (world_size > 1 && !virtual_ranks && gradcomm_gpu_is_fp8(gc) && !gc->twophase) {  // the native FP8 sum in NCCL
         int dev = 0, major = 0, minor = 0, nccl = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -376,7 +381,7 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
     if (gc->ef_next) CUDA_CHECK(cudaFree(gc->ef_next));
     if (gc->codes16) CUDA_CHECK(cudaFree(gc->codes16));
     if (gc->ref) {
-        CUDA_CHECK(cudaFree(gc->ref));
+        if (!gc->ref_shared) CUDA_CHECK(cudaFree(gc->ref));
         CUDA_CHECK(cudaFree(gc->fid_scratch));
         geofp8_units_free(&gc->fid_units);
     }
@@ -398,6 +403,18 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
     gc->codes16 = NULL;
     gc->ref = NULL;
     gc->fid_scratch = NULL;
+}
+
+// --virtual-ranks: logical rank v > 0 of this process takes what every rank has alike from logical
+// rank 0's state `first`: the fidelity reference (one buffer, which the fold fills and rank 0
+// averages) and the test matrices Ω (built once, copied). `first` must outlive gc.
+static inline void gradcomm_gpu_share(GradCommGPU* gc, const GradCommGPU* first) {
+    if (gc->ref && !gc->ref_shared) {
+        CUDA_CHECK(cudaFree(gc->ref));
+        gc->ref = first->ref;
+        gc->ref_shared = true;
+    }
+    if (gc->has_device) gc->dev.omega_from = &first->dev;
 }
 
 // Before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
@@ -759,9 +776,8 @@ static inline void gradcomm_gpu_reduce(GradCommGPU* gc, CommGridGPU* grid, float
     bool fair = false;  // the geometry units' G kept for the fair figures (gradcomm_gpu_fair_step)
     st.saturated.assign(U, 0); st.underflow.assign(U, 0); st.nonzero.assign(U, 0); st.sum_saturated.assign(U, 0);
     if (st.has_fidelity) {
-        CUDA_CHECK(cudaMemcpyAsync(gc->ref, grads, P * sizeof(float), cudaMemcpyDeviceToDevice, s));
-        comm_gpu_allreduce_f32_sum(grid, gc->ref, gc->ref, P);
-        geofp8_average(gc->ref, P, N, s);
+        comm_gpu_allreduce_f32_sum(grid, grads, gc->ref, P);
+        if (!gc->ref_shared) geofp8_average(gc->ref, P, N, s);
     }
     if (gc->mode == "fp32") {
         int sp = gradcomm_timer_begin(t, GC_T_NCCL);
@@ -1058,36 +1074,42 @@ static inline void gradcomm_gpu_bucket_abort(GradCommGPU* gc) {
 }
 
 // ----------------------------------------------------------------------------
-// checkpoint state: the names and layouts of gradcomm_save / gradcomm_load
+// checkpoint state: the names and layouts of gradcomm_save / gradcomm_load. With --virtual-ranks
+// the process's logical rank v adds its own state under gradcomm_vprefix(v) (v > 0: only that;
+// what every rank has alike is logical rank 0's to write)
 
-static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<CheckpointArray>* out) {
+static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<CheckpointArray>* out, int v = 0) {
     if (!gradcomm_gpu_is_fp8(gc)) return;
-    std::vector<float> sel = {(float)gc->geometry_start, (float)gc->profiled_steps, (float)(gc->profiling ? 1 : 0)};
-    for (const GeoFP8DeviceUnit& gu : gc->dev.geo) sel.push_back((float)gu.unit);
-    out->push_back({"gradcomm.selection", sel});
-    out->push_back({"gradcomm.scores", std::vector<float>(gc->score_sum.begin(), gc->score_sum.end())});
+    const std::string vp = gradcomm_vprefix(v);
+    if (v == 0) {
+        std::vector<float> sel = {(float)gc->geometry_start, (float)gc->profiled_steps, (float)(gc->profiling ? 1 : 0)};
+        for (const GeoFP8DeviceUnit& gu : gc->dev.geo) sel.push_back((float)gu.unit);
+        out->push_back({"gradcomm.selection", sel});
+        out->push_back({"gradcomm.scores", std::vector<float>(gc->score_sum.begin(), gc->score_sum.end())});
+    }
     for (const GeoFP8DeviceUnit& gu : gc->dev.geo) {
         const std::string p = "gradcomm." + gc->units[gu.unit].name + ".";
-        out->push_back({p + "residual", cuda_download(gu.residual, (size_t)gu.d_out * gu.d_in)});
-        if (gu.kfac) {
+        out->push_back({vp + gc->units[gu.unit].name + ".residual", cuda_download(gu.residual, (size_t)gu.d_out * gu.d_in)});
+        if (v == 0 && gu.kfac) {
             out->push_back({p + "LA", cuda_download(gu.LA, (size_t)gu.d_in * gu.d_in)});
             out->push_back({p + "LG", cuda_download(gu.LG, (size_t)gu.d_out * gu.d_out)});
-        } else {
+        } else if (v == 0) {
             out->push_back({p + "factor", cuda_download(gu.factor, geofp8_factor_floats(gu.d_in, gu.r))});
-            if (gc->ema > 0.0f && gu.Y_ema) {
-                const size_t dk = (size_t)gu.d_in * gu.k;
-                double tr = 0.0;
-                CUDA_CHECK(cudaMemcpy(&tr, gu.trA_ema, sizeof(double), cudaMemcpyDeviceToHost));
-                gradcomm_save_ema(p, cuda_download(gu.omega, dk), cuda_download(gu.Y_ema, dk), tr, gu.ema_steps, out);
-            }
+        }
+        if (gc->ema > 0.0f && !gu.kfac && gu.Y_ema) {
+            const size_t dk = (size_t)gu.d_in * gu.k;
+            double tr = 0.0;
+            CUDA_CHECK(cudaMemcpy(&tr, gu.trA_ema, sizeof(double), cudaMemcpyDeviceToHost));
+            gradcomm_save_ema(vp + gc->units[gu.unit].name + ".", cuda_download(gu.omega, dk), cuda_download(gu.Y_ema, dk), tr, gu.ema_steps, out);
         }
     }
-    if (gc->twophase) out->push_back({"gradcomm.server_residual", cuda_download(gc->dev.server_residual, gc->dev.shard_size)});
-    if (gc->fp8_ef) out->push_back({"gradcomm.fp8ef_residual", cuda_download(gc->ef_res, gc->num_params)});
+    if (gc->twophase) out->push_back({vp + "server_residual", cuda_download(gc->dev.server_residual, gc->dev.shard_size)});
+    if (gc->fp8_ef) out->push_back({vp + "fp8ef_residual", cuda_download(gc->ef_res, gc->num_params)});
     const GradCommCounterfactual& cf = gc->cf;
     if (gc->fair && cf.num_units) {  // the fair figures' state, under gradcomm_save's names
         const size_t n = cf.total;
-        out->push_back({"gradcomm.fair.cf_residual", cuda_download(cf.cf_residual, n)});
+        out->push_back({vp + "fair.cf_residual", cuda_download(cf.cf_residual, n)});
+        if (v > 0) return;
         out->push_back({"gradcomm.fair.window", {(float)cf.win_index, (float)cf.win_steps}});
         if (cf.win_index >= 0) {
             const char* names[4] = {"gradcomm.fair.win_exact", "gradcomm.fair.win_geo", "gradcomm.fair.win_fp8ef", "gradcomm.fair.win_fp8"};
@@ -1096,9 +1118,11 @@ static inline void gradcomm_gpu_save(const GradCommGPU* gc, std::vector<Checkpoi
     }
 }
 
-// Restores what gradcomm_gpu_save (or the CPU engine's gradcomm_save) wrote; user_error naming the file.
-static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, const char* path) {
+// Restores what gradcomm_gpu_save (or the CPU engine's gradcomm_save) wrote, logical rank v's
+// own state under gradcomm_vprefix(v); user_error naming the file.
+static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, const char* path, int v = 0) {
     if (!gradcomm_gpu_is_fp8(gc)) return;
+    const std::string vp = gradcomm_vprefix(v);
     auto need = [&](const std::string& name, size_t size) -> const CheckpointArray* {
         const CheckpointArray* a = checkpoint_find_extra(s, name);
         if (!a || (size != (size_t)-1 && a->data.size() != size))
@@ -1125,33 +1149,33 @@ static inline void gradcomm_gpu_load(GradCommGPU* gc, const CheckpointState* s, 
             user_error("-y: state file '%s' names unit %d, which is not a linear unit of this model", path, u);
         if (gc->dev.unit_to_geo[u] < 0) gradcomm_gpu_add_geo(gc, u);
         GeoFP8DeviceUnit& gu = gc->dev.geo[gc->dev.unit_to_geo[u]];
-        const std::string p = "gradcomm." + gc->units[u].name + ".";
-        upload(gu.residual, need(p + "residual", (size_t)gu.d_out * gu.d_in)->data);
+        const std::string p = "gradcomm." + gc->units[u].name + ".", pv = vp + gc->units[u].name + ".";
+        upload(gu.residual, need(pv + "residual", (size_t)gu.d_out * gu.d_in)->data);
         if (gu.kfac) {
             upload(gu.LA, need(p + "LA", (size_t)gu.d_in * gu.d_in)->data);
             upload(gu.LG, need(p + "LG", (size_t)gu.d_out * gu.d_out)->data);
         } else {
             upload(gu.factor, need(p + "factor", geofp8_factor_floats(gu.d_in, gu.r))->data);
             gu.factor_version++;  // the next Ω's U_prev is this factor's (geofp8_device_fetch_U)
-            if (gc->ema > 0.0f && checkpoint_find_extra(s, p + "ema_meta")) {
+            if (gc->ema > 0.0f && checkpoint_find_extra(s, pv + "ema_meta")) {
                 const size_t dk = (size_t)gu.d_in * gu.k;
                 if (!gu.Y_ema) gu.Y_ema = cuda_malloc<float>(dk), gu.trA_ema = cuda_malloc<double>(1);
-                upload(gu.omega, need(p + "omega", dk)->data);
-                upload(gu.Y_ema, need(p + "ema_Y", dk)->data);
+                upload(gu.omega, need(pv + "omega", dk)->data);
+                upload(gu.Y_ema, need(pv + "ema_Y", dk)->data);
                 double tr = 0.0;
-                gradcomm_load_ema_meta(need(p + "ema_meta", 3)->data, &tr, &gu.ema_steps);
+                gradcomm_load_ema_meta(need(pv + "ema_meta", 3)->data, &tr, &gu.ema_steps);
                 CUDA_CHECK(cudaMemcpy(gu.trA_ema, &tr, sizeof(double), cudaMemcpyHostToDevice));
             }
         }
     }
-    if (gc->twophase) upload(gc->dev.server_residual, need("gradcomm.server_residual", gc->dev.shard_size)->data);
-    if (gc->fp8_ef) upload(gc->ef_res, need("gradcomm.fp8ef_residual", gc->num_params)->data);
+    if (gc->twophase) upload(gc->dev.server_residual, need(vp + "server_residual", gc->dev.shard_size)->data);
+    if (gc->fp8_ef) upload(gc->ef_res, need(vp + "fp8ef_residual", gc->num_params)->data);
     // the fair figures' state, when the run that wrote the file measured them (else they start afresh)
     if (gc->fair && checkpoint_find_extra(s, "gradcomm.fair.cf_residual") && !gc->dev.geo.empty()) {
         gradcomm_gpu_cf_make(gc);
         GradCommCounterfactual& cf = gc->cf;
         const size_t n = cf.total;
-        upload(cf.cf_residual, need("gradcomm.fair.cf_residual", n)->data);
+        upload(cf.cf_residual, need(vp + "fair.cf_residual", n)->data);
         const CheckpointArray* w = need("gradcomm.fair.window", 2);
         cf.win_index = (int)w->data[0];
         cf.win_steps = (int)w->data[1];

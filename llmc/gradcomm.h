@@ -1121,9 +1121,7 @@ static inline int gradcomm_finish(GradComm* gc, int loss_bad, bool fidelity) {
 // ----------------------------------------------------------------------------
 // checkpoint state: selection, scores, factors, residuals (every rank has its own residuals; a
 // process keeps its V logical ranks' in its state file, logical rank vrank0 + v's named
-// "gradcomm.v<v>.<...>" for v > 0, so that V = 1 files keep their names)
-
-static inline std::string gradcomm_vprefix(int v) { return v == 0 ? "gradcomm." : "gradcomm.v" + std::to_string(v) + "."; }
+// "gradcomm.v<v>.<...>" for v > 0, so that V = 1 files keep their names: gradcomm_vprefix)
 
 static inline void gradcomm_save(const GradComm* gc, std::vector<CheckpointArray>* out) {
     if (!gradcomm_is_fp8(gc)) return;

@@ -230,6 +230,12 @@ static inline void gradcomm_print_layers(const std::vector<LlamaUnit>& units, co
 }
 
 // ----------------------------------------------------------------------------
+// The checkpoint names of logical rank v's own state (residuals, sketch averages) in its process's
+// state file: "gradcomm.<...>" for the process's first logical rank, "gradcomm.v<v>.<...>" for the
+// others (--virtual-ranks), so that files of one logical rank per process keep their names.
+static inline std::string gradcomm_vprefix(int v) { return v == 0 ? "gradcomm." : "gradcomm.v" + std::to_string(v) + "."; }
+
+// ----------------------------------------------------------------------------
 // --geofp8-ema state of a unit in the checkpoint (both engines): its window's Ω, the average S,
 // and [tr(A)'s average as the two halves of its double, the number of steps averaged].
 static inline void gradcomm_save_ema(const std::string& prefix, const std::vector<float>& omega, const std::vector<float>& Y_ema, double trA_ema,

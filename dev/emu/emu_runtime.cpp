@@ -67,6 +67,16 @@ cudaError_t cudaMalloc(void** p, size_t n) {
     *p = q;
     return cudaSuccess;
 }
+// The device's memory as a GPU of EMU_MEM_MB megabytes (default 81920) reports it: free is that
+// less every live allocation (a test sets it small to see a run refused for memory).
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    const char* env = getenv("EMU_MEM_MB");
+    size_t total = (size_t)(env ? atoll(env) : 81920) << 20, used = 0;
+    for (const auto& a : g_allocs) used += a.second;
+    *total_b = total;
+    *free_b = used < total ? total - used : 0;
+    return cudaSuccess;
+}
 cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
     auto it = g_allocs.find((uintptr_t)p);
