@@ -947,6 +947,9 @@ int main(int argc, char** argv) {
     if (tc.virtual_ranks > 1 && grid.world_size > 1)
         user_error("--virtual-ranks %d: train_llama simulates N ranks in one process on one GPU, found %d processes "
                    "(launch one process, or train_llama_cpu for virtual ranks over several processes)", tc.virtual_ranks, grid.world_size);
+    if (tc.virtual_ranks > 1 && tc.muon_shard)
+        user_error("--muon-shard 1: shares Newton-Schulz between processes for speed; --virtual-ranks simulates the numerics of %d ranks, "
+                   "not their time (use one or the other)", tc.virtual_ranks);
     if (tc.virtual_ranks == 1) tc.virtual_ranks = 0;  // one logical rank: the same run as without the flag
     const int V = tc.virtual_ranks > 1 ? tc.virtual_ranks : 1, N = grid.world_size * V;
 

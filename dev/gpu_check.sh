@@ -32,6 +32,9 @@
 #   bench_geofp8  what a GeoFP8 refresh costs: d12 (B=4, T=1024) and llama300m (B=4, T=4096), every
 #                 fc2 unit whitened, a refresh every 5 steps: the refresh steps' and the other steps'
 #                 ms, their ratio, and geofp8's ordinary step against -c fp8's and fp32's
+#   bench_virtual_ranks  d12 (B=4, T=1024 per logical rank) with --virtual-ranks 64 on the one GPU,
+#                 -c fp8 and -c geofp8 (every fc2 unit): ms/step, per logical rank against
+#                 bench_d12's one-rank step, the communication's ms and the peak memory
 #   scaling_model scripts/scaling_model.py on the two --bucket-mb 0 runs: the predicted step time
 #                 and gain of fp8 over fp32 at 64 GPUs, without and with overlap
 #   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio; ms/step
@@ -163,6 +166,7 @@ speed_figures() {
             for shape in llama300m hs128_t4096; do for path in flash cublas; do for dir in forward backward; do
                 echo "$shape $path $dir|TFLOP/s"
             done; done; done ;;
+        bench_virtual_ranks) echo "-c fp8|ms/step"; echo "-c geofp8|ms/step" ;;
         bench_*|torch_*) echo "|ms/step" ;;
     esac
 }
@@ -1019,6 +1023,41 @@ if wanted "$key"; then
                         p, B, T, f32, f8, gn, gr, go, gr / gn, gn / f8 }')"
             done
             row "$key" "$result" $((SECONDS - t0)) "${detail# }"
+        fi
+    fi
+fi
+
+# one GPU as 64 ranks (--virtual-ranks 64): d12 at bench_d12's micro-batch per logical rank
+# (B=4, T=1024, so 262144 tokens a step), -c fp8 and -c geofp8 (every fc2 unit, a refresh every 5
+# steps): ms/step, what one logical rank's share costs against bench_d12's one-rank step, the
+# communication's ms, the peak memory (each logical rank adds a gradient and its mode's state)
+key=bench_virtual_ranks
+if wanted "$key"; then
+    if [ "$EMULATE" = 1 ]; then row "$key" SKIP 0 "emulated: every timer reads 1 ms, no throughput"
+    elif ! blocked "$key" train_llama; then
+        if ! in_budget 60; then out_of_budget "$key"
+        else
+            detail="d12 B=4 T=1024 per logical rank, 64 virtual ranks, steps $((BENCH_WARMUP + 1))-$((BENCH_WARMUP + BENCH_TIMED)):"
+            result=PASS; t0=$SECONDS
+            for comm in fp8 geofp8; do
+                dir=$LOGS/${key}_$comm
+                rm -rf "${dir:?}"
+                flags=(-c "$comm")
+                [ "$comm" = geofp8 ] && flags+=(--geofp8-layers "$(seq -s, -f "layers.%g.fc2" 0 11)" --geofp8-refresh 5)
+                base=$(timeout 30 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+                mem_sampler_start "$dir.mem"
+                run 120 "$dir.log" "$BIN/train_llama" -e d12 -b 4 -t 1024 --virtual-ranks 64 "${flags[@]}" \
+                    -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$dir"
+                mem_sampler_stop
+                if [ $RC -ne 0 ]; then result=FAIL; detail="$detail -c $comm: $(why "$dir.log")"; break; fi
+                read -r n ms _ _ _ c _ <<<"$(timed_means "$dir/metrics.jsonl")"
+                if [ "${n:-0}" -ne "$BENCH_TIMED" ]; then result=FAIL; detail="$detail -c $comm: $n timed steps"; break; fi
+                peakmem=$(awk -v b="${base:-0}" '$1 ~ /^[0-9]+$/ && $1 > m { m = $1 } END { if (m > 0) printf "%.1f GiB", m / 1024; else print "n/a" }' "$dir.mem" 2>/dev/null)
+                one=${OURS_MS[d12]:-}
+                detail="$detail -c $comm $ms ms/step ($(baseline_note "$key" "-c $comm" ms/step "$ms")), comm $c ms, peak $peakmem, $(awk -v ms="$ms" -v one="$one" 'BEGIN {
+                    printf "%.1f ms per logical rank", ms / 64; if (one > 0) printf " = %.2fx bench_d12'"'"'s one-rank step (%.1f ms)", ms / 64 / one, one }');"
+            done
+            row "$key" "$result" $((SECONDS - t0)) "$detail"
         fi
     fi
 fi

@@ -199,7 +199,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--muon", OPT_STR, muon, 0, 0, "moonlight,keller,megatron_core", OPT_RUN, "Muon preset"),
     TOPT(NULL, "--optimizer", OPT_STR, optimizer, 0, 0, "muon,adamw", OPT_RUN, "muon (hidden matrices) + AdamW, or AdamW everywhere"),
     TOPT(NULL, "--muon-shard", OPT_INT, muon_shard, 0, 1, NULL, OPT_RANKS, "1: each rank orthogonalizes its share of the Muon matrices, then all receive them"),
-    TOPT(NULL, "--virtual-ranks", OPT_INT, virtual_ranks, 0, 4096, NULL, OPT_RUN, "train_llama_cpu: N logical ranks, N / P in each of the P processes, communicated as N ranks would be (0 = one per process)"),
+    TOPT(NULL, "--virtual-ranks", OPT_INT, virtual_ranks, 0, 4096, NULL, OPT_RUN, "N logical ranks communicated as N ranks would be: N / P in each of the P processes (train_llama_cpu), all N in one process on one GPU (train_llama); 0 = one per process"),
     TOPT(NULL, "--fidelity-every", OPT_INT, fidelity_every, 0, INT_MAX, NULL, OPT_RANKS, "also all-reduce in fp32 every N steps and log the error (geofp8, kfac: N raised to be coprime with --geofp8-refresh)"),
     TOPT(NULL, "--fidelity-window", OPT_INT, fidelity_window, 0, INT_MAX, NULL, OPT_RANKS, "with --fidelity-every: RelL2 of sums over windows of W steps on the geometry units (0 = the refresh interval)"),
     TOPT(NULL, "--seed", OPT_ULL, seed, 0, 0, NULL, OPT_RUN, "random seed"),

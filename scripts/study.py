@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """study.py — does a gradient-communication mode train better than Euclidean FP8? A grid of runs
-of the CPU engine with N virtual ranks, every mode paired by seed with fp32, then a table of
-paired statistics and a figure.
+with N virtual ranks, every mode paired by seed with fp32, then a table of paired statistics and
+a figure.
 
 The grid: modes x seeds x N (--ranks) x lr x steps. Every cell (N, lr, steps) also runs fp32 for
 each seed: the same initialization, data and global batch, so that only the communication
-differs. Model: the small test model (tiny's layers, the bundled KJV text renumbered to 1000
-tokens; test/testlib.py --small-model). A run: N logical ranks (--virtual-ranks N in --procs
-processes) of one micro-batch of B x T tokens each (-b 1 -t 32), so N B T tokens per step; lr
-with 5 warmup steps and the cosine schedule; the val loss at the last step (-m max(1, 4096 / (N B T)));
-the fidelity figures every 5 steps (--fidelity-every 5, or the run's steps if fewer;
---fidelity-window 10).
+differs. Model (--model): the small test model by default (tiny's layers, the bundled KJV text
+renumbered to 1000 tokens; test/testlib.py --small-model), or a preset on --train-data /
+--val-data (default: the bundled KJV text, GPT-2 tokens). A run: N logical ranks (--virtual-ranks N)
+of one micro-batch of B x T tokens each (-b 1, -t --seq-len, default 32), so N B T tokens per
+step; lr with 5 warmup steps and the cosine schedule; the val loss at the last step
+(-m max(1, 4096 / (N B T))); the fidelity figures every 5 steps (--fidelity-every 5, or the run's
+steps if fewer; --fidelity-window 10).
+
+Engines (--engine): cpu runs train_llama_cpu, its N logical ranks in --procs processes, several
+runs side by side; gpu runs train_llama, one process on one GPU holding all N logical ranks, one
+run at a time by default (the same numerics as N GPUs; the N - 1 other ranks' gradients and
+error-feedback state must fit in the GPU's memory, which the trainer checks).
 
   python3 scripts/study.py                                  the default grid (below), into out/study
   python3 scripts/study.py --ranks 64 --steps 50 --seeds 1,2,3 --jobs 2
+  python3 scripts/study.py --engine gpu --model d12 --seq-len 1024 --ranks 64 --train-data 'data/owt/train_*.bin' \\
+      --val-data 'data/owt/val_*.bin' --out out/study_d12
   python3 scripts/study.py --report-only                    the table and figure of what has finished
 
 --modes "NAME|FLAGS[|LRS];..." (or a file with one such line per mode) replaces the mode list;
@@ -24,7 +32,8 @@ where Euclidean FP8 measurably hurts (docs/gradient_communication.md): at lr 3e-
 1e-2 in E4M3, plain fp8, fp8 with error feedback on every unit (--fp8-ef 1, the control),
 geofp8 on every linear unit (p auto, refresh 1) without and with --fp8-ef 1 on the rest (lm_head,
 the norms, the embedding), and at 3e-3 the two-phase E5M2 sum (the mechanism: no rounding at
-every combine); 8 seeds, 256 ranks, 200 steps.
+every combine); 8 seeds, 256 ranks, 200 steps. "Every linear unit" is every layer's qkv, proj,
+fc1 and fc2 of the --model.
 
 The table, one row per (N, lr, steps, mode), over the seeds where the mode and fp32 finished:
   val loss         mean ± std
@@ -59,30 +68,42 @@ import subprocess
 import sys
 import time
 
+import glob
+
 import cli_util
 from cli_util import die
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYERS = 4  # the small test model's
-LINEAR = ",".join(f"layers.{l}.{u}" for l in range(LAYERS) for u in ("qkv", "proj", "fc1", "fc2"))
-GEO = f"--geofp8-power auto --geofp8-refresh 1 --geofp8-layers {LINEAR}"
-DEFAULT_MODES = [
-    "fp8 e5m2|-c fp8 --fp8-format e5m2|3e-3",
-    "fp8+EF e5m2|-c fp8 --fp8-format e5m2 --fp8-ef 1|3e-3",
-    f"geofp8 e5m2|-c geofp8 --fp8-format e5m2 {GEO}|3e-3",
-    f"geofp8+EF e5m2|-c geofp8 --fp8-format e5m2 {GEO} --fp8-ef 1|3e-3",
-    "fp8 twophase e5m2|-c fp8 --fp8-format e5m2 --fp8-reduce twophase|3e-3",
-    "fp8 e4m3|-c fp8|1e-2",
-    "fp8+EF e4m3|-c fp8 --fp8-ef 1|1e-2",
-    f"geofp8 e4m3|-c geofp8 {GEO}|1e-2",
-    f"geofp8+EF e4m3|-c geofp8 {GEO} --fp8-ef 1|1e-2",
-]
+# --model: layers and longest sequence (llmc/llama.h's presets; "small" is tiny's layers)
+MODELS = {"small": (4, 256), "tiny": (4, 256), "d12": (12, 1024), "llama300m": (16, 4096), "llama600m": (16, 2048)}
+# the trainer's default data (llmc/train_config.h), for a preset without --train-data / --val-data
+DEFAULT_DATA = ("data/kjv/kjv_train_*.bin", "data/kjv/kjv_val_*.bin")
+ENGINES = {"cpu": "train_llama_cpu", "gpu": "train_llama"}
+
+
+def default_modes(layers):
+    """The default mode list (the docstring), geofp8 on every linear unit of a model of `layers` layers."""
+    linear = ",".join(f"layers.{l}.{u}" for l in range(layers) for u in ("qkv", "proj", "fc1", "fc2"))
+    geo = f"--geofp8-power auto --geofp8-refresh 1 --geofp8-layers {linear}"
+    return [
+        "fp8 e5m2|-c fp8 --fp8-format e5m2|3e-3",
+        "fp8+EF e5m2|-c fp8 --fp8-format e5m2 --fp8-ef 1|3e-3",
+        f"geofp8 e5m2|-c geofp8 --fp8-format e5m2 {geo}|3e-3",
+        f"geofp8+EF e5m2|-c geofp8 --fp8-format e5m2 {geo} --fp8-ef 1|3e-3",
+        "fp8 twophase e5m2|-c fp8 --fp8-format e5m2 --fp8-reduce twophase|3e-3",
+        "fp8 e4m3|-c fp8|1e-2",
+        "fp8+EF e4m3|-c fp8 --fp8-ef 1|1e-2",
+        f"geofp8 e4m3|-c geofp8 {geo}|1e-2",
+        f"geofp8+EF e4m3|-c geofp8 {geo} --fp8-ef 1|1e-2",
+    ]
+
+
 # flags the grid sets itself, refused in a mode's FLAGS
 GRID_FLAGS = {"-b", "--batch-size", "-t", "--seq-len", "-d", "--total-batch", "-x", "--steps", "-l", "--lr", "-u", "--warmup",
               "--seed", "-o", "--output-dir", "--virtual-ranks", "-v", "--val-every", "-m", "--val-batches", "-e", "--model", "-i",
               "--train-data", "-j", "--val-data", "--vocab-size", "-y", "--resume", "--overwrite", "-n", "--checkpoint-every"}
 COMMS = ("bf16", "fp8", "fp8block", "geofp8", "kfac")
-B, T, WARMUP, VAL_TOKENS, FID_EVERY, FID_WINDOW = 1, 32, 5, 4096, 5, 10
+B, WARMUP, VAL_TOKENS, FID_EVERY, FID_WINDOW = 1, 5, 4096, 5, 10
 
 
 def comma_list(kind, what):
@@ -201,8 +222,10 @@ def run_figures(run_dir, steps):
     }
 
 
-def command(args, small, flags, n, lr, steps, seed, run_dir):
-    cmd = [args.bin] + small + ["-b", str(B), "-t", str(T), "-d", str(n * B * T), "-x", str(steps), "-l", f"{lr:g}", "-u", str(min(WARMUP, steps)),
+def command(args, model, flags, n, lr, steps, seed, run_dir):
+    """The trainer's command line of one run; `model` is the model and data flags."""
+    T = args.seq_len
+    cmd = [args.bin] + model + ["-b", str(B), "-t", str(T), "-d", str(n * B * T), "-x", str(steps), "-l", f"{lr:g}", "-u", str(min(WARMUP, steps)),
                                 "-v", str(steps), "-m", str(max(1, VAL_TOKENS // (n * B * T))), "-s", "0", "-n", "-1", "--seed", str(seed)]
     if n != args.procs:
         cmd += ["--virtual-ranks", str(n)]
@@ -240,7 +263,8 @@ def fmt_pm(m, s, digits=3, pct=False):
 def report(args, modes, cells, seeds):
     """Prints the table; returns the figure's data [(cell title, [(mode, d mean, d se, ratio mean)])]."""
     fig = []
-    print(f"\nstudy: the small test model, B={B} T={T} per logical rank, {len(seeds)} seeds ({','.join(map(str, seeds))}); "
+    what = "the small test model" if args.model == "small" else f"{args.model}"
+    print(f"\nstudy: {what} on {ENGINES[args.engine]}, B={B} T={args.seq_len} per logical rank, {len(seeds)} seeds ({','.join(map(str, seeds))}); "
           f"paired by seed with fp32 of the same cell; t95 = Student's 95% point for n - 1 degrees of freedom\n")
     for n, lr, steps in cells:
         cd = cell_dir(args.out, n, lr, steps)
@@ -250,7 +274,7 @@ def report(args, modes, cells, seeds):
         for m in here:
             figs[m.name] = {s: run_figures(os.path.join(cd, f"{m.tag}_s{s}"), steps) for s in seeds
                             if finished(os.path.join(cd, f"{m.tag}_s{s}"), steps) is not None}
-        print(f"### N = {n}, lr {lr:g}, {steps} steps ({n * B * T} tokens per step)\n")
+        print(f"### N = {n}, lr {lr:g}, {steps} steps ({n * B * args.seq_len} tokens per step)\n")
         print("| mode | seeds | val loss | vs fp32 (paired) | t (t95) | recovered of fp8's gap | grad err / fp8 | geo win / fp8+EF | slope |")
         print("|---|---|---|---|---|---|---|---|---|")
         vm, vs = mean_std([f["val"] for f in base.values()])
@@ -330,15 +354,36 @@ def main():
     ap.add_argument("--ranks", type=comma_list(cli_util.int_in(1, 4096), "rank counts N in [1, 4096]"), default=[256], help="comma list of N (default: 256)")
     ap.add_argument("--lr", type=comma_list(lr_value, "learning rates"), default=[3e-3, 1e-2], help="comma list (default: 3e-3,1e-2)")
     ap.add_argument("--steps", type=comma_list(cli_util.int_in(1, 10 ** 7), "step counts"), default=[200], help="comma list (default: 200)")
-    ap.add_argument("--jobs", type=cli_util.int_in(1, 1024), default=None, help="runs side by side (default: cores / --procs)")
-    ap.add_argument("--procs", type=cli_util.int_in(1, 1024), default=1, help="processes per run (each N a multiple of it; > 1 runs under mpirun)")
+    ap.add_argument("--engine", choices=sorted(ENGINES), default="cpu", help="cpu: train_llama_cpu; gpu: train_llama, all N ranks on one GPU")
+    ap.add_argument("--model", choices=list(MODELS), default="small", help="the small test model or a preset")
+    ap.add_argument("--seq-len", type=cli_util.int_in(1, 4096), default=32, help="T of each rank's micro-batch (at most the model's)")
+    ap.add_argument("--train-data", default=None, help=f"glob of train shards, with a preset (default: {DEFAULT_DATA[0]})")
+    ap.add_argument("--val-data", default=None, help=f"glob of val shards, with a preset (default: {DEFAULT_DATA[1]})")
+    ap.add_argument("--jobs", type=cli_util.int_in(1, 1024), default=None, help="runs side by side (default: cores / --procs; gpu: 1)")
+    ap.add_argument("--procs", type=cli_util.int_in(1, 1024), default=1, help="processes per run, cpu only (each N a multiple of it; > 1 runs under mpirun)")
     ap.add_argument("--out", default="out/study", help="directory of the runs")
     ap.add_argument("--figure", type=cli_util.figure_file, default=None, help="the figure (default: OUT/study.png)")
-    ap.add_argument("--bin", default=os.path.join(ROOT, "train_llama_cpu"), help="the CPU engine")
+    ap.add_argument("--bin", default=None, help="the trainer (default: train_llama_cpu, or train_llama with --engine gpu)")
     ap.add_argument("--report-only", action="store_true", help="no runs: the table and figure of what has finished")
     ap.add_argument("--dry-run", action="store_true", help="list the runs still to do and their commands, run nothing")
     args = ap.parse_args()
-    modes = parse_modes(args.modes, args.lr) if args.modes is not None else parse_modes(";".join(DEFAULT_MODES), args.lr, strict=False)
+    layers, max_t = MODELS[args.model]
+    modes = parse_modes(args.modes, args.lr) if args.modes is not None else parse_modes(";".join(default_modes(layers)), args.lr, strict=False)
+    if args.engine == "gpu" and args.procs > 1:
+        die(f"--procs {args.procs}: --engine gpu runs each run as one process on one GPU, which holds all its logical ranks (expected 1)")
+    if args.seq_len > max_t:
+        die(f"--seq-len {args.seq_len}: expected at most {max_t}, the longest sequence of --model {args.model}")
+    data = []
+    for flag, given, default, short in (("--train-data", args.train_data, DEFAULT_DATA[0], "-i"), ("--val-data", args.val_data, DEFAULT_DATA[1], "-j")):
+        if given is not None and args.model == "small":
+            die(f"{flag}: the small model trains on its own text (test/testlib.py --small-model); give --model a preset to choose data")
+        if args.model == "small":
+            continue
+        pattern = os.path.abspath(given) if given is not None else os.path.join(ROOT, default)  # the runs start in the repository root
+        if not glob.glob(pattern):
+            die(f"{flag}: no file matches '{given if given is not None else default}' (expected a glob of .bin token shards)")
+        data += [short, pattern]
+    args.bin = args.bin if args.bin is not None else os.path.join(ROOT, ENGINES[args.engine])
     for n in args.ranks:
         if n % args.procs:
             die(f"--ranks: N {n} is not a multiple of --procs {args.procs} (each process holds N / procs logical ranks)")
@@ -348,9 +393,25 @@ def main():
     if not os.path.isdir(parent):
         die(f"--out: the directory above '{args.out}' does not exist (expected an existing directory '{parent}')")
     if not args.report_only and not (os.path.isfile(args.bin) and os.access(args.bin, os.X_OK)):
-        die(f"--bin: '{args.bin}' is not an executable file (hint: make train_llama_cpu)")
+        die(f"--bin: '{args.bin}' is not an executable file (hint: make {ENGINES[args.engine]})")
+    # what the runs in --out are of: a study's pairs only mean something within one engine, model and T
+    setup = {"engine": args.engine, "model": args.model, "seq_len": args.seq_len, "train_data": data[1] if data else None, "val_data": data[3] if data else None}
+    setup_path = os.path.join(args.out, "study.json")
+    if os.path.isfile(setup_path):
+        try:
+            with open(setup_path) as f:
+                before = json.load(f)
+        except (OSError, ValueError) as e:
+            die(f"--out: cannot read {setup_path} ({e}; expected the JSON this script writes)")
+    elif os.path.isdir(args.out) and glob.glob(os.path.join(args.out, "n*_lr*_x*")):
+        before = {"engine": "cpu", "model": "small", "seq_len": 32, "train_data": None, "val_data": None}  # before study.json
+    else:
+        before = setup
+    if before != setup:
+            diff = ", ".join(f"{k} {before.get(k)} (now {v})" for k, v in setup.items() if before.get(k) != v)
+            die(f"--out: '{args.out}' holds the runs of another study setup: {diff} (choose another --out)")
     cores = os.cpu_count() or 1
-    jobs = args.jobs or max(1, cores // args.procs)
+    jobs = args.jobs or (1 if args.engine == "gpu" else max(1, cores // args.procs))
     cells = [(n, lr, steps) for n in args.ranks for lr in args.lr for steps in args.steps if any(lr in m.lrs for m in modes)]
     # the runs: fp32 first in each cell (the pairs' baseline), then the modes
     todo = []
@@ -362,21 +423,26 @@ def main():
                 if finished(d, steps) is None:
                     todo.append((d, (n, lr, steps, seed, flags)))
     total = sum(len(args.seeds) * (1 + sum(lr in m.lrs for m in modes)) for n, lr, steps in cells)
+    where = f"{args.procs} process(es) of 1 thread ({cores} cores here)" if args.engine == "cpu" else "1 process on the GPU"
     print(f"study: {len(cells)} cells x {len(args.seeds)} seeds: {total} runs, {total - len(todo)} finished, {len(todo)} to do; "
-          f"{jobs} at a time x {args.procs} process(es) of 1 thread ({cores} cores here)", flush=True)
+          f"{jobs} at a time x {where}; {os.path.basename(args.bin)}, model {args.model}, T {args.seq_len}", flush=True)
     failed = []
+    model = ["-e", args.model] + data
     if args.dry_run:
-        small = ["<small model flags>"]
+        model = ["<small model flags>"] if args.model == "small" else model
         for d, (n, lr, steps, seed, flags) in todo:
-            print(" ".join(shlex.quote(x) for x in command(args, small, flags, n, lr, steps, seed, d)))
+            print(" ".join(shlex.quote(x) for x in command(args, model, flags, n, lr, steps, seed, d)))
         return 0
-    if todo and not args.report_only:
+    if todo and not args.report_only and args.model == "small":
         try:
-            small = subprocess.run([sys.executable, os.path.join(ROOT, "test", "testlib.py"), "--small-model"], cwd=ROOT, check=True,
+            model = subprocess.run([sys.executable, os.path.join(ROOT, "test", "testlib.py"), "--small-model"], cwd=ROOT, check=True,
                                    capture_output=True, text=True).stdout.split()
         except subprocess.CalledProcessError as e:
             die(f"test/testlib.py --small-model could not write the small model's data: {(e.stderr or '').strip()[-200:]}")
         os.makedirs(args.out, exist_ok=True)
+        if not os.path.isfile(setup_path):
+            with open(setup_path, "w") as f:
+                json.dump(setup, f)
         env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
         queue, running, done, t0 = list(todo), [], 0, time.time()
         while queue or running:
@@ -384,7 +450,7 @@ def main():
                 d, (n, lr, steps, seed, flags) = queue.pop(0)
                 os.makedirs(os.path.dirname(d), exist_ok=True)
                 log = open(d + ".log", "w")
-                p = subprocess.Popen(command(args, small, flags, n, lr, steps, seed, d), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                p = subprocess.Popen(command(args, model, flags, n, lr, steps, seed, d), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
                 running.append((p, d, log, time.time(), steps))
             time.sleep(0.2)
             for item in list(running):

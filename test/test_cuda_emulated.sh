@@ -21,7 +21,11 @@
 #     vocabulary only sizes wte and lm_head, whose kernels the attention rows run at full size):
 #   - every -c mode, 2 ranks, 8 steps, against the CPU engine with the same flags: per-step loss
 #     (bf16 compute against fp32), the same bytes on every step, the logged RelL2 near the CPU
-#     engine's (bounds and their measured worst cases where they are checked);
+#     engine's (bounds and their measured worst cases where they are checked); and the same run
+#     with --virtual-ranks 2 in one process, every metrics field bitwise the 2 emulated GPUs';
+#   - --virtual-ranks 4 bitwise 4 emulated GPUs (accumulation, a skipped NaN step, val loss), a
+#     resume under virtual ranks bitwise, its refusals (too little GPU memory, several processes,
+#     --muon-shard, another N on resume); scripts/study.py --engine gpu against the CPU engine;
 #   - every unit its own gradient bucket (--bucket-mb 0.0001) bitwise the unbucketed run in each
 #     kind of mode, on 2 and 4 emulated GPUs, with gradient accumulation and a skipped NaN step;
 #   - a refresh's host waits counted by the emulator (at most 4 per refresh, none in the Nyström step)
@@ -171,6 +175,13 @@ for m in fp32 bf16 fp8 fp8block geofp8 kfac fp8:twophase geofp8:twophase geofp8:
         fail "emu.mode_${t}_np2_runs" "$(why "$TMP/g_$t.out")"
     "${MPIRUN[@]}" -np 2 "$CPU" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red -o "$TMP/c_$t" >"$TMP/c_$t.out" 2>&1 ||
         fail "emu.mode_${t}_np2_cpu_runs" "$(why "$TMP/c_$t.out")"
+    # the same 2 ranks as logical ranks of one process (--virtual-ranks 2): every metrics field but
+    # the times bitwise the 2 emulated GPUs' (losses, bytes, RelL2 and every fidelity figure)
+    timeout 300 "$EMU/train_llama" "${RUN[@]}" "${extra[@]}" -c "$mode" --fp8-reduce $red --virtual-ranks 2 -o "$TMP/v_$t" >"$TMP/v_$t.out" 2>&1
+    differ=$(python3 "$ROOT/test/testlib.py" --same-metrics "$TMP/g_$t" "$TMP/v_$t" 2>&1) &&
+        grep -q "| virtual ranks *| 2 logical ranks in this process, one GPU" "$TMP/v_$t.out" &&
+        pass "emu.virtual_ranks_bitwise_${t}_n2" || fail "emu.virtual_ranks_bitwise_${t}_n2" "$differ $(why "$TMP/v_$t.out")"
+    rm -rf "$TMP/v_$t"
     python3 - "$TMP/g_$t/metrics.jsonl" "$TMP/c_$t/metrics.jsonl" "emu.mode_${t}_np2" "$ROOT" <<'PY'
 import json, math, sys
 sys.path.insert(0, sys.argv[4] + "/test")
@@ -485,12 +496,93 @@ if [ $rc -ne 0 ] && grep -q "error: -c fp8: the native FP8 sum needs an sm_90 or
    [ ! -e "$TMP/sm80/metrics.jsonl" ] && [ $rc2 -eq 0 ]; then pass emu.native_fp8_refused_below_sm90_twophase_runs
 else fail emu.native_fp8_refused_below_sm90_twophase_runs "rc=$rc rc2=$rc2 $(head -2 "$TMP/sm80.err")"; fi
 
-# --- --virtual-ranks is train_llama_cpu's: the GPU engine refuses it with one line, before any output
-timeout 120 "$EMU/train_llama" "${RUN[@]}" -x 1 --virtual-ranks 2 -o "$TMP/vr" >"$TMP/vr.out" 2>"$TMP/vr.err"
+# --- --virtual-ranks 4 in one process against 4 emulated GPUs: two micro-steps per logical rank
+#     (-d 256), the geometry path with error feedback on the flat buffer too, a NaN on logical
+#     rank 3 at step 2 (the step skipped by all), val loss at step 4: the model and every metrics
+#     field but the times bitwise
+VR=("${RUN[@]}" -d 256 -x 4 -n 4 -v 4 -c geofp8 "${GEO[@]}" --fp8-ef 1)
+"${MPIRUN[@]}" -np 4 env TRAIN_LLAMA_TEST_NAN=2:3 "$EMU/train_llama" "${VR[@]}" -o "$TMP/vr_real4" >"$TMP/vr_real4.out" 2>&1
+TRAIN_LLAMA_TEST_NAN=2:3 timeout 300 "$EMU/train_llama" "${VR[@]}" --virtual-ranks 4 -o "$TMP/vr_v4" >"$TMP/vr_v4.out" 2>&1
+differ=$(python3 "$ROOT/test/testlib.py" --same-metrics "$TMP/vr_real4" "$TMP/vr_v4" 2>&1) && same=1 || same=0
+if [ "$same" = 1 ] && cmp -s "$TMP/vr_real4/model_00000004.bin" "$TMP/vr_v4/model_00000004.bin" && [ -f "$TMP/vr_v4/model_00000004.bin" ] &&
+   grep -q "step     2/4 | skipped: non-finite loss or gradient on rank 3" "$TMP/vr_v4.out" && grep -q '"val_loss"' "$TMP/vr_v4/metrics.jsonl"; then
+    pass emu.virtual_ranks_bitwise_geofp8_ef_accum_nan_n4
+else fail emu.virtual_ranks_bitwise_geofp8_ef_accum_nan_n4 "$differ $(why "$TMP/vr_v4.out")"; fi
+rm -rf "$TMP/vr_real4" "$TMP/vr_v4"
+
+# resume under virtual ranks: 4 steps + resume + 2 == 6 straight, the model, the state file (every
+# logical rank's residuals, sketch averages, flat-buffer residuals, server residuals and the fair
+# figures' counterfactual residuals) and every metrics field bitwise; the resume lands inside a
+# fidelity window. A checkpoint of 2 logical ranks is refused by a run of 4.
+VRR=("${RUN[@]}" -x 6 -n 4 --virtual-ranks 2 "${GEO[@]}")
+for spec in "geofp8 --geofp8-ema 0.9 --fp8-ef 1" "geofp8 --fp8-reduce twophase"; do
+    t=$(echo "$spec" | sed 's/ --geofp8-ema 0.9/_ema/; s/ --fp8-ef 1/_ef/; s/ --fp8-reduce twophase/_twophase/')
+    # shellcheck disable=SC2086
+    timeout 300 "$EMU/train_llama" "${VRR[@]}" -c $spec -o "$TMP/vrs_$t" >"$TMP/vrs_$t.out" 2>&1
+    cp -r "$TMP/vrs_$t" "$TMP/vrr_$t"
+    rm -f "$TMP/vrr_$t/"*00000006*
+    python3 -c 'import json,sys; p=sys.argv[1]; k=[l for l in open(p) if json.loads(l).get("step", 0) <= 4]; open(p, "w").writelines(k)' \
+        "$TMP/vrr_$t/metrics.jsonl"
+    # shellcheck disable=SC2086
+    timeout 300 "$EMU/train_llama" "${VRR[@]}" -c $spec -y 1 -o "$TMP/vrr_$t" >"$TMP/vrr_$t.out" 2>&1
+    differ=$(python3 "$ROOT/test/testlib.py" --same-run "$TMP/vrs_$t" "$TMP/vrr_$t" 6 2>&1) && same=1 || same=0
+    if grep -q "resuming from step 4" "$TMP/vrr_$t.out" && [ "$same" = 1 ]; then pass "emu.virtual_ranks_resume_bitwise_$t"
+    else fail "emu.virtual_ranks_resume_bitwise_$t" "$differ $(why "$TMP/vrr_$t.out")"; fi
+done
+# shellcheck disable=SC2086
+out=$(timeout 300 "$EMU/train_llama" "${VRR[@]}" -d 128 --virtual-ranks 4 -c $spec -y 1 -o "$TMP/vrs_$t" 2>&1)
+if [ $? -eq 1 ] && grep -q "^error: -y: checkpoint step 6 was written with --virtual-ranks 2, this run has --virtual-ranks 4 " <<<"$out"; then
+    pass emu.virtual_ranks_resume_other_n_refused
+else fail emu.virtual_ranks_resume_other_n_refused "$(tail -c 300 <<<"$out")"; fi
+rm -rf "$TMP"/vrs_* "$TMP"/vrr_*
+
+# refused with one line, before -o: more logical ranks than the GPU's free memory holds (64 on an
+# emulated GPU of 300 MiB: about 0.8 GiB needed), --virtual-ranks with more than one process
+# (train_llama's logical ranks share one GPU), the sharded Muon update with it
+EMU_MEM_MB=300 timeout 120 "$EMU/train_llama" "${RUN[@]}" -d 2048 -x 1 -c geofp8 "${GEO[@]}" --virtual-ranks 64 -o "$TMP/vr_big" >"$TMP/vr_big.out" 2>"$TMP/vr_big.err"
 rc=$?
-if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/vr.err")" -eq 1 ] && grep -q "^error: --virtual-ranks 2: .*in train_llama_cpu only" "$TMP/vr.err" &&
-   [ ! -e "$TMP/vr" ]; then pass emu.virtual_ranks_refused
-else fail emu.virtual_ranks_refused "rc=$rc $(head -c 300 "$TMP/vr.err")"; fi
+if [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/vr_big.err")" -eq 1 ] && [ ! -e "$TMP/vr_big" ] &&
+   grep -q "^error: --virtual-ranks 64: the other 63 logical ranks' gradients and -c geofp8 state need about .* GiB of GPU memory, .* GiB are free" "$TMP/vr_big.err"; then
+    pass emu.virtual_ranks_too_many_refused
+else fail emu.virtual_ranks_too_many_refused "rc=$rc $(head -c 300 "$TMP/vr_big.err")"; fi
+"${MPIRUN[@]}" -np 2 "$EMU/train_llama" "${RUN[@]}" -x 1 --virtual-ranks 2 -o "$TMP/vr_p2" >"$TMP/vr_p2.out" 2>"$TMP/vr_p2.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q "^error: --virtual-ranks 2: train_llama simulates N ranks in one process on one GPU, found 2 processes" "$TMP/vr_p2.err" &&
+   [ ! -e "$TMP/vr_p2" ]; then pass emu.virtual_ranks_several_processes_refused
+else fail emu.virtual_ranks_several_processes_refused "rc=$rc $(head -c 300 "$TMP/vr_p2.err")"; fi
+timeout 120 "$EMU/train_llama" "${RUN[@]}" -x 1 --virtual-ranks 2 --muon-shard 1 -o "$TMP/vr_ms" >/dev/null 2>"$TMP/vr_ms.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^error: --muon-shard 1: .*--virtual-ranks simulates the numerics of 2 ranks" "$TMP/vr_ms.err" && [ ! -e "$TMP/vr_ms" ]; then
+    pass emu.virtual_ranks_muon_shard_refused
+else fail emu.virtual_ranks_muon_shard_refused "rc=$rc $(cat "$TMP/vr_ms.err")"; fi
+
+# --- scripts/study.py --engine gpu: a 4-run grid (fp32 and fp8, seeds 1 and 2, 2 logical ranks,
+#     3 steps) on the emulated train_llama, against the same grid on train_llama_cpu: the same
+#     runs (every val loss within the mode rows' bf16 / FP8 bounds of the CPU engine's)
+SG=(--modes "fp8|-c fp8" --seeds 1,2 --ranks 2 --lr 3e-3 --steps 3 --jobs 2)
+timeout 300 python3 "$ROOT/scripts/study.py" "${SG[@]}" --engine gpu --bin "$EMU/train_llama" --out "$TMP/study_gpu" >"$TMP/study_gpu.out" 2>&1
+rc=$?
+timeout 300 python3 "$ROOT/scripts/study.py" "${SG[@]}" --out "$TMP/study_cpu" >"$TMP/study_cpu.out" 2>&1
+python3 - "$TMP/study_gpu" "$TMP/study_cpu" "$rc" "$ROOT" <<'PY'
+import json, os, sys
+sys.path.insert(0, sys.argv[4] + "/test")
+from testlib import bound
+g, c, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def val(d):
+    try:
+        return [json.loads(l)["val_loss"] for l in open(d + "/metrics.jsonl") if '"val_loss"' in l][-1]
+    except (OSError, IndexError, KeyError, ValueError):
+        return float("nan")
+runs = [f"n2_lr0.003_x3/{m}_s{s}" for m in ("fp32", "fp8") for s in (1, 2)]
+logs_ok = all(os.path.isfile(f"{g}/{r}.log") and "logical ranks in this process, one GPU" in open(f"{g}/{r}.log").read() for r in runs)
+print(("PASS" if rc == 0 and logs_ok else "FAIL") + f" emu.study_engine_gpu_runs: exit {rc}, 4 runs of the emulated train_llama with --virtual-ranks 2")
+# bounds: the mode rows' (bf16 compute against fp32: 5e-3; FP8 codes from bf16 gradients: 2e-2)
+rel = {r: abs(val(f"{g}/{r}") - val(f"{c}/{r}")) / val(f"{c}/{r}") for r in runs}
+worst = {m: max((x if x == x else float("inf")) for r, x in rel.items() if f"/{m}_" in r) for m in ("fp32", "fp8")}  # NaN: a missing run
+bound("emu.study_engine_gpu_fp32_val_near_cpu", worst["fp32"], 5e-3, "max rel diff of the final val loss over 2 seeds")
+bound("emu.study_engine_gpu_fp8_val_near_cpu", worst["fp8"], 2e-2, "max rel diff of the final val loss over 2 seeds")
+PY
+rm -rf "$TMP/study_gpu" "$TMP/study_cpu"
 
 # --- one process with a one-rank NCCL communicator (what dev/gpu_check.sh runs on one GPU)
 TRAIN_LLAMA_TEST_NCCL=1 timeout 300 "$EMU/train_llama" "${RUN[@]}" -x 3 -c geofp8 "${GEO[@]}" --fp8-reduce twophase -o "$TMP/one" >"$TMP/one.out" 2>&1

@@ -3,8 +3,10 @@ process, 3 steps, seeds 1 and 2, modes fp8 and fp8 with --fp8-ef 1, two runs sid
 runs of about a second): the table's numbers against an independent recomputation from the
 runs' metrics.jsonl (the paired difference to fp32 of the same seed, its t, the share of fp8's
 gap recovered per seed, the whole-gradient error ratio, the slope), the PNG it writes, a second
-invocation that runs nothing and prints the same table, --dry-run after a run is removed, and
-its one-line refusals of bad arguments with nothing written.
+invocation that runs nothing and prints the same table, --dry-run after a run is removed, the
+commands of --engine gpu with a preset (train_llama, all ranks in one process, one run at a time),
+the refusal of a directory that holds another engine's runs, and its one-line refusals of bad
+arguments with nothing written. (test_cuda_emulated.sh runs --engine gpu through dev/emu.)
 
 Prints "PASS name" / "FAIL name: detail" lines; exits 1 on any failure.
 
@@ -14,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -108,11 +111,28 @@ def main():
         check("study_resume_runs_nothing", rc2 == 0 and "6 finished, 0 to do" in so2 and table(so2) == rows, f"rc {rc2}: {se2[-200:]} {so2[:200]}")
         shutil.rmtree(os.path.join(cell, "fp8_EF_s2"))
         rc3, so3, _ = study(GRID + ["--out", out, "--dry-run"])
-        cmds = [l for l in so3.splitlines() if "train_llama_cpu" in l]
+        cmds = [l for l in so3.splitlines() if l.startswith(BIN)]
         check("study_dry_run_lists_the_missing_run", rc3 == 0 and len(cmds) == 1 and "--fp8-ef 1" in cmds[0] and "--seed 2" in cmds[0]
               and "--virtual-ranks 2" in cmds[0], so3[-400:])
+        # --engine gpu, listed: train_llama with all N ranks in one process (no mpirun), one run at a
+        # time; a preset on the bundled data (absolute globs: the runs start in the repository root)
+        fresh_gpu = os.path.join(tmp, "gpu")
+        rc4, so4, se4 = study(GRID[:-2] + ["--engine", "gpu", "--bin", BIN, "--model", "d12", "--seq-len", "64", "--out", fresh_gpu, "--dry-run"])
+        cmds = [shlex.split(l) for l in so4.splitlines() if l.startswith(BIN)]
+        want = ["-e", "d12", "-i", os.path.join(REPO, "data/kjv/kjv_train_*.bin"), "-j", os.path.join(REPO, "data/kjv/kjv_val_*.bin"), "-b", "1", "-t", "64", "-d", "128"]
+        check("study_gpu_engine_dry_run", rc4 == 0 and len(cmds) == 6 and all(c[1:len(want) + 1] == want and "--virtual-ranks" in c
+              and c[c.index("--virtual-ranks") + 1] == "2" for c in cmds) and "1 at a time x 1 process on the GPU" in so4
+              and "mpirun" not in so4 and not os.path.exists(fresh_gpu), f"rc {rc4}: {se4[-200:]} {so4[-400:]}")
+        # a directory holds one setup: the cpu runs above refuse a gpu study
+        rc5, _, se5 = study(GRID + ["--out", out, "--engine", "gpu", "--bin", BIN])
+        check("study_refuses_other_setup_in_out", testlib.one_error_line(rc5, se5) and "holds the runs of another study setup: engine cpu (now gpu)" in se5,
+              f"rc {rc5}: {se5[-300:]}")
         # refusals: one error line, exit 1, nothing written
         bad = [
+            (["--engine", "gpu", "--bin", BIN, "--procs", "2"], "--engine gpu runs each run as one process"),
+            (["--seq-len", "300"], "expected at most 256"), (["--train-data", "data/kjv/kjv_train_*.bin"], "the small model trains on its own text"),
+            (["--model", "d12", "--val-data", os.path.join(tmp, "none_*.bin")], "--val-data: no file matches"),
+            (["--engine", "tpu"], "--engine"),
             (["--ranks", "0"], "--ranks"), (["--seeds", "1,1"], "--seeds"), (["--lr", "0"], "--lr"), (["--steps", "-1"], "--steps"),
             (["--modes", "fp8"], "--modes"), (["--modes", "x|-c fp32"], "-c"), (["--modes", "x|-c fp8 -l 1e-3"], "-l is set by the grid"),
             (["--modes", "x|-c fp8|1e-2"], "lr 0.01 is not in --lr"), (["--ranks", "3", "--procs", "2"], "--procs"),
