@@ -167,7 +167,7 @@ else
     check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(why "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
-    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets bench_geofp8 scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
+    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets bench_geofp8 bench_virtual_ranks scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
