@@ -92,7 +92,7 @@ grep -v '^| bench_d12 ' dev/gpu_baseline.txt >"$TMP/speed/baseline_no_d12.txt"
 for b in full no_d12; do
     base=dev/gpu_baseline.txt; [ $b = no_d12 ] && base=$TMP/speed/baseline_no_d12.txt
     GPU_CHECK_BIN="$TMP/speed" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/speed/logs_$b" GPU_CHECK_BASELINE="$base" \
-        GPU_CHECK_ONLY='^bench_(d12|attention)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
+        GPU_CHECK_ONLY='^bench_(d12|attention|virtual_ranks)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
 done
 S=$TMP/speed/logs_full/results.txt
 check gpu_check.speed_row_ratio_to_baseline 'detail_of bench_d12 "$S" | grep -q "186182 tok/s, 22.0 ms/step, baseline 18.7 ms/step → ratio 1.18×; MFU ours"' \
@@ -102,6 +102,9 @@ check gpu_check.bench_attention_ratio_per_kernel '[ "$(result_of bench_attention
     "$(row_of bench_attention "$S")"
 check gpu_check.speed_row_without_baseline_row 'detail_of bench_d12 "$TMP/speed/logs_no_d12/results.txt" | grep -q "22.0 ms/step, no baseline; MFU ours"' \
     "$(row_of bench_d12 "$TMP/speed/logs_no_d12/results.txt")"
+# the 64-virtual-rank row: each mode's ms/step, per logical rank against bench_d12's step
+check gpu_check.bench_virtual_ranks_row 'detail_of bench_virtual_ranks "$S" | grep -q "64 virtual ranks, steps 3-7: -c fp8 22.000 ms/step (no baseline), comm 0.10 ms, peak n/a, 0.3 ms per logical rank = 0.02x bench_d12.s one-rank step (22.0 ms); -c geofp8 22.000 ms/step"' \
+    "$(row_of bench_virtual_ranks "$S")"
 check gpu_check.results_name_the_baseline 'grep -q "^# baseline .*dev/gpu_baseline.txt: .*H200.*2026-12-04.*commit 5ec15b9" "$S"' "$(grep '^#' "$S")"
 # --ratios: the baseline against itself (every figure 1.00), a run's results against a baseline without one row
 bash dev/gpu_check.sh --ratios dev/gpu_baseline.txt >"$TMP/speed/self.txt" 2>&1
