@@ -161,6 +161,9 @@ DESIGNS = {
 }
 NEWEST = "59539db"           # the newest measured design: the docs quote its rows
 AS_BUILT_DQ = "writer_red"   # the backward's dQ structure in llmc/flash_backward.cuh now
+# the forward's launch order: "head" (every measured design): head by head, each head's query
+# tiles longest first; "tile" (llmc/flash_attention.cuh now): the longest tile of every head first
+AS_BUILT_FWD_ORDER = "tile"
 
 
 def c_value(expr, hs):
@@ -438,14 +441,17 @@ def tail_clk(blocks, sms, slots):
     return end
 
 
-def model_forward(f, hs, shape, hw=H200, regs=None):
+def model_forward(f, hs, shape, hw=H200, regs=None, launch_order="head"):
     """The modelled forward call: ms, blocks per SM, ms without the tail (every slot busy to the
-    end)."""
+    end). launch_order: "head" or "tile" (AS_BUILT_FWD_ORDER)."""
     B, T, NH, NKV, _ = shape
     n = blocks_per_sm(32 * f["WARPS"], regs, fwd_smem(f, hs), hw, f["MIN_BLOCKS"])
     per = forward_blocks(f, hs, T, hw, n)
     nqt = -(-T // f["BQ"])
-    order = [per[nqt - 1 - x] for _ in range(B * NH) for x in range(nqt)]  # blockIdx.x 0: the last query rows
+    if launch_order == "head":
+        order = [per[nqt - 1 - x] for _ in range(B * NH) for x in range(nqt)]  # blockIdx.x 0: the last query rows
+    else:
+        order = [per[nqt - 1 - y] for y in range(nqt) for _ in range(B * NH)]  # blockIdx.y 0: every head's last query rows
     clk = tail_clk(order, hw["sms"], n)
     to_ms = 1 / (hw["clock_ghz"] * 1e6)
     launch = LAUNCH_US * 1e-3
@@ -707,7 +713,7 @@ def main(argv=None):
         for k in as_built(cfg, ptxas, hs):
             t = k["tiles"]
             if k["phase"] == "forward":
-                r = model_forward(t, hs, shape, H200, k["regs"])
+                r = model_forward(t, hs, shape, H200, k["regs"], AS_BUILT_FWD_ORDER)
             else:
                 r = model_backward(t, hs, shape, AS_BUILT_DQ, H200, k["regs"], k["spill"] or 0)
             p = full_tile(k["phase"], t, hs, k["spill"] or 0)

@@ -42,7 +42,9 @@ static inline size_t flash_order_ints_hs(int B, int T, int NH, int HS) {
 template <int HS>
 static inline void flash_forward_hs(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, cudaStream_t stream) {
     flash_set_smem_limits<HS>();
-    dim3 grid(cuda_ceil_div(T, FlashFwdTile<HS>::BQ), NH, B);
+    // (b, h) along x, the query tiles along y: the GPU starts blocks in x-fastest order, so every
+    // head's longest tile goes first and the short ones fill the end (flash_forward.cuh)
+    dim3 grid(NH * B, cuda_ceil_div(T, FlashFwdTile<HS>::BQ));
     float scale_log2 = FLASH_LOG2E / sqrtf((float)HS);
     flash_forward_kernel<HS><<<grid, FlashFwdTile<HS>::WARPS * 32, flash_forward_smem<HS>(), stream>>>(out, lse, qkv, T, NH, NKV, scale_log2);
     KERNEL_CHECK();
