@@ -164,6 +164,10 @@ AS_BUILT_DQ = "writer_red"   # the backward's dQ structure in llmc/flash_backwar
 # the forward's launch order: "head" (every measured design): head by head, each head's query
 # tiles longest first; "tile" (llmc/flash_attention.cuh now): the longest tile of every head first
 AS_BUILT_FWD_ORDER = "tile"
+# the backward's tickets: "head" (every measured design): per (b, kv head) the last key block down
+# to block 0; "block" (llmc/flash_backward.cuh now): key block 0 of every (b, kv head), then 1, ...
+# (the waits for the dQ turns are not modelled: in the steady state there are none)
+AS_BUILT_BWD_ORDER = "block"
 
 
 def c_value(expr, hs):
@@ -458,9 +462,9 @@ def model_forward(f, hs, shape, hw=H200, regs=None, launch_order="head"):
     return dict(ms=clk * to_ms + launch, blocks_per_sm=n, no_tail_ms=sum(n * w + l for w, l in order) / (hw["sms"] * n) * to_ms + launch)
 
 
-def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=()):
+def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=(), launch_order="head"):
     """The modelled backward call (the counters' memset, D, the backward, the dQ conversion): ms,
-    blocks per SM, ms without the tail."""
+    blocks per SM, ms without the tail. launch_order: "head" or "block" (AS_BUILT_BWD_ORDER)."""
     B, T, NH, NKV, _ = shape
     threads = 32 * b["WARPS"] + (0 if dq == "serial" else 32)
     n = blocks_per_sm(threads, regs, bwd_smem(b, hs), hw, b["MIN_BLOCKS"])
@@ -468,7 +472,10 @@ def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=()):
         die(f"the backward model assumes one block per SM; the tiles at HS {hs} give {n}")
     per = backward_blocks(b, hs, T, NH // NKV, dq, hw, spill, parts)
     nkb = -(-T // b["BK"])
-    order = [per[nkb - 1 - t % nkb] for t in range(B * NKV * nkb)]  # tickets: the last key block of a head first
+    if launch_order == "head":
+        order = [per[nkb - 1 - t % nkb] for t in range(B * NKV * nkb)]  # tickets: the last key block of a head first
+    else:
+        order = [per[t // (B * NKV)] for t in range(B * NKV * nkb)]  # tickets: key block 0 of every head first
     clk = tail_clk(order, hw["sms"], 1)
     # D reads dO and O and writes (lse·log2 e, D) (5ec15b9: D); the conversion reads fp32 dQ, writes bf16
     rows = B * NH * T
@@ -715,7 +722,7 @@ def main(argv=None):
             if k["phase"] == "forward":
                 r = model_forward(t, hs, shape, H200, k["regs"], AS_BUILT_FWD_ORDER)
             else:
-                r = model_backward(t, hs, shape, AS_BUILT_DQ, H200, k["regs"], k["spill"] or 0)
+                r = model_backward(t, hs, shape, AS_BUILT_DQ, H200, k["regs"], k["spill"] or 0, (), AS_BUILT_BWD_ORDER)
             p = full_tile(k["phase"], t, hs, k["spill"] or 0)
             rows.append([name, k["phase"], hs, r["blocks_per_sm"]] + ["%.0f" % p[x] for x in ("mma", "ldsm", "exp", "fp32", "smem", "waits")] +
                         ["%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, k["phase"]) / r["ms"] / 1e9)])

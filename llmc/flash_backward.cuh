@@ -2,32 +2,36 @@
 // products per tile pair, deterministic. Launched by flash_attention.cuh.
 //
 // First flash_rowdot_kernel writes each query row's (lse · log2 e, D = rowsum(dO ∘ O)). Then a
-// block owns 128 keys of one kv head g and walks the group's q heads and the query tiles at or
-// below its keys (FlashBwdTile: 32 queries at HS = 128, 64 at 32 and 64, 128 at 16). Its 8
-// compute warps (16 key rows each) get Q, dO and the tile's rows' (lse · log2 e, D) double-
+// block owns 128 keys of one kv head g and walks the group's q heads and, last first, the query
+// tiles at or below its keys (FlashBwdTile: 32 queries at HS = 128, 64 at 32 and 64, 128 at 16).
+// Its 8 compute warps (16 key rows each) get Q, dO and the tile's rows' (lse · log2 e, D) double-
 // buffered through cp.async and compute
 //     Pᵀ = exp(scale · K Qᵀ - lse), dV += Pᵀ dO, dPᵀ = V dOᵀ,
 //     dSᵀ = scale · Pᵀ ∘ (dPᵀ - D), dK += dSᵀ Q   (dK, dV in registers all along),
 //     dQ_part = dS K                          (dSᵀ through shared memory),
 // with two barriers per tile among themselves (bar.sync 1). dQ sums the parts of every key block
-// at or below the query tile, in a fixed order, the diagonal block first and key block 0 last:
+// at or below the query tile, in a fixed order, key block 0 first and the diagonal block last:
 // the compute warps leave each part (fp32) in one of DQ_STAGES shared stages and go on; the
 // block's ninth warp, the dQ writer, takes it (mbarriers "full" / "empty" per stage), waits until
 // a counter per (b, h, query tile) says it is this block's turn, adds the part to dq_accum (the
 // first part stored, the next ones by red.global.add, which returns nothing to wait for), fences
 // and passes the turn on. flash_dq_to_bf16_kernel then writes the sums into dqkv. The compute
 // warps never wait on another block; they wait on their writer only when it is DQ_STAGES tiles
-// behind. The blocks take their work from a ticket counter (atomicAdd) in the order "the last key
-// block down to block 0 of (b = 0, g = 0), then of (0, 1), ...", so a writer waits only for one
+// behind. The blocks take their work from a ticket counter (atomicAdd) in the order "key block 0
+// of every (b, g), then key block 1 of every one, ...": the blocks with the most query tiles start
+// first and the shortest fill the end of the call (the causal tail). A writer waits only for one
 // of a block that took its ticket earlier and is running or done: no deadlock whatever order the
-// GPU starts blocks in, and in the steady state no wait, since block kb + 1 reaches each query
-// tile two iterations before block kb does. Every gradient element is summed in one fixed order,
-// and the backward is bitwise the same run to run.
+// GPU starts blocks in. Every block walks the same tiles in the same order (the last query tile
+// first), so a block that started later finds the earlier ones ahead of it at every tile and, in
+// the steady state, does not wait. Every gradient element is summed in one fixed order, and the
+// backward is bitwise the same run to run.
 // Registers: 9 warps in a block put 3 on one of the SM's 4 schedulers, whose register file then
 // caps them at 168 a thread; the HS 64 and 128 kernels spill a few values there (the counts are in
 // dev/cuda/ptxas_report.txt).
-// Measured on an H200 (dev/flash_measured.csv): llama300m (HS 64, T 4096) 2.16 ms, 159 causal
-// TFLOP/s (the one-pass design before the writer warp: 3.8 ms); HS 128 at T 4096 4.49 ms, 153.
+// Measured on an H200 (dev/flash_measured.csv), with the earlier tickets (head by head, the last
+// key block first): llama300m (HS 64, T 4096) 2.16 ms, 159 causal TFLOP/s (the one-pass design
+// before the writer warp: 3.8 ms); HS 128 at T 4096 4.49 ms, 153. The order above is modelled
+// 7.3% and 7.5% faster there (dev/flash_model.py), not yet measured on a GPU.
 // Precision: bf16 operands, fp32 accumulation; P and dS rounded to bf16 for their products (as the
 // cuBLAS path rounds them in HBM); the dQ sums in fp32 (red.global.add flushes subnormal sums to
 // zero, as the PTX ISA says it does on global memory).
@@ -78,23 +82,23 @@ static const int FLASH_BAR_COMPUTE = 1;
 
 // The dQ writer: the block's last warp. For each query tile the compute warps leave their part of
 // dQ (fp32) in a shared stage and arrive on its "full" mbarrier; the writer waits for it and for
-// the tile's turn, adds the part to dq_accum in the order "diagonal key block first, key block 0
-// last", passes the turn on and arrives on the stage's "empty" mbarrier, while the compute warps
+// the tile's turn, adds the part to dq_accum in the order "key block 0 first, the diagonal key
+// block last", passes the turn on and arrives on the stage's "empty" mbarrier, while the compute warps
 // go on to the next tile (they wait on "empty" only before they fill the stage again). The first
 // part is stored, the next ones are added by red.global.add: no value comes back, so nothing
 // waits on L2 but the one fence before the turn passes. After the kernel, flash_dq_to_bf16_kernel
 // writes the sums into dqkv.
 template <int HS>
 __device__ __forceinline__ void flash_backward_dq_writer(float* dq_accum, int* turns, const float* sDQ, uint64_t* full,
-                                                         uint64_t* empty, int b, int kvh, int kb, int total, int per_head, int it0,
+                                                         uint64_t* empty, int b, int kvh, int kb, int total, int per_head,
                                                          int T, int NH, int NKV) {
     typedef FlashBwdTile<HS> F;
     const int BQ = F::BQ, BK = F::BK, S = F::DQ_STAGES, PD = HS + 8, CH = HS / 4;
     int lane = threadIdx.x % 32, group = NH / NKV, nq = (T + BQ - 1) / BQ;
 #pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
-        int stage = idx % S, h = kvh * group + idx / per_head, qi = it0 + idx % per_head, q0 = qi * BQ;
-        int rows = min(BQ, T - q0), turn = q0 / BK - kb;
+        int stage = idx % S, h = kvh * group + idx / per_head, qi = nq - 1 - idx % per_head, q0 = qi * BQ;
+        int rows = min(BQ, T - q0), turn = kb;  // key block 0 first, the diagonal block q0 / BK last
         int* turn_p = turns + ((size_t)b * NH + h) * nq + qi;
         const float* part = sDQ + stage * BQ * PD;
         float* acc = dq_accum + (((size_t)b * NH + h) * T + q0) * HS;
@@ -109,7 +113,7 @@ __device__ __forceinline__ void flash_backward_dq_writer(float* dq_accum, int* t
             if (turn == 0) __stcg((float4*)(acc + (size_t)r * HS + 4 * c4), x);
             else red_add_f32x4(acc + (size_t)r * HS + 4 * c4, x);
         }
-        if (kb > 0) {  // key block 0 is the last of every tile: nobody waits for it
+        if (kb < q0 / BK) {  // the diagonal block is the last of its tile: nobody waits for it
             __threadfence();  // the part is performed at L2 before the turn passes on
             __syncwarp();
             if (lane == 0) atomicAdd(turn_p, 1);
@@ -146,14 +150,16 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
         for (int st = 0; st < F::DQ_STAGES; st++) { mbar_init(sFull + st, THREADS); mbar_init(sEmpty + st, 32); }
     }
     __syncthreads();
-    int nkb = gridDim.x, ticket = *sTicket;
-    int kb = nkb - 1 - ticket % nkb, kvh = ticket / nkb % NKV, b = ticket / nkb / NKV, group = NH / NKV;
+    // tickets: key block 0 of every (b, kv head), then key block 1 of every one, ...: the longest
+    // work first, and a block waits for its turn only on one with an earlier ticket
+    int heads = gridDim.y * gridDim.z, ticket = *sTicket;
+    int kb = ticket / heads, kvh = ticket % heads % NKV, b = ticket % heads / NKV, group = NH / NKV;
     int ld = (NH + 2 * NKV) * HS, k0 = kb * BK, nq = (T + BQ - 1) / BQ;
-    // the work: the group's q heads, each with the query tiles that reach key k0
+    // the work: the group's q heads, each with the query tiles that reach key k0, last tile first
     int it0 = k0 / BQ, per_head = nq - it0, total = group * per_head;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     if (warp == F::WARPS) {
-        flash_backward_dq_writer<HS>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, it0, T, NH, NKV);
+        flash_backward_dq_writer<HS>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T, NH, NKV);
         return;
     }
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
@@ -161,7 +167,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
     int rg = warp % RG, cg = warp / RG;  // this warp's part of dQ: rows rg*16.., columns cg*DC..
     auto issue = [&](int idx, int buf) {  // loads query tile idx into buffer buf
-        int h = kvh * group + idx / per_head, q0 = (it0 + idx % per_head) * BQ;
+        int h = kvh * group + idx / per_head, q0 = (nq - 1 - idx % per_head) * BQ;
         flash_load_tile<HS, BQ, THREADS>(sQ + buf * QBUF, qkv + (size_t)b * T * ld + h * HS, ld, q0, T);
         flash_load_tile<HS, BQ, THREADS>(sdO + buf * QBUF, dout + (size_t)b * T * NH * HS + h * HS, NH * HS, q0, T);
         const float2* r = rowstats + ((size_t)b * NH + h) * T + q0;
@@ -177,7 +183,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     flash_zero<HS / 8>(dv[0]);
 #pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
-        int buf = idx % 2, q0 = (it0 + idx % per_head) * BQ, stage = idx % F::DQ_STAGES;
+        int buf = idx % 2, q0 = (nq - 1 - idx % per_head) * BQ, stage = idx % F::DQ_STAGES;
         cp_async_wait<0>();                    // query tile idx (and K, V) is in for this thread
         bar_sync(FLASH_BAR_COMPUTE, THREADS);  // ... for every thread; every warp is done with tile idx - 1
         if (idx + 1 < total) issue(idx + 1, 1 - buf);  // into the buffer tile idx - 1 used
