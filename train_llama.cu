@@ -721,7 +721,8 @@ static double llama_mean_over_ranks(GpuCommGrid* grid, const std::vector<double>
 
 // --virtual-ranks: what the V - 1 other logical ranks add on the GPU (a gradient each, and each
 // one's communication state: codes, error-feedback residuals, the geometry units' residuals and
-// factors, the fair figures' buffers; the fidelity reference and Ω are shared), against what is
+// factors, the fair figures' own buffers; the fidelity reference, Ω and the fair figures'
+// averages and window sums are shared), against what is
 // free once the model and logical rank 0's state are in place. "" when it fits, with a tenth to
 // spare for the libraries' workspaces.
 static std::string llama_virtual_memory_problem(const TrainConfig* tc, const LlamaConfig* c, int V) {
@@ -744,7 +745,7 @@ static std::string llama_virtual_memory_problem(const TrainConfig* tc, const Lla
         const bool fair = tc->fidelity_every > 0 && tc->fp8_reduce != "twophase";
         for (int u : geo) {
             const double n = (double)units[u].rows * units[u].cols, d_in = units[u].cols, d_out = units[u].rows;
-            per_rank += 4.0 * n + (fair ? 37.0 * n : 0.0);             // residual; raw, exact, x, geo, residual, 4 windows, codes
+            per_rank += 4.0 * n + (fair ? 13.0 * n : 0.0);  // residual; the fair figures' raw, x, residual, codes (exact, geo, windows: shared)
             if (mode == "kfac") per_rank += 20.0 * (d_in * d_in + d_out * d_out);  // A, G and the factors in use and next
         }
     }

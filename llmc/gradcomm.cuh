@@ -132,6 +132,10 @@ typedef GradCommStats GradCommGPUStats;  // llmc/gradcomm_common.h
 // units' values concatenated in dev.geo order.
 struct GradCommCounterfactual {
     size_t num_units = 0, total = 0;
+    // --virtual-ranks: exact, geo and win are the same on every logical rank (averages and their
+    // window sums), so ranks other than 0 use logical rank 0's (gradcomm_gpu_share), which alone
+    // averages exact and keeps the window sums; the other buffers are every rank's own
+    const GradCommCounterfactual* from = NULL;
     std::vector<size_t> off, size;    // (num_units) into the concatenation
     GeoFP8UnitTable table;
     float* raw = NULL;                // (total) G of the geometry units, then plain fp8's average (c)
@@ -177,6 +181,7 @@ typedef struct {
     GeoFP8UnitTable fid_units;        // every unit, for the fidelity sums (with ref)
     double* fid_scratch;              // (4, fid_units chunks)
     GradCommCounterfactual cf;        // gradcomm_gpu_fair_step
+    const GradCommCounterfactual* cf_from;  // --virtual-ranks: logical rank 0's, whose shared buffers cf uses (gradcomm_gpu_share)
     bool fp8_ef;                      // --fp8-ef 1 (an FP8 mode)
     float* ef_res;                    // (num_params) --fp8-ef: the residuals in use of the units off the geometry path (zero on the others)
     float* ef_next;                   // (num_params) where a bucketed step's quantizer writes them (NULL without buckets)
@@ -281,6 +286,7 @@ static inline void gradcomm_gpu_init(GradCommGPU* gc, const TrainConfig* tc, con
     gc->codes16 = NULL;
     gc->ref = NULL;
     gc->ref_shared = false;
+    gc->cf_from = NULL;
     gc->fid_units = GeoFP8UnitTable();
     gc->fid_scratch = NULL;
     gc->cf = GradCommCounterfactual();
@@ -387,8 +393,9 @@ static inline void gradcomm_gpu_free(GradCommGPU* gc) {
     }
     GradCommCounterfactual& cf = gc->cf;
     if (cf.num_units) {
-        void* bufs[] = {cf.raw, cf.exact, cf.x, cf.geo, cf.cf_residual, cf.cf_residual_ptrs, cf.win, cf.q, cf.amax, cf.scale, cf.skip, cf.scratch};
+        void* bufs[] = {cf.raw, cf.x, cf.cf_residual, cf.cf_residual_ptrs, cf.q, cf.amax, cf.scale, cf.skip, cf.scratch};
         for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+        if (!cf.from) for (void* b : {(void*)cf.exact, (void*)cf.geo, (void*)cf.win}) CUDA_CHECK(cudaFree(b));
         geofp8_units_free(&cf.table);
     }
     gc->cf = GradCommCounterfactual();
@@ -415,6 +422,7 @@ static inline void gradcomm_gpu_share(GradCommGPU* gc, const GradCommGPU* first)
         gc->ref_shared = true;
     }
     if (gc->has_device) gc->dev.omega_from = &first->dev;
+    gc->cf_from = &first->cf;
 }
 
 // Before the micro-steps of `step`; tokens = tokens per optimizer step over all ranks.
@@ -649,16 +657,24 @@ static inline void gradcomm_gpu_cf_make(GradCommGPU* gc) {
     cf.num_units = cf.size.size();
     geofp8_units_create(&cf.table, cf.off, cf.size);
     cf.raw = cuda_malloc<float>(cf.total);
-    cf.exact = cuda_malloc<float>(cf.total);
     cf.x = cuda_malloc<float>(cf.total);
-    cf.geo = cuda_malloc<float>(cf.total);
+    if (gc->cf_from) {  // logical rank 0's, made before (its communication runs first)
+        if (gc->cf_from->total != cf.total) { fprintf(stderr, "gradcomm_gpu_cf_make: logical rank 0 has no such buffers\n"); exit(1); }
+        cf.from = gc->cf_from;
+        cf.exact = cf.from->exact;
+        cf.geo = cf.from->geo;
+        cf.win = cf.from->win;
+    } else {
+        cf.exact = cuda_malloc<float>(cf.total);
+        cf.geo = cuda_malloc<float>(cf.total);
+        cf.win = cuda_malloc<float>(4 * cf.total);
+    }
     cf.cf_residual = cuda_malloc<float>(cf.total);
     CUDA_CHECK(cudaMemset(cf.cf_residual, 0, cf.total * sizeof(float)));
     std::vector<float*> ptrs;
     for (size_t o : cf.off) ptrs.push_back(cf.cf_residual + o);
     cf.cf_residual_ptrs = cuda_malloc<float*>(cf.num_units);
     CUDA_CHECK(cudaMemcpy(cf.cf_residual_ptrs, ptrs.data(), ptrs.size() * sizeof(float*), cudaMemcpyHostToDevice));
-    cf.win = cuda_malloc<float>(4 * cf.total);
     cf.q = cuda_malloc<uint8_t>(cf.total);
     cf.amax = cuda_malloc<float>(cf.num_units);
     cf.scale = cuda_malloc<float>(cf.num_units);
@@ -715,10 +731,10 @@ static inline void gradcomm_gpu_fair_step(GradCommGPU* gc, CommGridGPU* grid, co
         std::vector<float> h = cuda_download(cf.raw, n);
         gradcomm_test_dump(name, h.data(), n);
     }
-    gradcomm_gpu_gather_geo(gc, cf.geo, grads, s);
-    CUDA_CHECK(cudaMemcpyAsync(cf.exact, cf.raw, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    comm_gpu_allreduce_f32_sum(grid, cf.exact, cf.exact, n);
-    geofp8_average(cf.exact, n, gc->world_size, s);
+    const bool own = cf.from == NULL;  // exact, geo and win are this rank's (not logical rank 0's)
+    if (own) gradcomm_gpu_gather_geo(gc, cf.geo, grads, s);
+    comm_gpu_allreduce_f32_sum(grid, cf.raw, cf.exact, n);
+    if (own) geofp8_average(cf.exact, n, gc->world_size, s);
     CUDA_CHECK(cudaMemcpyAsync(cf.x, cf.raw, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
     geofp8_residual_add(cf.x, cf.cf_residual, n, s);
     if (!gradcomm_gpu_fp8_geo_sum(gc, grid, cf.x, cf.cf_residual_ptrs, s)) CUDA_CHECK(cudaMemsetAsync(cf.x, 0xFF, n * sizeof(float), s));  // NaN
@@ -738,10 +754,10 @@ static inline void gradcomm_gpu_fair_step(GradCommGPU* gc, CommGridGPU* grid, co
     if (age / W != cf.win_index) {
         cf.win_index = age / W;
         cf.win_steps = 0;
-        CUDA_CHECK(cudaMemsetAsync(cf.win, 0, 4 * n * sizeof(float), s));
+        if (own) CUDA_CHECK(cudaMemsetAsync(cf.win, 0, 4 * n * sizeof(float), s));
     }
     const float* parts[4] = {cf.exact, cf.geo, cf.x, cf.raw};
-    for (int k = 0; k < 4; k++) geofp8_residual_add(cf.win + k * n, parts[k], n, s);  // win_k += part_k
+    if (own) for (int k = 0; k < 4; k++) geofp8_residual_add(cf.win + k * n, parts[k], n, s);  // win_k += part_k
     cf.win_steps++;
     if ((age + 1) % W == 0) {
         st.has_window = true;

@@ -20,7 +20,7 @@ error-feedback state must fit in the GPU's memory, which the trainer checks).
 
   python3 scripts/study.py                                  the default grid (below), into out/study
   python3 scripts/study.py --ranks 64 --steps 50 --seeds 1,2,3 --jobs 2
-  python3 scripts/study.py --engine gpu --model d12 --seq-len 1024 --ranks 64 --train-data 'data/owt/train_*.bin' \\
+  python3 scripts/study.py --engine gpu --model d12 --seq-len 1024 --ranks 32 --train-data 'data/owt/train_*.bin' \\
       --val-data 'data/owt/val_*.bin' --out out/study_d12
   python3 scripts/study.py --report-only                    the table and figure of what has finished
 
