@@ -2,7 +2,9 @@
 # dev/bench_small_kernels.sh — on a GPU: each reworked small kernel timed against the version it
 # replaced, which its dev/cuda program keeps as version 1, at llama300m's (B=4, T=4096) and
 # llama600m's (B=4, T=2048) shapes. One table row per kernel and shape, printed as it completes:
-#   rmsnorm_backward_dweight  dev_rmsnorm --compare   32 column blocks -> 128-row slabs + an ordered sum
+#   rmsnorm_backward          dev_rmsnorm --compare   rows, then dweight reading dout and x again -> one
+#                                                     pass, dweight partials in shared memory
+#   crossentropy_forward_backward  dev_crossentropy --compare   the row read twice -> kept in shared memory
 #   rope_rotate               dev_rope --compare      a pair per thread, 64-bit divisions -> 16-byte runs
 #   muon_newton_schulz        dev_muon --compare      cuBLAS + 2 copies an iteration -> cuBLASLt ping-pong
 #   matmul                    dev_matmul --compare    the heuristic's first algorithm -> autotuned (same bits)
@@ -23,7 +25,7 @@ else BIN_DEFAULT=$DIR/../build/gpu; GPU_CHECK=$DIR/gpu_check.sh; fi
 BIN=${BENCH_BIN:-$BIN_DEFAULT}
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
-for op in rmsnorm rope muon matmul global_norm; do
+for op in rmsnorm crossentropy rope muon matmul global_norm; do
     [ -x "$BIN/dev_$op" ] || { echo "bench_small_kernels: $BIN/dev_$op not found (hint: make gpu, or set BENCH_BIN)" >&2; exit 1; }
 done
 # the CUDA libraries: where they do not load as they are, gpu_check.sh --env finds them
@@ -40,7 +42,7 @@ out "# dev/bench_small_kernels.sh on $gpu, $(date -u +%Y-%m-%dT%H:%MZ); v1 = the
 out "$(printf '| %-26s | %-55s | %9s | %9s | %6s | %s' kernel shape 'v1 ms' 'v2 ms' 'v1/v2' 'what changed')"
 fail=0
 t0=$SECONDS
-for op in rmsnorm rope muon matmul global_norm; do
+for op in rmsnorm crossentropy rope muon matmul global_norm; do
     log=$LOGS/dev_$op.log
     timeout 120 "$BIN/dev_$op" --compare 2>&1 | tee "$log" | while IFS= read -r line; do
         case "$line" in

@@ -81,8 +81,8 @@ static inline void flash_attention_backward(bf16* dqkv, float2* rows, float* dq_
                                             const bf16* out, const float* lse, int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     flash_check(qkv, dqkv, HS);
     flash_check(dout, out, HS);
-    int n = B * NH * T, warps = 8;
-    flash_rowdot_kernel<<<cuda_ceil_div(n, warps), warps * 32, 0, stream>>>(rows, lse, dout, out, B, T, NH, HS);
+    long long threads = (long long)B * NH * T * (HS / 8);
+    flash_rowdot_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(rows, lse, dout, out, B, T, NH, HS);
     KERNEL_CHECK();
     if (HS == 16) flash_backward_hs<16>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
     else if (HS == 32) flash_backward_hs<32>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);

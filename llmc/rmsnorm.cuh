@@ -9,11 +9,16 @@
 // so the cast rides on the pass that produced the value. (The forward residual add is fused into
 // the proj / fc2 GEMM epilogue instead: matmul_forward_fp32.)
 // Precision: fp32 loads, sums and math; one rounding to bf16 on the outputs that feed GEMMs.
-// Determinism: one warp per row with a fixed shuffle tree. dweight in two passes: blocks of
-// RMSNORM_DW_SLAB rows by 32 columns write one partial sum per (slab, column) (each thread walks
-// its rows in a fixed stride, then a fixed shared-memory tree), and a second kernel adds each
-// column's partials in slab order: no atomics, the same bits whatever order the blocks run in.
-// The slabs are what fill the GPU: one block per 32 columns alone is 32 blocks at C = 1024.
+// Determinism: one warp per row with a fixed shuffle tree. dweight in two steps, each summing in a
+// fixed order: per slab of RMSNORM_DW_SLAB rows one partial sum per column (RMSNORM_DW_ROWS
+// running sums, the r-th over the slab's rows r, r + 8, ..., then a fixed shared-memory tree), and
+// a second kernel adds each column's partials (RMSNORM_DW_FINISH_ROWS running sums over the
+// slabs, then a tree): no atomics, the same bits whatever order the blocks run in.
+// One pass: where the 8 running sums of a slab fit in shared memory (8 C floats, C <= 1536),
+// rmsnorm_backward_kernel adds them while it has the row's dout and x in hand, so dout and x are
+// read from memory once (before, a separate dweight kernel read them again: 96 of the 256 MB the
+// backward moved at llama300m). Wider rows take the same sums from rmsnorm_backward_dweight_kernel
+// after the row kernel: the same partials, bit for bit.
 // Scratch: rmsnorm_backward takes a (ceil(N / RMSNORM_DW_SLAB), C) fp32 buffer for the partials
 // (rmsnorm_dweight_scratch_floats), which the caller allocates once.
 // Stream: the stream argument.
@@ -21,9 +26,11 @@
 #include "cuda_common.cuh"
 #include "rmsnorm.h"
 
-static const int RMSNORM_WARPS = 8;          // rows per block in the row-wise kernels
-static const int RMSNORM_DW_ROWS = 8;        // rows of threads in a dweight block (32 columns each)
-static const int RMSNORM_DW_SLAB = 128;      // rows summed into one partial by a dweight block
+static const int RMSNORM_WARPS = 8;          // rows per block in the forward; warps of a backward block
+static const int RMSNORM_DW_ROWS = 8;        // running sums of a column in one slab (the backward's warps)
+static const int RMSNORM_DW_SLAB = 32;       // rows summed into one partial (one backward block)
+static const int RMSNORM_DW_FINISH_ROWS = 32;  // running sums of a column over the slabs
+static const int RMSNORM_FUSED_MAX_C = 48 * 1024 / (RMSNORM_DW_ROWS * (int)sizeof(float));  // 1536
 
 // fp32 elements of the dweight partials that rmsnorm_backward needs for N rows of C
 static inline size_t rmsnorm_dweight_scratch_floats(int N, int C) {
@@ -55,27 +62,54 @@ static inline void rmsnorm_forward(bf16* out,            // (N, C)
 }
 
 // With y = x * r and g = weight * dout:  dx = r * (g - y * mean(g * y)).
-// dinp (N, C) +=, dinp_bf16 (N, C) or NULL, dout (N, C), inp (N, C), weight (C), rstd (N); one warp per row
-__global__ void rmsnorm_backward_kernel(float* dinp, bf16* dinp_bf16, const bf16* dout, const float* inp,
-                                        const float* weight, const float* rstd, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) return;
-    size_t base = (size_t)row * C;
-    float r = rstd[row];
-    float dot = 0.0f;
-    for (int c = lane; c < C; c += 32) dot += (weight[c] * __bfloat162float(dout[base + c])) * (inp[base + c] * r);
-    dot = cuda_warp_sum(dot);
-    float m = dot / (float)C;
-    for (int c = lane; c < C; c += 32) {
-        float g = weight[c] * __bfloat162float(dout[base + c]);
-        float v = dinp[base + c] + r * (g - (inp[base + c] * r) * m);
-        dinp[base + c] = v;
-        if (dinp_bf16 != NULL) dinp_bf16[base + c] = __float2bfloat16(v);
+// One block per slab of RMSNORM_DW_SLAB rows, warp w on its rows w, w + 8, ... (one warp per row
+// at a time). With partials (FUSED, C <= RMSNORM_FUSED_MAX_C) the block also writes the slab's
+// dweight partial: warp w keeps its running sum of dout * y per column in shared memory, and the
+// warps' sums meet in a fixed tree (rmsnorm_backward_dweight_kernel's order).
+// dinp (N, C) +=, dinp_bf16 (N, C) or NULL, partials (slabs, C) = (FUSED), dout (N, C), inp (N, C),
+// weight (C), rstd (N)
+template <bool FUSED>
+__global__ void __launch_bounds__(RMSNORM_DW_ROWS * 32)
+rmsnorm_backward_kernel(float* dinp, bf16* dinp_bf16, float* partials, const bf16* dout, const float* inp,
+                        const float* weight, const float* rstd, int N, int C) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n0 = blockIdx.x * RMSNORM_DW_SLAB, n1 = min(n0 + RMSNORM_DW_SLAB, N);
+    float* acc = NULL;  // FUSED: this warp's running sums, a row of (RMSNORM_DW_ROWS, C) in shared memory
+    if (FUSED) {
+        extern __shared__ float rmsnorm_acc[];
+        acc = rmsnorm_acc + (size_t)warp * C;
+        for (int c = lane; c < C; c += 32) acc[c] = 0.0f;
+    }
+    for (int row = n0 + warp; row < n1; row += RMSNORM_DW_ROWS) {
+        size_t base = (size_t)row * C;
+        float r = rstd[row];
+        float dot = 0.0f;
+        for (int c = lane; c < C; c += 32) dot += (weight[c] * __bfloat162float(dout[base + c])) * (inp[base + c] * r);
+        dot = cuda_warp_sum(dot);
+        float m = dot / (float)C;
+        for (int c = lane; c < C; c += 32) {
+            float d = __bfloat162float(dout[base + c]), y = inp[base + c] * r;
+            float g = weight[c] * d;
+            float v = dinp[base + c] + r * (g - y * m);
+            dinp[base + c] = v;
+            if (dinp_bf16 != NULL) dinp_bf16[base + c] = __float2bfloat16(v);
+            if (FUSED) acc[c] += d * y;
+        }
+    }
+    if (FUSED) {
+        for (int s = RMSNORM_DW_ROWS / 2; s > 0; s >>= 1) {
+            __syncthreads();
+            if (warp < s)
+                for (int c = lane; c < C; c += 32) acc[c] += acc[(size_t)s * C + c];
+        }
+        if (warp == 0)
+            for (int c = lane; c < C; c += 32) partials[(size_t)blockIdx.x * C + c] = acc[c];
     }
 }
 
-// partials[s, c] = sum over the rows n of slab s of dout[n, c] * x[n, c] * rstd[n].
+// The same partials as rmsnorm_backward_kernel<true>, for rows too wide for its shared memory:
+// partials[s, c] = sum over the rows n of slab s of dout[n, c] * x[n, c] * rstd[n], thread row y
+// summing the slab's rows y, y + 8, ..., then the same tree.
 // Block (32 columns, RMSNORM_DW_ROWS rows of threads), grid (ceil(C / 32), slabs).
 // partials (slabs, C) =, dout (N, C), inp (N, C), rstd (N)
 __global__ void rmsnorm_backward_dweight_kernel(float* partials, const bf16* dout, const float* inp,
@@ -87,43 +121,38 @@ __global__ void rmsnorm_backward_dweight_kernel(float* partials, const bf16* dou
     if (c < C) {
         for (int n = n0 + threadIdx.y; n < n1; n += RMSNORM_DW_ROWS) {
             size_t i = (size_t)n * C + c;
-            acc += __bfloat162float(dout[i]) * (inp[i] * rstd[n]);
+            float y = inp[i] * rstd[n];
+            acc += __bfloat162float(dout[i]) * y;
         }
     }
     part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
     for (int s = RMSNORM_DW_ROWS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.y < s) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
         __syncthreads();
+        if ((int)threadIdx.y < s) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
     }
     if (threadIdx.y == 0 && c < C) partials[(size_t)blockIdx.y * C + c] = part[0][threadIdx.x];
 }
 
-// dweight[c] += the partials of column c, added in slab order; one thread per column.
+// dweight[c] += the partials of column c: thread row y sums slabs y, y + 32, ..., then a fixed tree.
+// Block (32 columns, RMSNORM_DW_FINISH_ROWS rows of threads), grid ceil(C / 32).
 // dweight (C) +=, partials (slabs, C)
 __global__ void rmsnorm_backward_dweight_finish_kernel(float* dweight, const float* partials, int slabs, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float part[RMSNORM_DW_FINISH_ROWS][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
-    for (int s = 0; s < slabs; s++) acc += partials[(size_t)s * C + c];
-    dweight[c] += acc;
+    if (c < C)
+        for (int s = threadIdx.y; s < slabs; s += RMSNORM_DW_FINISH_ROWS) acc += partials[(size_t)s * C + c];
+    part[threadIdx.y][threadIdx.x] = acc;
+    for (int s = RMSNORM_DW_FINISH_ROWS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.y < s) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
+    }
+    if (threadIdx.y == 0 && c < C) dweight[c] += part[0][threadIdx.x];
 }
 
-// dweight (C) += sum_n dout[n, c] * x[n, c] * rstd[n], through the partials in scratch
-static inline void rmsnorm_backward_dweight(float* dweight,      // (C) fp32, +=
-                                            float* scratch,      // (rmsnorm_dweight_scratch_floats(N, C))
-                                            const bf16* dout,    // (N, C)
-                                            const float* inp,    // (N, C)
-                                            const float* rstd,   // (N)
-                                            int N, int C, cudaStream_t stream) {
-    int slabs = cuda_ceil_div(N, RMSNORM_DW_SLAB);
-    dim3 grid(cuda_ceil_div(C, 32), slabs), block(32, RMSNORM_DW_ROWS);
-    rmsnorm_backward_dweight_kernel<<<grid, block, 0, stream>>>(scratch, dout, inp, rstd, N, C);
-    KERNEL_CHECK();
-    rmsnorm_backward_dweight_finish_kernel<<<cuda_ceil_div(C, 256), 256, 0, stream>>>(dweight, scratch, slabs, C);
-    KERNEL_CHECK();
-}
-
+// dinp += and dinp_bf16 = as above; dweight (C) += sum_n dout[n, c] * x[n, c] * rstd[n], through
+// the partials in scratch. fused < 0: one pass where the row fits (C <= RMSNORM_FUSED_MAX_C); 0 or
+// 1 forces the choice (the checks run both; 1 needs the row to fit).
 static inline void rmsnorm_backward(float* dinp,          // (N, C) fp32, +=
                                     bf16* dinp_bf16,      // (N, C) bf16 copy of the new dinp, or NULL
                                     float* dweight,       // (C) fp32, +=
@@ -132,9 +161,21 @@ static inline void rmsnorm_backward(float* dinp,          // (N, C) fp32, +=
                                     const float* inp,     // (N, C)
                                     const float* weight,  // (C)
                                     const float* rstd,    // (N)
-                                    int N, int C, cudaStream_t stream) {
-    rmsnorm_backward_kernel<<<cuda_ceil_div(N, RMSNORM_WARPS), RMSNORM_WARPS * 32, 0, stream>>>(
-        dinp, dinp_bf16, dout, inp, weight, rstd, N, C);
+                                    int N, int C, cudaStream_t stream, int fused = -1) {
+    int slabs = cuda_ceil_div(N, RMSNORM_DW_SLAB);
+    if (fused < 0) fused = C <= RMSNORM_FUSED_MAX_C;
+    if (fused) {
+        if (C > RMSNORM_FUSED_MAX_C) { fprintf(stderr, "rmsnorm_backward: one pass needs C <= %d, got %d\n", RMSNORM_FUSED_MAX_C, C); exit(1); }
+        size_t smem = (size_t)RMSNORM_DW_ROWS * C * sizeof(float);
+        rmsnorm_backward_kernel<true><<<slabs, RMSNORM_DW_ROWS * 32, smem, stream>>>(dinp, dinp_bf16, scratch, dout, inp, weight, rstd, N, C);
+        KERNEL_CHECK();
+    } else {
+        rmsnorm_backward_kernel<false><<<slabs, RMSNORM_DW_ROWS * 32, 0, stream>>>(dinp, dinp_bf16, NULL, dout, inp, weight, rstd, N, C);
+        KERNEL_CHECK();
+        dim3 grid(cuda_ceil_div(C, 32), slabs), block(32, RMSNORM_DW_ROWS);
+        rmsnorm_backward_dweight_kernel<<<grid, block, 0, stream>>>(scratch, dout, inp, rstd, N, C);
+        KERNEL_CHECK();
+    }
+    rmsnorm_backward_dweight_finish_kernel<<<cuda_ceil_div(C, 32), dim3(32, RMSNORM_DW_FINISH_ROWS), 0, stream>>>(dweight, scratch, slabs, C);
     KERNEL_CHECK();
-    rmsnorm_backward_dweight(dweight, scratch, dout, inp, rstd, N, C, stream);
 }

@@ -18,8 +18,16 @@
 //     loss and every dlogit of the whole tensor, which starts as NaN, must come back finite.
 // The bounds are not yet measured on a GPU at the real shapes (the row length, what the sums
 // depend on, is the same as in the whole-tensor cases).
+// The backward runs both ways wherever the row fits in shared memory: the row kept there
+// (llmc/'s choice) and the row re-read from global memory (version 1, still the kernel for rows
+// too long to keep); the two must give the same bits, losses and dlogits.
 // The benchmark runs N = B*T of every preset at B=4.
-// Usage: build/dev_crossentropy [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+// Usage: build/dev_crossentropy [--validate-only] [--small] [--compare]
+//   --small: the whole-tensor validations with fewer rows (64 and 16 at the GPT-2 vocabulary;
+//   what dev/emu runs);
+//   --compare: the backward at llama300m's and llama600m's real shapes, version 1 (the row re-read)
+//   against llmc/'s (COMPARE lines for dev/bench_small_kernels.sh; losses and dlogits bitwise);
+//   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
@@ -56,17 +64,32 @@ static bool validate(const char* tag, int N, int V, int Vp, float logit_scale, u
     crossentropy_forward(d_losses, d_logits, d_targets, N, V, Vp, 0);
     std::vector<float> got = cuda_download(d_losses, N);
     bool ok = cuda_check_close((t + ".forward_losses").c_str(), got.data(), ref_losses.data(), N, TOL_LOSS);
-    CUDA_CHECK(cudaMemset(d_losses, 0, N * sizeof(float)));
-    crossentropy_forward_backward(d_losses, d_dlogits, d_logits, d_targets, N, V, Vp, dloss, 0);
-    got = cuda_download(d_losses, N);
-    ok &= cuda_check_close((t + ".forward_backward_losses").c_str(), got.data(), ref_losses.data(), N, TOL_LOSS);
-    got = cuda_download_float(d_dlogits, ref_d.size());
-    ok &= cuda_check_close((t + ".dlogits").c_str(), got.data(), ref_d.data(), ref_d.size(), TOL_DLOGITS);
-    bool pad_zero = true;
-    for (int n = 0; n < N; n++)
-        for (int v = V; v < Vp; v++) pad_zero &= got[(size_t)n * Vp + v] == 0.0f;
-    printf("%s %s.padded_columns_zero\n", pad_zero ? "PASS" : "FAIL", tag);
-    ok &= pad_zero;
+    // the backward both ways: the row re-read (0), then kept in shared memory where it fits (-1)
+    std::vector<float> first_l, first_d;
+    for (int way : {0, -1}) {
+        if (way == -1 && crossentropy_row_smem(d_logits, Vp) == 0) {
+            printf("  %s: the row (%d floats) does not stay in shared memory: one way only\n", tag, Vp);
+            continue;
+        }
+        std::string w_t = t + (way == 0 ? ".row_reread" : ".row_in_shared");
+        CUDA_CHECK(cudaMemset(d_losses, 0, N * sizeof(float)));
+        CUDA_CHECK(cudaMemset(d_dlogits, 0xff, (size_t)N * Vp * sizeof(bf16)));  // NaN garbage
+        crossentropy_forward_backward(d_losses, d_dlogits, d_logits, d_targets, N, V, Vp, dloss, 0, way);
+        std::vector<float> gl = cuda_download(d_losses, N);
+        ok &= cuda_check_close((w_t + "_forward_backward_losses").c_str(), gl.data(), ref_losses.data(), N, TOL_LOSS);
+        got = cuda_download_float(d_dlogits, ref_d.size());
+        ok &= cuda_check_close((w_t + "_dlogits").c_str(), got.data(), ref_d.data(), ref_d.size(), TOL_DLOGITS);
+        bool pad_zero = true;
+        for (int n = 0; n < N; n++)
+            for (int v = V; v < Vp; v++) pad_zero &= got[(size_t)n * Vp + v] == 0.0f;
+        printf("%s %s_padded_columns_zero\n", pad_zero ? "PASS" : "FAIL", w_t.c_str());
+        ok &= pad_zero;
+        if (first_l.empty()) { first_l = gl; first_d = got; continue; }
+        bool same = memcmp(gl.data(), first_l.data(), N * sizeof(float)) == 0 &&
+                    memcmp(got.data(), first_d.data(), got.size() * sizeof(float)) == 0;
+        printf("%s %s_bitwise_row_reread\n", same ? "PASS" : "FAIL", w_t.c_str());
+        ok &= same;
+    }
     void* bufs[] = {d_logits, d_targets, d_losses, d_dlogits};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     return ok;
@@ -154,20 +177,76 @@ static void bench(const char* preset, int N, int V, int Vp) {
     char what[96];
     float ms = cuda_bench_ms([&] { crossentropy_forward_backward(losses, dlogits, logits, targets, N, V, Vp, 1.0f / N, 0); }, 2, 10);
     snprintf(what, sizeof(what), "%s crossentropy_forward_backward N=%d", preset, N);
-    cuda_print_bench(what, ms, (double)N * Vp * (4 + 4 + 2), 0);  // two fp32 reads, one bf16 write
+    // the logits read once where the row stays in shared memory (twice where not), dlogits written
+    cuda_print_bench(what, ms, (double)N * Vp * ((crossentropy_row_smem(logits, Vp) ? 4 : 8) + 2), 0);
     void* bufs[] = {logits, dlogits, losses, targets};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
 }
 
+// The backward at the shape (N, Vp), version 1 (the row re-read from global memory) against
+// llmc/'s (the row kept in shared memory where it fits): losses and dlogits bitwise, then the times.
+static bool compare(const char* preset, int N, int V, int Vp) {
+    size_t nl = (size_t)N * Vp;
+    float* logits = cuda_malloc<float>(nl);
+    bf16* d1 = cuda_malloc<bf16>(nl);
+    bf16* d2 = cuda_malloc<bf16>(nl);
+    float* l1 = cuda_malloc<float>(N);
+    float* l2 = cuda_malloc<float>(N);
+    std::vector<int> tg = random_targets(N, V, 7);
+    int* targets = cuda_upload(tg.data(), N);
+    cuda_fill_uniform(logits, nl, 1, 5.0f);
+    float dloss = 1.0f / N;
+    crossentropy_forward_backward(l1, d1, logits, targets, N, V, Vp, dloss, 0, 0);
+    crossentropy_forward_backward(l2, d2, logits, targets, N, V, Vp, dloss, 0);
+    std::vector<float> a = cuda_download(l1, N), b = cuda_download(l2, N);
+    bool same = memcmp(a.data(), b.data(), N * sizeof(float)) == 0;
+    std::vector<uint16_t> c1(std::min(nl, CUDA_HOST_CHUNK)), c2(c1.size());
+    for (size_t off = 0; off < nl && same; off += CUDA_HOST_CHUNK) {
+        size_t m = std::min(CUDA_HOST_CHUNK, nl - off);
+        CUDA_CHECK(cudaMemcpy(c1.data(), d1 + off, m * sizeof(bf16), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(c2.data(), d2 + off, m * sizeof(bf16), cudaMemcpyDeviceToHost));
+        same = memcmp(c1.data(), c2.data(), m * sizeof(uint16_t)) == 0;
+    }
+    printf("%s dev_crossentropy.compare.%s.v2_vs_v1_bitwise (losses and dlogits)\n", same ? "PASS" : "FAIL", preset);
+    float ms1 = cuda_bench_ms([&] { crossentropy_forward_backward(l1, d1, logits, targets, N, V, Vp, dloss, 0, 0); }, 2, 10);
+    float ms2 = cuda_bench_ms([&] { crossentropy_forward_backward(l2, d2, logits, targets, N, V, Vp, dloss, 0); }, 2, 10);
+    char shape[96], note[160];
+    snprintf(shape, sizeof(shape), "%s N=%d Vp=%d", preset, N, Vp);
+    snprintf(note, sizeof(note), "v1 the row read twice from global memory; v2 %s", crossentropy_row_smem(logits, Vp) ?
+             "the row kept in shared memory (cp.async), 8-byte dlogits stores" : "the same (the row does not fit)");
+    cuda_print_compare("crossentropy_forward_backward", shape, ms1, ms2, note);
+    void* bufs[] = {logits, d1, d2, l1, l2, targets};
+    for (void* p : bufs) CUDA_CHECK(cudaFree(p));
+    return same;
+}
+
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    bool validate_only = false, small = false, compare_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
+        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
+        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
+        else { fprintf(stderr, "usage: dev_crossentropy [--validate-only] [--small] [--compare]\n"); return 2; }
+    }
     if (!cuda_device_present()) { printf("SKIP dev_crossentropy: no CUDA device\n"); return 77; }
+    if (compare_only) {
+        bool ok = true;
+        for (const char* name : {"llama300m", "llama600m"}) {
+            LlamaConfig c = {};
+            llama_preset(name, &c);
+            ok &= compare(name, 4 * c.T, c.V, c.Vp);
+        }
+        return ok ? 0 : 1;
+    }
     bool ok = validate("dev_crossentropy.odd_V1000_Vp1003", 64, 1000, 1003, 3.0f, 1);
-    ok &= validate("dev_crossentropy.gpt2_vocab", 512, LLAMA_GPT2_VOCAB, LLAMA_GPT2_VOCAB_PADDED, 5.0f, 2);
-    ok &= validate("dev_crossentropy.gpt2_vocab_peaked", 64, LLAMA_GPT2_VOCAB, LLAMA_GPT2_VOCAB_PADDED, 40.0f, 3);
+    ok &= validate("dev_crossentropy.gpt2_vocab", small ? 64 : 512, LLAMA_GPT2_VOCAB, LLAMA_GPT2_VOCAB_PADDED, 5.0f, 2);
+    ok &= validate("dev_crossentropy.gpt2_vocab_peaked", small ? 16 : 64, LLAMA_GPT2_VOCAB, LLAMA_GPT2_VOCAB_PADDED, 40.0f, 3);
+    // a vocabulary of whole float4s with a scalar tail below Vp (V % 4 = 2)
+    ok &= validate("dev_crossentropy.odd_V998_Vp1000", 32, 998, 1000, 3.0f, 4);
     const char* real[] = {"llama300m", "llama600m"};
     uint64_t seed = 10;
     for (const char* name : real) {
+        if (small) break;
         LlamaConfig c = {};
         llama_preset(name, &c);
         std::string tag = std::string("dev_crossentropy.") + name + "_N" + std::to_string(4 * c.T);

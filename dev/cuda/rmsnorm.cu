@@ -8,17 +8,19 @@
 // check the += contract, and are compared as accumulated parts (after minus before).
 // Shapes (N = B*T rows of C): every preset at its real shape, B=4 and the preset's T: tiny
 // 1024 x 128, d12 4096 x 768, llama300m 16384 x 1024, llama600m 8192 x 1536, plus an odd
-// 77 x 100 and 300 x 40 (three dweight slabs, the last one short). Full tensors: the reference is
-// two passes over N*C (about 0.2 s on one core at llama300m). The slab version of dweight is
-// not yet measured on a GPU (it sums runs of 16 rows where version 1 summed N/32).
-// Version 1 of the dweight kernel (one block per 32 columns, 32 rows of threads walking all N
-// rows: 32 blocks at C = 1024) is kept here as the reference that --compare times llmc/'s
-// against; every validation also checks it against the CPU.
+// 77 x 100, 300 x 40 (ten dweight slabs, the last one short) and 45 x 1600 (too wide for the
+// one-pass backward). Full tensors: the reference is two passes over N*C (about 0.2 s on one core
+// at llama300m). The backward runs both ways where the row fits (one pass, and the row kernel
+// with the separate dweight kernel), each checked against the CPU and against the other: the
+// same bits.
+// Version 1 of the backward (a block of 8 rows, one warp each; then a dweight kernel that reads
+// dout and x again, 128-row slabs, each column's partials added by one thread) is kept here as the
+// reference that --compare times llmc/'s against; every validation also checks it against the CPU.
 // Usage: build/dev_rmsnorm [--validate-only] [--small] [--compare]
 //   --small: validations at the odd shapes and tiny only (what dev/emu runs);
-//   --compare: the dweight kernel, version 1 against llmc/'s, at llama300m's and llama600m's real
-//   shapes (COMPARE lines for dev/bench_small_kernels.sh; the two results checked against each
-//   other to the fp32 bound, no CPU reference);
+//   --compare: the backward, version 1 against llmc/'s, at llama300m's and llama600m's real
+//   shapes (COMPARE lines for dev/bench_small_kernels.sh; dinp and its bf16 copy bitwise, dweight
+//   to the fp32 bound, no CPU reference);
 //   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -29,32 +31,67 @@
 static const double TOL_BF16 = 8e-3;
 static const double TOL_FP32 = 1e-4;
 
-// Version 1 of rmsnorm_backward_dweight_kernel: block (32 columns, 32 rows of threads), one block
-// per 32 columns, each thread summing every 32nd row of its column, then a shared-memory tree.
-static const int DW_V1_ROWS = 32;
-// dweight (C) +=, dout (N, C), inp (N, C), rstd (N)
-__global__ void rmsnorm_backward_dweight_v1_kernel(float* dweight, const bf16* dout, const float* inp,
+// Version 1 of the backward: rmsnorm_backward_kernel one warp per row, 8 rows a block; then the
+// dweight partials of 128-row slabs (block (32 columns, 8 rows of threads)) from dout and x read
+// again, and one thread per column adding its partials in slab order.
+static const int V1_ROWS = 8, V1_SLAB = 128;
+__global__ void rmsnorm_backward_v1_kernel(float* dinp, bf16* dinp_bf16, const bf16* dout, const float* inp,
+                                           const float* weight, const float* rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float r = rstd[row];
+    float dot = 0.0f;
+    for (int c = lane; c < C; c += 32) dot += (weight[c] * __bfloat162float(dout[base + c])) * (inp[base + c] * r);
+    dot = cuda_warp_sum(dot);
+    float m = dot / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        float g = weight[c] * __bfloat162float(dout[base + c]);
+        float v = dinp[base + c] + r * (g - (inp[base + c] * r) * m);
+        dinp[base + c] = v;
+        if (dinp_bf16 != NULL) dinp_bf16[base + c] = __float2bfloat16(v);
+    }
+}
+
+__global__ void rmsnorm_backward_dweight_v1_kernel(float* partials, const bf16* dout, const float* inp,
                                                    const float* rstd, int N, int C) {
-    __shared__ float part[DW_V1_ROWS][33];
+    __shared__ float part[V1_ROWS][33];
     int c = blockIdx.x * 32 + threadIdx.x;
+    int n0 = blockIdx.y * V1_SLAB, n1 = n0 + V1_SLAB < N ? n0 + V1_SLAB : N;
     float acc = 0.0f;
     if (c < C) {
-        for (int n = threadIdx.y; n < N; n += DW_V1_ROWS) {
+        for (int n = n0 + threadIdx.y; n < n1; n += V1_ROWS) {
             size_t i = (size_t)n * C + c;
             acc += __bfloat162float(dout[i]) * (inp[i] * rstd[n]);
         }
     }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
-    for (int s = DW_V1_ROWS / 2; s > 0; s >>= 1) {
+    for (int s = V1_ROWS / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.y < s) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
         __syncthreads();
     }
-    if (threadIdx.y == 0 && c < C) dweight[c] += part[0][threadIdx.x];
+    if (threadIdx.y == 0 && c < C) partials[(size_t)blockIdx.y * C + c] = part[0][threadIdx.x];
 }
 
-static void rmsnorm_backward_dweight_v1(float* dweight, const bf16* dout, const float* inp, const float* rstd, int N, int C) {
-    rmsnorm_backward_dweight_v1_kernel<<<cuda_ceil_div(C, 32), dim3(32, DW_V1_ROWS)>>>(dweight, dout, inp, rstd, N, C);
+__global__ void rmsnorm_backward_dweight_finish_v1_kernel(float* dweight, const float* partials, int slabs, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int s = 0; s < slabs; s++) acc += partials[(size_t)s * C + c];
+    dweight[c] += acc;
+}
+
+// scratch: ceil(N / 128) x C floats (rmsnorm_dweight_scratch_floats(N, C) is more)
+static void rmsnorm_backward_v1(float* dinp, bf16* dinp_bf16, float* dweight, float* scratch, const bf16* dout,
+                               const float* inp, const float* weight, const float* rstd, int N, int C) {
+    rmsnorm_backward_v1_kernel<<<cuda_ceil_div(N, V1_ROWS), V1_ROWS * 32>>>(dinp, dinp_bf16, dout, inp, weight, rstd, N, C);
+    KERNEL_CHECK();
+    int slabs = cuda_ceil_div(N, V1_SLAB);
+    rmsnorm_backward_dweight_v1_kernel<<<dim3(cuda_ceil_div(C, 32), slabs), dim3(32, V1_ROWS)>>>(scratch, dout, inp, rstd, N, C);
+    KERNEL_CHECK();
+    rmsnorm_backward_dweight_finish_v1_kernel<<<cuda_ceil_div(C, 256), 256>>>(dweight, scratch, slabs, C);
     KERNEL_CHECK();
 }
 
@@ -85,26 +122,43 @@ static bool validate(const char* tag, int N, int C, uint64_t seed) {
     got = cuda_download(d_rstd, N);
     ok &= cuda_check_close((t + ".forward_rstd").c_str(), got.data(), ref_rstd.data(), N, TOL_FP32);
 
-    // backward from the reference rstd on both sides, so only the backward is measured
+    // backward from the reference rstd on both sides, so only the backward is measured; each way
+    // (fused: 1 one pass, 0 the row kernel and the dweight kernel; 2 version 1) from the same start
     CUDA_CHECK(cudaMemcpy(d_rstd, ref_rstd.data(), N * sizeof(float), cudaMemcpyHostToDevice));
     std::vector<float> ref_dinp = dinp0, ref_dw = dw0;
     rmsnorm_backward_cpu(ref_dinp.data(), ref_dw.data(), dout.data(), inp.data(), w.data(), ref_rstd.data(), N, C);
-    rmsnorm_backward(d_dinp, d_dinp16, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0);
-    std::vector<float> got_dinp = cuda_download(d_dinp, ref_dinp.size());
-    std::vector<float> got16 = cuda_download_float(d_dinp16, ref_dinp.size());
-    ok &= cuda_check_close((t + ".backward_dinp_bf16_copy").c_str(), got16.data(), ref_dinp.data(), ref_dinp.size(), TOL_BF16);
-    for (size_t i = 0; i < got_dinp.size(); i++) { got_dinp[i] -= dinp0[i]; ref_dinp[i] -= dinp0[i]; }
-    ok &= cuda_check_close((t + ".backward_dinp_accum").c_str(), got_dinp.data(), ref_dinp.data(), ref_dinp.size(), TOL_FP32);
-    got = cuda_download(d_dw, C);
-    for (int i = 0; i < C; i++) { got[i] -= dw0[i]; ref_dw[i] -= dw0[i]; }
-    ok &= cuda_check_close((t + ".backward_dweight_accum").c_str(), got.data(), ref_dw.data(), C, TOL_FP32);
-
-    // version 1 of the dweight kernel, on the same inputs and the same starting dweight
-    CUDA_CHECK(cudaMemcpy(d_dw, dw0.data(), C * sizeof(float), cudaMemcpyHostToDevice));
-    rmsnorm_backward_dweight_v1(d_dw, d_dout, d_inp, d_rstd, N, C);
-    got = cuda_download(d_dw, C);
-    for (int i = 0; i < C; i++) got[i] -= dw0[i];
-    ok &= cuda_check_close((t + ".backward_dweight_v1_accum").c_str(), got.data(), ref_dw.data(), C, TOL_FP32);
+    std::vector<float> ref_part = ref_dinp, ref_dw_part = ref_dw;
+    for (size_t i = 0; i < ref_part.size(); i++) ref_part[i] -= dinp0[i];
+    for (int i = 0; i < C; i++) ref_dw_part[i] -= dw0[i];
+    std::vector<float> first_dinp, first16, first_dw;
+    for (int way : {1, 0, 2}) {
+        if (way == 1 && C > RMSNORM_FUSED_MAX_C) continue;
+        std::string w_t = t + (way == 1 ? ".backward_one_pass" : way == 0 ? ".backward_two_kernels" : ".backward_v1");
+        CUDA_CHECK(cudaMemcpy(d_dinp, dinp0.data(), dinp0.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_dw, dw0.data(), C * sizeof(float), cudaMemcpyHostToDevice));
+        if (way == 2) rmsnorm_backward_v1(d_dinp, d_dinp16, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C);
+        else rmsnorm_backward(d_dinp, d_dinp16, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0, way);
+        std::vector<float> got_dinp = cuda_download(d_dinp, ref_dinp.size());
+        std::vector<float> got16 = cuda_download_float(d_dinp16, ref_dinp.size());
+        std::vector<float> got_dw = cuda_download(d_dw, C);
+        ok &= cuda_check_close((w_t + "_dinp_bf16_copy").c_str(), got16.data(), ref_dinp.data(), ref_dinp.size(), TOL_BF16);
+        std::vector<float> part = got_dinp, dw_part = got_dw;
+        for (size_t i = 0; i < part.size(); i++) part[i] -= dinp0[i];
+        for (int i = 0; i < C; i++) dw_part[i] -= dw0[i];
+        ok &= cuda_check_close((w_t + "_dinp_accum").c_str(), part.data(), ref_part.data(), part.size(), TOL_FP32);
+        ok &= cuda_check_close((w_t + "_dweight_accum").c_str(), dw_part.data(), ref_dw_part.data(), C, TOL_FP32);
+        if (first_dinp.empty()) {
+            first_dinp = got_dinp; first16 = got16; first_dw = got_dw;
+            continue;
+        }
+        // llmc/'s two ways: the same bits; version 1: the same dinp, dweight summed in another order
+        bool same = memcmp(got_dinp.data(), first_dinp.data(), got_dinp.size() * sizeof(float)) == 0 &&
+                    memcmp(got16.data(), first16.data(), got16.size() * sizeof(float)) == 0;
+        if (way != 2) same = same && memcmp(got_dw.data(), first_dw.data(), C * sizeof(float)) == 0;
+        std::string what = w_t + (way == 2 ? "_dinp_bitwise_llmc" : "_bitwise_one_pass");
+        printf("%s %s\n", same ? "PASS" : "FAIL", what.c_str());
+        ok &= same;
+    }
 
     void* bufs[] = {d_inp, d_w, d_dout, d_dinp, d_dw, d_out, d_dinp16, d_rstd, d_scratch};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
@@ -130,39 +184,53 @@ static void bench(const char* preset, int N, int C) {
     cuda_print_bench(what, ms, (double)N * C * (4 + 2), 0);
     ms = cuda_bench_ms([&] { rmsnorm_backward(dinp, dinp16, dw, scratch, out, inp, w, rstd, N, C, 0); }, 3, 20);
     snprintf(what, sizeof(what), "%s rmsnorm_backward (+ bf16 copy)", preset);
-    // dinp row pass reads dout, inp, dinp and writes dinp, dinp16; the dweight pass reads dout, inp
-    cuda_print_bench(what, ms, (double)N * C * (2 + 4 + 4 + 4 + 2 + 2 + 4), 0);
+    // reads dout, inp, dinp and writes dinp, dinp16 (one pass; wider rows read dout and inp again)
+    cuda_print_bench(what, ms, (double)N * C * (2 + 4 + 4 + 4 + 2 + (C <= RMSNORM_FUSED_MAX_C ? 0 : 2 + 4)), 0);
     void* bufs[] = {inp, w, out, rstd, dinp, dinp16, dw, scratch};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
 }
 
-// The dweight kernel alone, version 1 against llmc/'s, at the shape (N, C): the two results
-// within the fp32 bound of each other (both fp32 column sums, in other orders), then the times.
+// The backward, version 1 against llmc/'s, at the shape (N, C): dinp and its bf16 copy bitwise
+// equal (the same arithmetic per row), dweight within the fp32 bound (column sums in other
+// orders), then the times.
 static bool compare(const char* preset, int N, int C) {
     bf16* dout = cuda_malloc<bf16>((size_t)N * C);
     float* inp = cuda_malloc<float>((size_t)N * C);
+    float* w = cuda_malloc<float>(C);
     float* rstd = cuda_malloc<float>(N);
+    float* dinp1 = cuda_malloc<float>((size_t)N * C);
+    float* dinp2 = cuda_malloc<float>((size_t)N * C);
+    bf16* d16_1 = cuda_malloc<bf16>((size_t)N * C);
+    bf16* d16_2 = cuda_malloc<bf16>((size_t)N * C);
     float* dw1 = cuda_malloc<float>(C);
     float* dw2 = cuda_malloc<float>(C);
     float* scratch = cuda_malloc<float>(rmsnorm_dweight_scratch_floats(N, C));
     cuda_fill_uniform(dout, (size_t)N * C, 1, 1.0f);
     cuda_fill_uniform(inp, (size_t)N * C, 2, 2.0f);
-    cuda_fill_uniform(rstd, N, 3, 1.0f);
+    cuda_fill_uniform(w, C, 3, 1.0f);
+    cuda_fill_uniform(rstd, N, 4, 1.0f);
+    cuda_fill_uniform(dinp1, (size_t)N * C, 5, 1.0f);
+    CUDA_CHECK(cudaMemcpy(dinp2, dinp1, (size_t)N * C * sizeof(float), cudaMemcpyDeviceToDevice));
     CUDA_CHECK(cudaMemset(dw1, 0, C * sizeof(float)));
     CUDA_CHECK(cudaMemset(dw2, 0, C * sizeof(float)));
-    rmsnorm_backward_dweight_v1(dw1, dout, inp, rstd, N, C);
-    rmsnorm_backward_dweight(dw2, scratch, dout, inp, rstd, N, C, 0);
+    rmsnorm_backward_v1(dinp1, d16_1, dw1, scratch, dout, inp, w, rstd, N, C);
+    rmsnorm_backward(dinp2, d16_2, dw2, scratch, dout, inp, w, rstd, N, C, 0);
     std::vector<float> g1 = cuda_download(dw1, C), g2 = cuda_download(dw2, C);
-    char shape[96];
+    std::string t = std::string("dev_rmsnorm.compare.") + preset;
+    bool ok = cuda_check_close((t + ".dweight_v2_vs_v1").c_str(), g2.data(), g1.data(), C, TOL_FP32);
+    std::vector<float> a1 = cuda_download(dinp1, (size_t)N * C), a2 = cuda_download(dinp2, (size_t)N * C);
+    std::vector<float> b1 = cuda_download_float(d16_1, (size_t)N * C), b2 = cuda_download_float(d16_2, (size_t)N * C);
+    bool same = memcmp(a1.data(), a2.data(), a1.size() * sizeof(float)) == 0 && memcmp(b1.data(), b2.data(), b1.size() * sizeof(float)) == 0;
+    printf("%s %s.dinp_v2_vs_v1_bitwise\n", same ? "PASS" : "FAIL", t.c_str());
+    ok &= same;
+    float ms1 = cuda_bench_ms([&] { rmsnorm_backward_v1(dinp1, d16_1, dw1, scratch, dout, inp, w, rstd, N, C); }, 3, 20);
+    float ms2 = cuda_bench_ms([&] { rmsnorm_backward(dinp2, d16_2, dw2, scratch, dout, inp, w, rstd, N, C, 0); }, 3, 20);
+    char shape[96], note[160];
     snprintf(shape, sizeof(shape), "%s N=%d C=%d", preset, N, C);
-    bool ok = cuda_check_close((std::string("dev_rmsnorm.compare.") + preset + ".dweight_v2_vs_v1").c_str(), g2.data(), g1.data(), C, TOL_FP32);
-    float ms1 = cuda_bench_ms([&] { rmsnorm_backward_dweight_v1(dw1, dout, inp, rstd, N, C); }, 3, 20);
-    float ms2 = cuda_bench_ms([&] { rmsnorm_backward_dweight(dw2, scratch, dout, inp, rstd, N, C, 0); }, 3, 20);
-    char note[128];
-    snprintf(note, sizeof(note), "v1 %d blocks; v2 %d blocks of %d-row slabs + an ordered sum", cuda_ceil_div(C, 32),
-             cuda_ceil_div(C, 32) * cuda_ceil_div(N, RMSNORM_DW_SLAB), RMSNORM_DW_SLAB);
-    cuda_print_compare("rmsnorm_backward_dweight", shape, ms1, ms2, note);
-    void* bufs[] = {dout, inp, rstd, dw1, dw2, scratch};
+    snprintf(note, sizeof(note), "v1 rows, then dweight reading dout and x again; v2 %s", C <= RMSNORM_FUSED_MAX_C ?
+             "one pass, dweight partials of 32-row slabs in shared memory" : "rows, then dweight (too wide for one pass)");
+    cuda_print_compare("rmsnorm_backward", shape, ms1, ms2, note);
+    void* bufs[] = {dout, inp, w, rstd, dinp1, dinp2, d16_1, d16_2, dw1, dw2, scratch};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     return ok;
 }
@@ -187,8 +255,10 @@ int main(int argc, char** argv) {
         return ok ? 0 : 1;
     }
     bool ok = validate("dev_rmsnorm.odd_N77_C100", 77, 100, 5);
-    // N = 300: three slabs, the last one short
+    // N = 300: ten slabs, the last one short
     ok &= validate("dev_rmsnorm.odd_N300_C40", 300, 40, 6);
+    // a row wider than the one-pass backward's shared memory
+    ok &= validate("dev_rmsnorm.wide_N45_C1600", 45, 1600, 7);
     for (const char* name : presets) {
         if (small && strcmp(name, "tiny") != 0) continue;
         LlamaConfig c = {};

@@ -11,7 +11,7 @@
 # availability, NCCL's own behaviour, and any timing (every event reads 1 ms).
 #
 # Usage: bash dev/emu/build.sh [OUT]   (default build/emu) -> OUT/train_llama, OUT/test_llama_gpu,
-#        OUT/dev_{geofp8,attention,rmsnorm,rope,muon,matmul,global_norm,adamw}, OUT/test_blas_shim,
+#        OUT/dev_{geofp8,attention,rmsnorm,crossentropy,rope,muon,matmul,global_norm,adamw}, OUT/test_blas_shim,
 #        OUT/test_fp8_device, OUT/test_mma_layout; run them from OUT/src (a rewritten copy of the
 #        sources, with data/ linked).
 # Nothing is rebuilt when OUT is newer than every source it is made from (OUT/BUILT records the
@@ -56,7 +56,7 @@ build train_llama.cu train_llama &
 build test/test_llama_gpu.cu test_llama_gpu &
 build dev/cuda/geofp8.cu dev_geofp8 &
 build dev/cuda/attention.cu dev_attention &
-for op in rmsnorm rope muon matmul global_norm adamw; do build dev/cuda/$op.cu dev_$op & done
+for op in rmsnorm crossentropy rope muon matmul global_norm adamw; do build dev/cuda/$op.cu dev_$op & done
 build test/test_blas_shim.cu test_blas_shim &
 build test/test_fp8_device.cu test_fp8_device &
 build test/test_mma_layout.cu test_mma_layout &
@@ -64,4 +64,4 @@ fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
 [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
 touch "$OUT/BUILT"
-echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_{geofp8,attention,rmsnorm,rope,muon,matmul,global_norm,adamw}, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout (run them from $OUT/src)"
+echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_{geofp8,attention,rmsnorm,crossentropy,rope,muon,matmul,global_norm,adamw}, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout (run them from $OUT/src)"

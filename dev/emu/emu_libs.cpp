@@ -41,10 +41,13 @@ unsigned int emu_reduce_add_u32(unsigned int v) {
 }
 
 extern "C" {
-cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {  // sm_90, or $EMU_SM (e.g. 80)
+// sm_90, or $EMU_SM (e.g. 80): the compute capability and the opt-in shared memory of a block
+// (227 KB on sm_90, 163 KB on sm_80: the CUDA programming guide's table); 0 for anything else
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
     const char* sm = getenv("EMU_SM");
     int cc = sm ? atoi(sm) : 90;
-    *v = a == cudaDevAttrComputeCapabilityMajor ? cc / 10 : a == cudaDevAttrComputeCapabilityMinor ? cc % 10 : 0;
+    if (a == cudaDevAttrMaxSharedMemoryPerBlockOptin) *v = cc >= 90 ? 227 * 1024 : cc >= 80 ? 163 * 1024 : 0;
+    else *v = a == cudaDevAttrComputeCapabilityMajor ? cc / 10 : a == cudaDevAttrComputeCapabilityMinor ? cc % 10 : 0;
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) { if (d != 0) xdie("cudaSetDevice: only device 0"); return cudaSuccess; }
