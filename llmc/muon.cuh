@@ -21,6 +21,16 @@
 // "+ b S" and "+ a X" terms come in as C and nothing is copied: the iterate ping-pongs between
 // two buffers (the first version, on cublasGemmStridedBatchedEx, which accumulates into C itself,
 // copied S and X once each per iteration; dev/cuda/muon.cu keeps it as version 1).
+// Gram matrix: S = X Xᵀ is symmetric, so where m is a multiple of 128 it is computed as
+// MUON_GRAM_BLOCKS column blocks of width w = m / 4, block j only from its diagonal block down
+// (S[jw:m, jw:jw+w] = X[jw:m] X[jw:jw+w]ᵀ, one batched product each: 5/8 of the full product's
+// flops), and the blocks above the diagonal blocks copied from their mirror images (what
+// muon.h's cblas_ssyrk does on the CPU). Every element is the same dot product the full
+// product computes (x·y = y·x term by term), though cuBLASLt may sum it in another order for
+// another shape: the bits can differ from the one-product Gram matrix. With the ~0.84 of the
+// iteration's flops left at llama300m's and llama600m's shapes, modelled 1.2 and 4.0 ms a step
+// less there (the H200's Newton–Schulz times of c950ed2, 8.5 and 26.9 ms a step, at the same
+// rate, less the copy); not yet measured on a GPU.
 // Precision: momentum and the weight update in fp32 (as the CPU); the Frobenius norm in fp64
 // with a fixed reduction order; the iteration in bf16 with fp32 accumulation, as Keller Jordan's
 // reference runs it. The output's singular values land in roughly [0.7, 1.2] either way, so bf16
@@ -35,6 +45,7 @@
 static const int MUON_BLOCK = 256;
 static const int MUON_NORM_CHUNKS = 64;  // partial sums per matrix of the Frobenius norm
 static const int MUON_TILE = 32;         // transpose tile (MUON_TILE x MUON_TILE, 8 rows of threads)
+static const int MUON_GRAM_BLOCKS = 4;   // column blocks of the Gram matrix (m a multiple of 4 x MUON_TILE)
 
 // Scratch for one batched update; grown on demand (muon_workspace_reserve at setup keeps the
 // training loop free of allocations).
@@ -196,6 +207,41 @@ __global__ void muon_apply_kernel(float* W, bf16* W_bf16, const bf16* x, int row
     }
 }
 
+// S (batch, m, m): every MUON_TILE x MUON_TILE tile above the diagonal blocks of width w (block of
+// its rows < block of its columns) = the transpose of its mirror tile below. Grid (m / MUON_TILE,
+// m / MUON_TILE, batch), block (MUON_TILE, 8); w a multiple of MUON_TILE.
+__global__ void muon_gram_mirror_kernel(bf16* S, int m, int w) {
+    __shared__ bf16 tile[MUON_TILE][MUON_TILE + 2];
+    int r0 = blockIdx.y * MUON_TILE, c0 = blockIdx.x * MUON_TILE;  // the tile written
+    if (r0 / w >= c0 / w) return;
+    bf16* s = S + (size_t)blockIdx.z * m * m;
+    for (int i = threadIdx.y; i < MUON_TILE; i += blockDim.y)  // its mirror: rows c0.., columns r0..
+        tile[i][threadIdx.x] = s[(size_t)(c0 + i) * m + r0 + threadIdx.x];
+    __syncthreads();
+    for (int i = threadIdx.y; i < MUON_TILE; i += blockDim.y)
+        s[(size_t)(r0 + i) * m + c0 + threadIdx.x] = tile[threadIdx.x][i];
+}
+
+// S = X Xᵀ on the batch: X (batch, m, n), S (batch, m, m), both bf16 row-major; in column blocks
+// from the diagonal down and mirrored where m is a multiple of MUON_GRAM_BLOCKS x MUON_TILE, one
+// product otherwise (blocks = 1 forces it; the checks compare the two).
+static inline void muon_gram(bf16* S, const bf16* X, int m, int n, int batch, cudaStream_t stream,
+                             int blocks = MUON_GRAM_BLOCKS) {
+    const long long smn = (long long)m * n, smm = (long long)m * m;
+    if (blocks <= 1 || m % (blocks * MUON_TILE) != 0) {
+        matmul_cublaslt(S, CUDA_R_16BF, NULL, X, X, m, m, n, false, true, n, n, m, 1.0f, 0.0f, batch, smn, smn, smm, stream);
+        return;
+    }
+    int w = m / blocks;
+    for (int j = 0; j < blocks; j++) {
+        size_t r = (size_t)j * w;  // rows r.. of X against rows r..r+w: S[r:m, r:r+w]
+        matmul_cublaslt(S + r * m + r, CUDA_R_16BF, NULL, X + r * n, X + r * n, m - (int)r, w, n, false, true, n, n, m,
+                        1.0f, 0.0f, batch, smn, smn, smm, stream);
+    }
+    muon_gram_mirror_kernel<<<dim3(m / MUON_TILE, m / MUON_TILE, batch), dim3(MUON_TILE, 8), 0, stream>>>(S, m, w);
+    KERNEL_CHECK();
+}
+
 // ----------------------------------------------------------------------------
 // Newton–Schulz and the update
 
@@ -203,11 +249,11 @@ __global__ void muon_apply_kernel(float* W, bf16* W_bf16, const bf16* x, int row
 // bf16 result in the wide orientation (batch, m, n): one of ws->x0 / ws->x1, each matrix stored
 // (cols, rows) when rows > cols.
 // Each iteration, on the row-major (m, n) iterate X (matmul_cublaslt: D = alpha op(A) op(B) + beta C):
-//   S  = X Xᵀ          (m, m)   A = X, B = X read transposed
+//   S  = X Xᵀ          (m, m)   muon_gram (A = X, B = X read transposed, by column blocks)
 //   P  = c S S + b S   (m, m)   A = B = S, C = S, D = P
 //   X' = P X + a X     (m, n)   A = P, B = X, C = X, D = the other iterate
 static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, int batch, const MuonConfig* cfg,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, int gram_blocks = MUON_GRAM_BLOCKS) {
     const bool tall = rows > cols;
     const int m = tall ? cols : rows, n = tall ? rows : cols;
     const size_t rc = (size_t)rows * cols;
@@ -220,7 +266,7 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
     bf16* cur = ws->x0;
     bf16* nxt = ws->x1;
     for (int it = 0; it < cfg->ns_steps; it++) {
-        matmul_cublaslt(ws->s, CUDA_R_16BF, NULL, cur, cur, m, m, n, false, true, n, n, m, 1.0f, 0.0f, batch, smn, smn, smm, stream);
+        muon_gram(ws->s, cur, m, n, batch, stream, gram_blocks);
         matmul_cublaslt(ws->p, CUDA_R_16BF, ws->s, ws->s, ws->s, m, m, m, false, false, m, m, m, cfg->c, cfg->b, batch, smm, smm, smm,
                         stream);
         matmul_cublaslt(nxt, CUDA_R_16BF, cur, ws->p, cur, m, n, m, false, false, m, n, n, 1.0f, cfg->a, batch, smm, smn, smn, stream);
