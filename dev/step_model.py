@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""step_model.py — what the kernel changes made since the last GPU run (commit c950ed2, one H200,
+2026-12-04) are expected to take off a training step of llama300m (B 4, T 4096) and llama600m
+(B 4, T 2048): each change's kernels, their time a step as measured there, the time modelled
+after the change, and the step that leaves. A prediction to check on a GPU, not a measurement.
+
+  python3 dev/step_model.py            # the table, a row per change and model
+  python3 dev/step_model.py --csv
+
+How each change is modelled, from the time its kernels took on the H200:
+  flash launch orders   the forward and backward as measured at c950ed2 (16 calls a step each),
+                        times dev/flash_model.py's ratio of the new order to the old for the same
+                        kernel (the model counts no waits for a dQ turn; see its header)
+  rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
+  in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
+                        moves (16 an element, against 22, plus the partials written and read) at
+                        the rate the two kernels reached
+  cross-entropy row     the backward (ncu, 5ec15b9; unchanged until now), once a step; after: 6
+  in shared memory      bytes an element against 10 (the logits read once, not twice) at the rate
+                        it reached. If its second read had come from L2 rather than HBM, or one
+                        block an SM (against two) leaves HBM idle between the passes, the gain
+                        is smaller: the least likely part of the table
+  flash row dots        ncu, 5ec15b9 (llama300m; at llama600m below the profile's top 30, not
+                        modelled), 16 calls a step; after: its bytes (dO and O, lse in, the rows
+                        out) at the rmsnorm backward's measured rate
+  Muon Gram matrix      Newton–Schulz as timed by bench_small_kernels at c950ed2 (autotuned), per
+  in column blocks      group of L matrices; after: the same rate on the flops left (X Xᵀ at 5/8,
+                        so 4 m²n + 2 m³ becomes 3.25 m²n + 2 m³ an iteration), plus the mirror
+                        copy (3/8 of S read and written, bf16) at 3 TB/s
+The changes do not interact, so the savings add. The step times come from
+dev/gpu_results_c950ed2.txt; the ncu times from the profile of 5ec15b9 (two steps, each kernel
+alone: docs/gpu.md); the Newton–Schulz times from dev/bench_small_kernels_c950ed2.txt.
+"""
+import csv
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "dev"))
+import cli_util  # noqa: E402
+import flash_model as fm  # noqa: E402
+
+# the models' shapes: N = B T rows of C, L layers, NH heads of HS, and the (rows, cols) of each
+# group of matrices Muon orthogonalizes
+PRESETS = {
+    "llama300m": dict(B=4, T=4096, C=1024, L=16, NH=16, HS=64,
+                      groups={"qkv": (3072, 1024), "proj": (1024, 1024), "fc1": (5632, 1024), "fc2": (1024, 2816)}),
+    "llama600m": dict(B=4, T=2048, C=1536, L=16, NH=12, HS=128,
+                      groups={"qkv": (4608, 1536), "proj": (1536, 1536), "fc1": (8192, 1536), "fc2": (1536, 4096)}),
+}
+# measured on the H200 (ms): the step at c950ed2; per call the flash kernels at c950ed2
+# (dev/flash_measured.csv, 59539db's kernels); the rmsnorm row kernel, the cross-entropy backward
+# and the row dots from the ncu profile of 5ec15b9 (time over 2 steps / calls); the dweight kernel
+# and each Newton–Schulz group (5 iterations, batch L) from bench_small_kernels at c950ed2
+MEASURED = {
+    "llama300m": dict(step=107.3, flash_fwd=0.675, flash_bwd=2.161, rms_row=6.49 / 66, rms_dw=0.0404,
+                      ce=5.67 / 2, rowdot=1.90 / 32, ns={"qkv": 2.1181, "proj": 0.9184, "fc1": 3.5619, "fc2": 1.8781}),
+    "llama600m": dict(step=101.4, flash_fwd=0.290, flash_bwd=1.03, rms_row=5.05 / 66, rms_dw=0.0315,
+                      ce=2.86 / 2, rowdot=None, ns={"qkv": 6.7336, "proj": 2.8838, "fc1": 11.2508, "fc2": 6.0169}),
+}
+TARGETS = {"llama300m": 100.0, "llama600m": 85.0}  # issue 42's step targets, ms
+MIRROR_TBS = 3.0     # the Gram mirror's copy, TB/s (a transpose through shared memory; set, not measured)
+NS_STEPS = 5         # Newton–Schulz iterations (every Muon preset)
+RMS_SLAB = 32        # rows per dweight partial (llmc/rmsnorm.cuh RMSNORM_DW_SLAB)
+GRAM_BLOCKS = 4      # column blocks of X Xᵀ (llmc/muon.cuh MUON_GRAM_BLOCKS)
+
+
+def gram_share(blocks):
+    """The share of X Xᵀ's flops in `blocks` column blocks of width w = m / blocks, block j from its
+    diagonal block down: sum over j of (m - j w) w / m² = (blocks + 1) / (2 blocks)."""
+    return (blocks + 1) / (2.0 * blocks)
+
+
+def flash_ratios(name):
+    """(forward, backward) new / old modelled time of the kernels as built, in the launch orders."""
+    p = PRESETS[name]
+    shape = (p["B"], p["T"], p["NH"], p["NH"], p["HS"])
+    hs = p["HS"]
+    cfg = fm.read_config(os.path.join(REPO, "llmc", "flash_common.cuh"), [hs])
+    ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
+    f, b = cfg[hs]
+    fregs = ptxas.get(("flash_forward_kernel", hs), (None, None))[0]
+    bregs, spill = ptxas.get(("flash_backward_kernel", hs), (None, 0))
+    fwd = [fm.model_forward(f, hs, shape, fm.H200, fregs, order)["ms"] for order in ("head", "tile")]
+    bwd = [fm.model_backward(b, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, spill or 0, (), order)["ms"] for order in ("head", "block")]
+    return fwd[1] / fwd[0], bwd[1] / bwd[0]
+
+
+def rows(name):
+    """[(change, kernels, calls a step, ms a step before, ms a step after)] for one preset."""
+    p, m = PRESETS[name], MEASURED[name]
+    N, C, L = p["B"] * p["T"], p["C"], p["L"]
+    out = []
+    rf, rb = flash_ratios(name)
+    out.append(("flash launch orders", "flash forward", L, L * m["flash_fwd"], L * m["flash_fwd"] * rf))
+    out.append(("flash launch orders", "flash backward", L, L * m["flash_bwd"], L * m["flash_bwd"] * rb))
+    # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
+    calls = 2 * L + 1
+    before = m["rms_row"] + m["rms_dw"]
+    bytes_before = N * C * 22.0
+    bytes_after = N * C * 16.0 + 2 * (-(-N // RMS_SLAB)) * C * 4.0
+    out.append(("rmsnorm backward in one pass", "rmsnorm backward + dweight", calls, calls * before, calls * before * bytes_after / bytes_before))
+    out.append(("cross-entropy row in shared memory", "cross-entropy backward", 1, m["ce"], m["ce"] * 6.0 / 10.0))
+    if m["rowdot"] is not None:
+        rate = bytes_before / (before * 1e-3)  # bytes a second the rmsnorm backward reached
+        rows_n = p["B"] * p["NH"] * p["T"]
+        rd_bytes = 2 * N * p["NH"] * p["HS"] * 2.0 + rows_n * (4 + 8)
+        out.append(("flash row dots, 16 bytes a lane", "flash_rowdot", L, L * m["rowdot"], L * rd_bytes / rate * 1e3))
+    ns_before = ns_after = 0.0
+    for g, (r, c) in p["groups"].items():
+        mm, nn = min(r, c), max(r, c)
+        t = m["ns"][g]
+        ns_before += t
+        if mm % (GRAM_BLOCKS * 32) != 0:  # one product (llmc/muon.cuh: m a multiple of 4 x MUON_TILE)
+            ns_after += t
+            continue
+        # an iteration: S = X Xᵀ 2 m²n (blocks: the share below), S S 2 m³, P X 2 m²n
+        ratio = (2.0 * gram_share(GRAM_BLOCKS) * mm * mm * nn + 2.0 * mm * mm * nn + 2.0 * mm ** 3) / (4.0 * mm * mm * nn + 2.0 * mm ** 3)
+        # the mirror reads and writes the blocks above the diagonal blocks, bf16
+        mirror = NS_STEPS * L * (1.0 - gram_share(GRAM_BLOCKS)) * mm * mm * 2 * 2 / (MIRROR_TBS * 1e12) * 1e3
+        ns_after += t * ratio + mirror
+    out.append(("Muon Gram matrix in column blocks", "Newton–Schulz (4 groups)", 4, ns_before, ns_after))
+    return out
+
+
+def main(argv=None):
+    ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--csv", action="store_true", help="CSV rows instead of the table")
+    a = ap.parse_args(argv)
+    table = []
+    for name in PRESETS:
+        step = MEASURED[name]["step"]
+        total = 0.0
+        for change, kernels, calls, before, after in rows(name):
+            total += before - after
+            table.append([name, change, kernels, calls, "%.2f" % before, "%.2f" % after, "%.2f" % (before - after)])
+        table.append([name, "step", f"measured {step:.1f} ms", "", "%.1f" % step, "%.1f" % (step - total), "%.2f" % total])
+    head = ["model", "change", "kernels", "calls a step", "ms a step before", "ms a step after (modelled)", "saved"]
+    if a.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(head)
+        w.writerows(table)
+    else:
+        print("Modelled, not measured: the changes since c950ed2 on one H200 (see the header for how each is modelled); "
+              "targets: " + ", ".join(f"{k} <= {v:g} ms" for k, v in TARGETS.items()))
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for r in table:
+            print("| " + " | ".join(str(x) for x in r) + " |")
+    return table
+
+
+if __name__ == "__main__":
+    cli_util.run(main)
