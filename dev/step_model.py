@@ -23,10 +23,11 @@ How each change is modelled, from the time its kernels took on the H200:
   flash row dots        ncu, 5ec15b9 (llama300m; at llama600m below the profile's top 30, not
                         modelled), 16 calls a step; after: its bytes (dO and O, lse in, the rows
                         out) at the rmsnorm backward's measured rate
-  Muon Gram matrix      Newton–Schulz as timed by bench_small_kernels at c950ed2 (autotuned), per
-  in column blocks      group of L matrices; after: the same rate on the flops left (X Xᵀ at 5/8,
-                        so 4 m²n + 2 m³ becomes 3.25 m²n + 2 m³ an iteration), plus the mirror
-                        copy (3/8 of S read and written, bf16) at 3 TB/s
+  Muon's S and P       Newton–Schulz as timed by bench_small_kernels at c950ed2 (autotuned), per
+  in column blocks      group of L matrices; after: the same rate on the flops left (X Xᵀ and
+                        S S at 5/8, so 4 m²n + 2 m³ becomes 3.25 m²n + 1.25 m³ an iteration),
+                        plus the two mirror copies (3/8 of S and of P read and written, bf16)
+                        at 3 TB/s
 The changes do not interact, so the savings add. The step times come from
 dev/gpu_results_c950ed2.txt; the ncu times from the profile of 5ec15b9 (two steps, each kernel
 alone: docs/gpu.md); the Newton–Schulz times from dev/bench_small_kernels_c950ed2.txt.
@@ -115,12 +116,13 @@ def rows(name):
         if mm % (GRAM_BLOCKS * 32) != 0:  # one product (llmc/muon.cuh: m a multiple of 4 x MUON_TILE)
             ns_after += t
             continue
-        # an iteration: S = X Xᵀ 2 m²n (blocks: the share below), S S 2 m³, P X 2 m²n
-        ratio = (2.0 * gram_share(GRAM_BLOCKS) * mm * mm * nn + 2.0 * mm * mm * nn + 2.0 * mm ** 3) / (4.0 * mm * mm * nn + 2.0 * mm ** 3)
-        # the mirror reads and writes the blocks above the diagonal blocks, bf16
-        mirror = NS_STEPS * L * (1.0 - gram_share(GRAM_BLOCKS)) * mm * mm * 2 * 2 / (MIRROR_TBS * 1e12) * 1e3
+        # an iteration: S = X Xᵀ 2 m²n and S S 2 m³ (blocks: the share below each), P X 2 m²n
+        share = gram_share(GRAM_BLOCKS)
+        ratio = (2.0 * share * mm * mm * nn + 2.0 * mm * mm * nn + 2.0 * share * mm ** 3) / (4.0 * mm * mm * nn + 2.0 * mm ** 3)
+        # the two mirrors (S and P) read and write the blocks above the diagonal blocks, bf16
+        mirror = 2 * NS_STEPS * L * (1.0 - share) * mm * mm * 2 * 2 / (MIRROR_TBS * 1e12) * 1e3
         ns_after += t * ratio + mirror
-    out.append(("Muon Gram matrix in column blocks", "Newton–Schulz (4 groups)", 4, ns_before, ns_after))
+    out.append(("Muon's S and P in column blocks", "Newton–Schulz (4 groups)", 4, ns_before, ns_after))
     return out
 
 

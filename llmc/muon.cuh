@@ -21,16 +21,16 @@
 // "+ b S" and "+ a X" terms come in as C and nothing is copied: the iterate ping-pongs between
 // two buffers (the first version, on cublasGemmStridedBatchedEx, which accumulates into C itself,
 // copied S and X once each per iteration; dev/cuda/muon.cu keeps it as version 1).
-// Gram matrix: S = X Xᵀ is symmetric, so where m is a multiple of 128 it is computed as
-// MUON_GRAM_BLOCKS column blocks of width w = m / 4, block j only from its diagonal block down
-// (S[jw:m, jw:jw+w] = X[jw:m] X[jw:jw+w]ᵀ, one batched product each: 5/8 of the full product's
-// flops), and the blocks above the diagonal blocks copied from their mirror images (what
-// muon.h's cblas_ssyrk does on the CPU). Every element is the same dot product the full
-// product computes (x·y = y·x term by term), though cuBLASLt may sum it in another order for
-// another shape: the bits can differ from the one-product Gram matrix. With the ~0.84 of the
-// iteration's flops left at llama300m's and llama600m's shapes, modelled 1.2 and 4.0 ms a step
-// less there (the H200's Newton–Schulz times of c950ed2, 8.5 and 26.9 ms a step, at the same
-// rate, less the copy); not yet measured on a GPU.
+// Symmetric products: S = X Xᵀ and P = c S S + b S are symmetric, so where m is a multiple of 128
+// each is computed as MUON_GRAM_BLOCKS column blocks of width w = m / 4, block j only from its
+// diagonal block down (S[jw:m, jw:jw+w] = X[jw:m] X[jw:jw+w]ᵀ, P's likewise: one batched product
+// each, 5/8 of the full product's flops), and the blocks above the diagonal blocks copied from
+// their mirror images (what muon.h's cblas_ssyrk does on the CPU). Every element is the same dot
+// product the full product computes, though cuBLASLt may sum it in another order for another
+// shape: the bits can differ from the one-product way. With 0.75 to 0.80 of the iteration's flops
+// left at llama300m's and llama600m's shapes, modelled 1.5 and 5.0 ms a step less there
+// (dev/step_model.py: the H200's Newton–Schulz times of c950ed2, 8.5 and 26.9 ms a step, at the
+// same rate, plus the copies); not yet measured on a GPU.
 // Precision: momentum and the weight update in fp32 (as the CPU); the Frobenius norm in fp64
 // with a fixed reduction order; the iteration in bf16 with fp32 accumulation, as Keller Jordan's
 // reference runs it. The output's singular values land in roughly [0.7, 1.2] either way, so bf16
@@ -222,13 +222,17 @@ __global__ void muon_gram_mirror_kernel(bf16* S, int m, int w) {
         s[(size_t)(r0 + i) * m + c0 + threadIdx.x] = tile[threadIdx.x][i];
 }
 
+// Whether the symmetric products of an (m, m) Newton–Schulz step go by column blocks: m a multiple
+// of blocks x MUON_TILE (so every block edge is a tile edge of the mirror), blocks > 1.
+static inline bool muon_blocked(int m, int blocks) { return blocks > 1 && m % (blocks * MUON_TILE) == 0; }
+
 // S = X Xᵀ on the batch: X (batch, m, n), S (batch, m, m), both bf16 row-major; in column blocks
-// from the diagonal down and mirrored where m is a multiple of MUON_GRAM_BLOCKS x MUON_TILE, one
-// product otherwise (blocks = 1 forces it; the checks compare the two).
+// from the diagonal down and mirrored where muon_blocked(m, blocks), one product otherwise
+// (blocks = 1 forces it; the checks compare the two).
 static inline void muon_gram(bf16* S, const bf16* X, int m, int n, int batch, cudaStream_t stream,
                              int blocks = MUON_GRAM_BLOCKS) {
     const long long smn = (long long)m * n, smm = (long long)m * m;
-    if (blocks <= 1 || m % (blocks * MUON_TILE) != 0) {
+    if (!muon_blocked(m, blocks)) {
         matmul_cublaslt(S, CUDA_R_16BF, NULL, X, X, m, m, n, false, true, n, n, m, 1.0f, 0.0f, batch, smn, smn, smm, stream);
         return;
     }
@@ -242,6 +246,28 @@ static inline void muon_gram(bf16* S, const bf16* X, int m, int n, int batch, cu
     KERNEL_CHECK();
 }
 
+// P = c S S + b S on the batch (S (batch, m, m) symmetric, so P is too): by the same column blocks
+// from the diagonal down, P[r:m, r:r+w] = c S[r:m, :] S[:, r:r+w] + b S[r:m, r:r+w], then
+// mirrored, where muon_blocked(m, blocks); one product otherwise.
+// C: where "b S" is read (S, or P itself holding a copy of S: dev/cuda/muon.cu's in-place variant).
+static inline void muon_poly(bf16* P, const bf16* S, int m, int batch, float b, float c, cudaStream_t stream,
+                             int blocks = MUON_GRAM_BLOCKS, const bf16* C = NULL) {
+    const long long smm = (long long)m * m;
+    if (C == NULL) C = S;
+    if (!muon_blocked(m, blocks)) {
+        matmul_cublaslt(P, CUDA_R_16BF, C, S, S, m, m, m, false, false, m, m, m, c, b, batch, smm, smm, smm, stream);
+        return;
+    }
+    int w = m / blocks;
+    for (int j = 0; j < blocks; j++) {
+        size_t r = (size_t)j * w;
+        matmul_cublaslt(P + r * m + r, CUDA_R_16BF, C + r * m + r, S + r * m, S + r, m - (int)r, w, m, false, false, m, m, m,
+                        c, b, batch, smm, smm, smm, stream);
+    }
+    muon_gram_mirror_kernel<<<dim3(m / MUON_TILE, m / MUON_TILE, batch), dim3(MUON_TILE, 8), 0, stream>>>(P, m, w);
+    KERNEL_CHECK();
+}
+
 // ----------------------------------------------------------------------------
 // Newton–Schulz and the update
 
@@ -250,7 +276,7 @@ static inline void muon_gram(bf16* S, const bf16* X, int m, int n, int batch, cu
 // (cols, rows) when rows > cols.
 // Each iteration, on the row-major (m, n) iterate X (matmul_cublaslt: D = alpha op(A) op(B) + beta C):
 //   S  = X Xᵀ          (m, m)   muon_gram (A = X, B = X read transposed, by column blocks)
-//   P  = c S S + b S   (m, m)   A = B = S, C = S, D = P
+//   P  = c S S + b S   (m, m)   muon_poly (A = B = S, C = S, D = P, by column blocks)
 //   X' = P X + a X     (m, n)   A = P, B = X, C = X, D = the other iterate
 static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, int batch, const MuonConfig* cfg,
                                        cudaStream_t stream, int gram_blocks = MUON_GRAM_BLOCKS) {
@@ -267,8 +293,7 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
     bf16* nxt = ws->x1;
     for (int it = 0; it < cfg->ns_steps; it++) {
         muon_gram(ws->s, cur, m, n, batch, stream, gram_blocks);
-        matmul_cublaslt(ws->p, CUDA_R_16BF, ws->s, ws->s, ws->s, m, m, m, false, false, m, m, m, cfg->c, cfg->b, batch, smm, smm, smm,
-                        stream);
+        muon_poly(ws->p, ws->s, m, batch, cfg->b, cfg->c, stream, gram_blocks);
         matmul_cublaslt(nxt, CUDA_R_16BF, cur, ws->p, cur, m, n, m, false, false, m, n, n, 1.0f, cfg->a, batch, smm, smn, smn, stream);
         bf16* t = cur; cur = nxt; nxt = t;
     }

@@ -119,10 +119,10 @@ else fail emu.flash_bitwise_in_reverse_block_order "rc=$rc, $(stat -c %s "$TMP/a
 # as version 1 (rmsnorm's one-pass backward: dinp bitwise version 1's, dweight bitwise the
 # two-kernel path's; the cross-entropy backward with the row in shared memory bitwise the one that
 # re-reads it; rope's 16-byte runs bitwise the pair-per-thread kernel; Muon's Newton-Schulz
-# without copies bitwise the one with them, and near the one with X Xᵀ as one product; matmul's
-# autotuning bitwise the untuned GEMMs, its trials on the 3 candidates dev/emu offers, one of which
-# differs; the update reading the clip's scale bitwise a clip pass before it); the fewest PASS
-# lines each must print
+# without copies bitwise the one with them, and near the one with X Xᵀ and S S as one product
+# each; matmul's autotuning bitwise the untuned GEMMs, its trials on the 3 candidates dev/emu
+# offers, one of which differs; the update reading the clip's scale bitwise a clip pass before
+# it); the fewest PASS lines each must print
 for spec in rmsnorm:48 crossentropy:28 rope:14 muon:43 matmul:42 global_norm:6 adamw:16; do
     op=${spec%%:*}; want=${spec#*:}
     timeout 300 "$EMU/dev_$op" --small >"$TMP/dev_$op.out" 2>&1
