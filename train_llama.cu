@@ -641,7 +641,7 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
     int mine = 0;
     // --muon-shard: the matrices one by one (each group's layers), assigned to ranks by
     // muon_shard_owners as the CPU engine does; every rank moves every momentum, the owner
-    // orthogonalizes, its X (bf16, the form muon_newton_schulz returns) is broadcast to all, and
+    // orthogonalizes, its X (bf16, in W's orientation, as muon_newton_schulz returns it) is broadcast to all, and
     // every rank applies it. The X a rank receives is the owner's bit for bit; the owner's X of one
     // matrix alone may differ in the last bits from the batched one (cuBLAS may pick another
     // kernel for another batch count).

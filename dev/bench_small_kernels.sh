@@ -7,7 +7,10 @@
 #   crossentropy_forward_backward  dev_crossentropy --compare   the row read twice -> kept in shared memory
 #   rope_rotate               dev_rope --compare      a pair per thread, 64-bit divisions -> 16-byte runs
 #   muon_newton_schulz        dev_muon --compare      cuBLAS + 2 copies an iteration -> cuBLASLt ping-pong
+#   muon memory passes        dev_muon --compare      a norm pass, tall X transposed -> the norm in the
+#                                                     momentum, W's orientation, 16-byte accesses
 #   matmul                    dev_matmul --compare    the heuristic's first algorithm -> autotuned (same bits)
+#   global_norm_squared       dev_global_norm --compare   a float a step -> 16-byte loads
 #   clip + optimizer          dev_global_norm --compare   a clip pass -> the scale read by the update
 # Each program first checks its two versions against each other (bitwise, or to its fp32 bound);
 # a failed check, a crash or a timeout makes a FAIL row. Meant to take well under 60 s on an H200

@@ -120,10 +120,11 @@ else fail emu.flash_bitwise_in_reverse_block_order "rc=$rc, $(stat -c %s "$TMP/a
 # two-kernel path's; the cross-entropy backward with the row in shared memory bitwise the one that
 # re-reads it; rope's 16-byte runs bitwise the pair-per-thread kernel; Muon's Newton-Schulz
 # without copies bitwise the one with them, and near the one with X Xᵀ and S S as one product
-# each; matmul's autotuning bitwise the untuned GEMMs, its trials on the 3 candidates dev/emu
+# each; Muon's memory passes (the norm in the momentum, W's orientation) bitwise the transposing
+# ones; the 16-byte sum of squares near the one-float one; matmul's autotuning bitwise the untuned GEMMs, its trials on the 3 candidates dev/emu
 # offers, one of which differs; the update reading the clip's scale bitwise a clip pass before
 # it); the fewest PASS lines each must print
-for spec in rmsnorm:48 crossentropy:28 rope:14 muon:43 matmul:42 global_norm:6 adamw:16; do
+for spec in rmsnorm:48 crossentropy:28 rope:14 muon:68 matmul:42 global_norm:8 adamw:16; do
     op=${spec%%:*}; want=${spec#*:}
     timeout 300 "$EMU/dev_$op" --small >"$TMP/dev_$op.out" 2>&1
     rc=$?
@@ -132,6 +133,14 @@ for spec in rmsnorm:48 crossentropy:28 rope:14 muon:43 matmul:42 global_norm:6 a
     if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -ge "$want" ]; then pass "emu.dev_${op}_small: $np checks"
     else fail "emu.dev_${op}_small" "rc=$rc, $np passed (want $want), $nf failed: $(why "$TMP/dev_$op.out")"; fi
 done
+# dev_muon's --compare path (what dev/bench_small_kernels.sh runs on a GPU) at tiny's shapes: its
+# bitwise checks of Newton-Schulz and of the memory passes, one COMPARE line each per group (the
+# emulated times mean nothing)
+timeout 300 "$EMU/dev_muon" --compare --small >"$TMP/dev_muon_cmp.out" 2>&1
+rc=$?
+np=$(grep -c '^PASS dev_muon.compare.tiny' "$TMP/dev_muon_cmp.out"); nc=$(grep -c '^COMPARE ' "$TMP/dev_muon_cmp.out")
+if [ $rc -eq 0 ] && [ "$np" -eq 8 ] && [ "$nc" -eq 8 ]; then pass "emu.dev_muon_compare_small: $np checks, $nc COMPARE lines"
+else fail emu.dev_muon_compare_small "rc=$rc, $np passed (want 8), $nc COMPARE lines (want 8): $(why "$TMP/dev_muon_cmp.out")"; fi
 
 # --attention flash (the default at tiny's head size 32) trains as the unfused cublas path: the
 # same 8 steps on one emulated GPU, per-step losses within bf16 tolerance, the choice in the table

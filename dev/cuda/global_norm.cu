@@ -1,7 +1,8 @@
 // dev/cuda/global_norm.cu — llmc/global_norm.cuh against the CPU engine's norm and clip
 // (llama_grad_norm / llama_clip_grads in train_llama_cpu.cpp, restated here as the fp64 sum of
 // squares and the elementwise scale), then a benchmark.
-// Tolerances: norm 1e-9 relative (both sum squares in fp64, in different orders); the clip is one
+// Tolerances: norm 1e-9 relative (both sum squares in fp64, in different orders; also version 1 of
+// the sum, a float a thread per step, and llmc/'s scalar path on a misaligned buffer); the clip is one
 // fp32 multiply per element, so it must match bitwise; two runs of the norm must agree bitwise.
 // The clip in the trainer is the scale the optimizer kernels read (adamw_update, muon_momentum:
 // grad * scale): version 1, a pass that scales the buffer in place (global_norm_clip below, as it
@@ -16,7 +17,8 @@
 // fixed blocks on every core.
 // Usage: build/dev_global_norm [--validate-only] [--small] [--compare]
 //   --small: the odd n and tiny only (what dev/emu runs);
-//   --compare: llama300m's and llama600m's optimizer step on the clipped gradient, version 1 (a
+//   --compare: llama300m's and llama600m's sum of squares, version 1 against llmc/'s (near: 1e-9),
+//   and their optimizer step on the clipped gradient, version 1 (a
 //   clip pass, then the update) against the update reading the scale (COMPARE lines for
 //   dev/bench_small_kernels.sh; the results checked bitwise equal, no CPU reference);
 //   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
@@ -27,6 +29,25 @@
 #include "../../llmc/global_norm.cuh"
 #include "../../llmc/adamw.cuh"
 #include "../../llmc/muon.cuh"
+
+// Version 1 of the sum of squares: one float a thread per step (GLOBAL_NORM_BLOCKS x GLOBAL_NORM_BLOCK)
+__global__ void v1_global_norm_squared_kernel(double* partials, const float* x, size_t n) {
+    double acc = 0.0;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        double v = (double)x[i];
+        acc += v * v;
+    }
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+static void v1_global_norm_squared(double* out, double* partials, const float* x, size_t n) {
+    v1_global_norm_squared_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_BLOCK>>>(partials, x, n);
+    KERNEL_CHECK();
+    global_norm_finish_kernel<<<1, 1024>>>(out, partials, GLOBAL_NORM_BLOCKS);
+    KERNEL_CHECK();
+}
 
 // Version 1 of the clip: x (n) *= coef, a pass of its own
 __global__ void global_norm_clip_kernel(float* x, size_t n, float coef) {
@@ -129,6 +150,15 @@ static bool validate(const char* tag, size_t n, uint64_t seed) {
     bool ok = rel <= TOL_NORM && memcmp(&g1, &g2, sizeof(double)) == 0;
     printf("%s %s.norm: %.9e vs %.9e, rel err %.3e (tol %.0e), repeat bitwise %s\n", ok ? "PASS" : "FAIL", tag,
            sqrt(g1), sqrt(ss), rel, TOL_NORM, memcmp(&g1, &g2, sizeof(double)) == 0 ? "yes" : "no");
+    // version 1 and the scalar path (x + 1 is not 16-byte aligned: n - 1 elements) to the same bound
+    v1_global_norm_squared(d_out, d_part, d_x, n);
+    double g3 = cuda_download(d_out, 1)[0];
+    global_norm_squared(d_out, d_part, d_x + 1, n - 1, 0);
+    double g4 = cuda_download(d_out, 1)[0], ss4 = ss - (double)x[0] * x[0];
+    double rel3 = fabs(sqrt(g3) - sqrt(ss)) / sqrt(ss), rel4 = fabs(sqrt(g4) - sqrt(ss4)) / sqrt(ss4);
+    bool ok34 = rel3 <= TOL_NORM && rel4 <= TOL_NORM;
+    printf("%s %s.norm_v1_and_scalar_path: rel err %.3e, %.3e (tol %.0e)\n", ok34 ? "PASS" : "FAIL", tag, rel3, rel4, TOL_NORM);
+    ok &= ok34;
     float coef = (float)(1.0 / (sqrt(ss) + 1e-6));
     global_norm_clip(d_x, n, coef, 0);
     // compared chunk by chunk, without a second host copy of the buffer
@@ -206,6 +236,23 @@ static bool compare(const char* preset) {
     bool ok = fold_bitwise((std::string("dev_global_norm.compare.") + preset + ".clip_folded_into_update_bitwise").c_str(), spans, n, coef,
                            &ws, &mc);
     OptState s = opt_alloc(n, 50);
+    // the sum of squares: version 1 (a float a step) against llmc/'s (16-byte loads)
+    double* out = cuda_malloc<double>(1);
+    double* part = cuda_malloc<double>(GLOBAL_NORM_BLOCKS);
+    v1_global_norm_squared(out, part, s.g, n);
+    double n1 = cuda_download(out, 1)[0];
+    global_norm_squared(out, part, s.g, n, 0);
+    double n2 = cuda_download(out, 1)[0];
+    double rel = fabs(sqrt(n1) - sqrt(n2)) / sqrt(n2);
+    printf("%s dev_global_norm.compare.%s.norm_near_v1: rel %.3e (tol %.0e)\n", rel <= TOL_NORM ? "PASS" : "FAIL", preset, rel, TOL_NORM);
+    ok &= rel <= TOL_NORM;
+    float msn1 = cuda_bench_ms([&] { v1_global_norm_squared(out, part, s.g, n); }, 3, 20);
+    float msn2 = cuda_bench_ms([&] { global_norm_squared(out, part, s.g, n, 0); }, 3, 20);
+    char nshape[96];
+    snprintf(nshape, sizeof(nshape), "%s n=%zu (%.0f MB read)", preset, n, n * 4.0 / 1e6);
+    cuda_print_compare("global_norm_squared", nshape, msn1, msn2, "v1 a float a thread per step; v2 16-byte loads, four in flight");
+    void* nb[] = {out, part};
+    for (void* b : nb) CUDA_CHECK(cudaFree(b));
     float ms1 = cuda_bench_ms([&] { global_norm_clip(s.g, n, 0.999f, 0); opt_step(&s, spans, 1.0f, &ws, &mc); }, 2, 10);
     float ms2 = cuda_bench_ms([&] { opt_step(&s, spans, 0.999f, &ws, &mc); }, 2, 10);
     char shape[96];

@@ -35,12 +35,24 @@
 // and one may differ from it in the last bits on a GPU (cuBLAS's kernel against cuBLASLt's, or
 // another shape's sum order for S and P; under dev/emu the GEMMs are OpenBLAS's fp32 sgemm, and
 // the ways are bitwise at some of tiny's shapes and up to 2.6e-3 relative L2 apart at others),
-// and must stay within 3e-2 relative L2 of llmc/'s (the bf16 bound above).
-// Usage: build/dev_muon [--validate-only] [--small] [--compare]
+// and must stay within 3e-2 relative L2 of llmc/'s (the bf16 bound above). Version 1 iterates on
+// the wide X (a tall matrix transposed); llmc/'s on W's orientation (the tall iterate read through
+// the products' transpose flags); version 1's X is transposed back before the comparison.
+// The memory passes two ways, on the same G, M and W (passes_agree at every validated shape):
+//   version 1: the momentum alone, a pass for ‖U‖ (64 blocks a matrix), X and the update through
+//              32 x 32 transposing tiles;
+//   llmc/:     the norm's partial sums in the momentum, X and the update elementwise in W's
+//              orientation, 16-byte accesses where the sizes allow;
+// the momentum (M, U) and the update bitwise, X bitwise given the same norms, the norms within
+// one fp32 rounding (6e-8: fp64 sums in other orders, then the square root rounded to fp32), and
+// llmc/'s 16-byte update bitwise its scalar kernel.
+// Usage: build/dev_muon [--validate-only] [--small] [--compare [--small]]
 //   --small: the zero gradient, the odd tall shape and tiny's matrices only (what dev/emu runs);
 //   --compare: the Newton–Schulz of every group of llama300m and llama600m (batch L), version 1
 //   against llmc/'s (COMPARE lines for dev/bench_small_kernels.sh; the copies' time in the note;
-//   the bitwise check above, no CPU reference);
+//   the bitwise check above, no CPU reference), then each group's memory passes, version 1
+//   against llmc/'s (momentum, norm, X and the update; bitwise checked first); with --small, the
+//   same at tiny's shapes (what dev/emu runs, its times meaningless);
 //   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -52,8 +64,143 @@ static const double TOL_M = 1e-6;
 static const double TOL_DW_MAX = 6e-2;
 static const double TOL_DW_L2 = 3e-2;
 
+// ----------------------------------------------------------------------------
+// Version 1 of the memory passes (as llmc/ first had them): the momentum alone, a pass of its own
+// for ‖U‖ (MUON_NORM_CHUNKS_V1 blocks a matrix), and the tall matrices transposed into the wide X
+// and back into the update through 32 x 32 tiles (2- and 4-byte accesses).
+static const int MUON_NORM_CHUNKS_V1 = 64;
+
+__global__ void v1_momentum_kernel(float* u, float* M, const float* G, float grad_scale, size_t rc, int batch,
+                                   size_t batch_stride, float beta, int nesterov) {
+    size_t total = rc * batch;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    float one_minus_beta = 1.0f - beta;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        size_t off = (idx / rc) * batch_stride + idx % rc;
+        float g = __fmul_rn(G[off], grad_scale);
+        float m = beta * M[off] + one_minus_beta * g;
+        M[off] = m;
+        u[idx] = nesterov ? one_minus_beta * g + beta * m : m;
+    }
+}
+
+__global__ void v1_frobenius_norm_kernel(double* partials, const float* u, size_t rc) {
+    int l = blockIdx.y;
+    size_t chunk = (rc + gridDim.x - 1) / gridDim.x;
+    size_t begin = (size_t)blockIdx.x * chunk, end = begin + chunk < rc ? begin + chunk : rc;
+    const float* x = u + (size_t)l * rc;
+    double acc = 0.0;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    acc = cuda_block_sum_double(acc);
+    if (threadIdx.x == 0) partials[(size_t)l * gridDim.x + blockIdx.x] = acc;
+}
+
+// ws->norms from ws->u (batch, rc), version 1's pass (ws->partials holds batch x 64 at any shape
+// the checks use: muon_norm_chunks(rc) >= 1 per matrix is reserved, so it is grown here)
+static void v1_frobenius_norm(MuonWorkspace* ws, size_t rc, int batch) {
+    if ((size_t)batch * MUON_NORM_CHUNKS_V1 > ws->cap_partials) {
+        CUDA_CHECK(cudaFree(ws->partials));
+        ws->cap_partials = (size_t)batch * MUON_NORM_CHUNKS_V1;
+        ws->partials = cuda_malloc<double>(ws->cap_partials);
+    }
+    v1_frobenius_norm_kernel<<<dim3(MUON_NORM_CHUNKS_V1, batch), MUON_BLOCK>>>(ws->partials, ws->u, rc);
+    KERNEL_CHECK();
+    muon_frobenius_norm_finish_kernel<<<batch, 64>>>(ws->norms, ws->partials, MUON_NORM_CHUNKS_V1);
+    KERNEL_CHECK();
+}
+
+// x (batch, m, n) bf16 = u (batch, rows, cols) / norms, transposed to (cols, rows) when TALL
+template <bool TALL>
+__global__ void v1_normalize_kernel(bf16* x, const float* u, const float* norms, int rows, int cols) {
+    __shared__ float tile[MUON_TILE][MUON_TILE + 1];
+    int l = blockIdx.z;
+    int r0 = blockIdx.y * MUON_TILE, c0 = blockIdx.x * MUON_TILE;
+    size_t base = (size_t)l * rows * cols;
+    float norm = norms[l];
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        int r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[k][threadIdx.x] = u[base + (size_t)r * cols + c] / norm;
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        if (TALL) {
+            int c = c0 + k, r = r0 + threadIdx.x;
+            if (r < rows && c < cols) x[base + (size_t)c * rows + r] = __float2bfloat16(tile[threadIdx.x][k]);
+        } else {
+            int r = r0 + k, c = c0 + threadIdx.x;
+            if (r < rows && c < cols) x[base + (size_t)r * cols + c] = __float2bfloat16(tile[k][threadIdx.x]);
+        }
+    }
+}
+
+// W <- W*decay - step*X, X read transposed when TALL
+template <bool TALL>
+__global__ void v1_apply_kernel(float* W, bf16* W_bf16, const bf16* x, int rows, int cols, size_t batch_stride,
+                                float decay, float step) {
+    __shared__ float tile[MUON_TILE][MUON_TILE + 1];
+    int l = blockIdx.z;
+    int r0 = blockIdx.y * MUON_TILE, c0 = blockIdx.x * MUON_TILE;
+    size_t xbase = (size_t)l * rows * cols, wbase = (size_t)l * batch_stride;
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        if (TALL) {
+            int c = c0 + k, r = r0 + threadIdx.x;
+            if (r < rows && c < cols) tile[k][threadIdx.x] = __bfloat162float(x[xbase + (size_t)c * rows + r]);
+        } else {
+            int r = r0 + k, c = c0 + threadIdx.x;
+            if (r < rows && c < cols) tile[k][threadIdx.x] = __bfloat162float(x[xbase + (size_t)r * cols + c]);
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < MUON_TILE; k += blockDim.y) {
+        int r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) {
+            float xv = TALL ? tile[threadIdx.x][k] : tile[k][threadIdx.x];
+            size_t i = wbase + (size_t)r * cols + c;
+            float w = W[i] * decay - step * xv;
+            W[i] = w;
+            if (W_bf16 != NULL) W_bf16[i] = __float2bfloat16(w);
+        }
+    }
+}
+
+// version 1's passes, whole: momentum into ws->u, the norm pass, X (wide) into ws->x0
+static void v1_momentum_normalize(float* M, const float* G, int rows, int cols, int batch, size_t stride, const MuonConfig* cfg,
+                                  MuonWorkspace* ws, bool norm_pass = true) {
+    size_t rc = (size_t)rows * cols;
+    if (M != NULL) {
+        v1_momentum_kernel<<<cuda_grid_for(rc * batch, MUON_BLOCK), MUON_BLOCK>>>(ws->u, M, G, 1.0f, rc, batch, stride, cfg->beta, cfg->nesterov);
+        KERNEL_CHECK();
+    }
+    if (norm_pass) v1_frobenius_norm(ws, rc, batch);
+    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
+    if (rows > cols) v1_normalize_kernel<true><<<tgrid, tblock>>>(ws->x0, ws->u, ws->norms, rows, cols);
+    else v1_normalize_kernel<false><<<tgrid, tblock>>>(ws->x0, ws->u, ws->norms, rows, cols);
+    KERNEL_CHECK();
+}
+
+static void v1_apply(float* W, bf16* W16, const bf16* x, int rows, int cols, int batch, size_t stride, float decay, float step) {
+    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
+    if (rows > cols) v1_apply_kernel<true><<<tgrid, tblock>>>(W, W16, x, rows, cols, stride, decay, step);
+    else v1_apply_kernel<false><<<tgrid, tblock>>>(W, W16, x, rows, cols, stride, decay, step);
+    KERNEL_CHECK();
+}
+
+// x (batch, rows, cols) = the wide (batch, m, n) xw transposed back where rows > cols (host)
+static std::vector<bf16> to_w_orientation(const std::vector<bf16>& xw, int rows, int cols, int batch) {
+    if (rows <= cols) return xw;
+    std::vector<bf16> x(xw.size());
+    size_t rc = (size_t)rows * cols;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int l = 0; l < batch; l++)
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) x[l * rc + (size_t)r * cols + c] = xw[l * rc + (size_t)c * rows + r];
+    return x;
+}
+
+// ----------------------------------------------------------------------------
 // Version 1 of muon_newton_schulz (bf16 column-major GEMMs on cuBLAS, which accumulates into C):
-// P <- S and X' <- X copied each iteration, then the products in place. Same contract as llmc/'s.
+// P <- S and X' <- X copied each iteration, then the products in place, on the wide X (version
+// 1's transposing passes). Returns X in the wide layout (batch, m, n).
 static void ns_gemm_v1(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                        const bf16* A, int lda, long long sa, const bf16* B, int ldb, long long sb, float beta, bf16* C, int ldc,
                        long long sc, int batch) {
@@ -61,27 +208,26 @@ static void ns_gemm_v1(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t
                                             &beta, C, CUDA_R_16BF, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// copies_on_lt: the same loop on matmul_cublaslt, in place (C = D), so the copies are the only
-// difference to llmc/'s
+// copies_on_lt: the same loop as llmc/'s (its orientation and passes) on matmul_cublaslt, in place
+// (C = D), so the copies are the only difference to llmc/'s; returns X in W's orientation.
+// Both read the norms in ws->norms.
 static bf16* newton_schulz_v1(MuonWorkspace* ws, cublasHandle_t h, int rows, int cols, int batch, const MuonConfig* cfg,
                               bool copies_on_lt) {
     const bool tall = rows > cols;
     const int m = tall ? cols : rows, n = tall ? rows : cols;
     const long long smn = (long long)m * n, smm = (long long)m * m;
-    muon_frobenius_norm(ws->norms, ws->partials, ws->u, (size_t)rows * cols, batch, 0);
-    dim3 tgrid(cuda_ceil_div(cols, MUON_TILE), cuda_ceil_div(rows, MUON_TILE), batch), tblock(MUON_TILE, 8);
-    if (tall) muon_normalize_kernel<true><<<tgrid, tblock>>>(ws->x0, ws->u, ws->norms, rows, cols);
-    else muon_normalize_kernel<false><<<tgrid, tblock>>>(ws->x0, ws->u, ws->norms, rows, cols);
-    KERNEL_CHECK();
+    if (copies_on_lt) muon_normalize(ws, rows, cols, batch, 0);
+    else v1_momentum_normalize(NULL, NULL, rows, cols, batch, 0, cfg, ws, false);
     bf16* cur = ws->x0;
     bf16* nxt = ws->x1;
     for (int it = 0; it < cfg->ns_steps; it++) {
         if (copies_on_lt) {
-            muon_gram(ws->s, cur, m, n, batch, 0);
+            muon_gram(ws->s, cur, m, n, tall, batch, 0);
             CUDA_CHECK(cudaMemcpyAsync(ws->p, ws->s, (size_t)batch * smm * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
             muon_poly(ws->p, ws->s, m, batch, cfg->b, cfg->c, 0, MUON_GRAM_BLOCKS, ws->p);
             CUDA_CHECK(cudaMemcpyAsync(nxt, cur, (size_t)batch * smn * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
-            matmul_cublaslt(nxt, CUDA_R_16BF, nxt, ws->p, cur, m, n, m, false, false, m, n, n, 1.0f, cfg->a, batch, smm, smn, smn, 0);
+            if (tall) matmul_cublaslt(nxt, CUDA_R_16BF, nxt, cur, ws->p, n, m, m, false, false, m, m, m, 1.0f, cfg->a, batch, smn, smm, smn, 0);
+            else matmul_cublaslt(nxt, CUDA_R_16BF, nxt, ws->p, cur, m, n, m, false, false, m, n, n, 1.0f, cfg->a, batch, smm, smn, smn, 0);
         } else {
             ns_gemm_v1(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, cur, n, smn, cur, n, smn, 0.0f, ws->s, m, smm, batch);
             CUDA_CHECK(cudaMemcpyAsync(ws->p, ws->s, (size_t)batch * smm * sizeof(bf16), cudaMemcpyDeviceToDevice, 0));
@@ -114,14 +260,16 @@ static bool ns_versions_agree(const char* tag, MuonPreset preset, int rows, int 
     muon_workspace_init(&ws);
     muon_workspace_reserve(&ws, rows, cols, batch);
     CUDA_CHECK(cudaMemcpy(ws.u, u.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    v1_frobenius_norm(&ws, (size_t)rows * cols, batch);  // every way reads these norms
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
     std::vector<bf16> x[4];
-    for (int v = 0; v < 4; v++) {  // llmc/'s, the copies on cuBLASLt, version 1, one product each
+    for (int v = 0; v < 4; v++) {  // llmc/'s, the copies on cuBLASLt, version 1 (wide X), one product each
         bf16* xv = v == 0 ? muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0)
                  : v == 3 ? muon_newton_schulz(&ws, rows, cols, batch, &cfg, 0, 1)
                           : newton_schulz_v1(&ws, h, rows, cols, batch, &cfg, v == 1);
         x[v] = cuda_download(xv, n);
+        if (v == 2) x[v] = to_w_orientation(x[v], rows, cols, batch);
     }
     CUBLAS_CHECK(cublasDestroy(h));
     muon_workspace_free(&ws);
@@ -139,6 +287,64 @@ static bool ns_versions_agree(const char* tag, MuonPreset preset, int rows, int 
         ok &= l2 <= TOL_DW_L2;
     }
     return ok;
+}
+
+// The memory passes, version 1 against llmc/'s, from the same G and M (batch matrices at stride):
+// the momentum (M and U) bitwise; ‖U‖ within one float rounding (fp64 sums in other orders);
+// X bitwise once both normalize by the same norms (version 1's X transposed back when tall); the
+// update (W and its bf16 copy) bitwise from the same X.
+static bool passes_agree(const char* tag, int rows, int cols, int batch, size_t stride, uint64_t seed) {
+    MuonConfig cfg = muon_config(MUON_MOONLIGHT);
+    size_t total = (size_t)batch * stride, rc = (size_t)rows * cols, n = (size_t)batch * rc;
+    std::vector<float> W0 = cuda_host_uniform(total, seed, 0.02f), G = cuda_host_uniform(total, seed + 1, 1e-3f),
+                       M0 = cuda_host_uniform(total, seed + 2, 1e-3f);
+    float *d_G = cuda_upload(G.data(), total), *d_M1 = cuda_upload(M0.data(), total), *d_M2 = cuda_upload(M0.data(), total);
+    float *d_W1 = cuda_upload(W0.data(), total), *d_W2 = cuda_upload(W0.data(), total);
+    bf16 *d_W161 = cuda_malloc<bf16>(total), *d_W162 = cuda_malloc<bf16>(total);
+    MuonWorkspace ws;
+    muon_workspace_init(&ws);
+    muon_workspace_reserve(&ws, rows, cols, batch);
+    // version 1: momentum, norm pass, transposing X
+    v1_momentum_normalize(d_M1, d_G, rows, cols, batch, stride, &cfg, &ws);
+    std::vector<float> u1 = cuda_download(ws.u, n), nrm1 = cuda_download(ws.norms, batch);
+    // llmc/'s: momentum with the norm, X in W's orientation, the update
+    muon_momentum(d_M2, d_G, 1.0f, rows, cols, batch, stride, &cfg, &ws, 0);
+    std::vector<float> u2 = cuda_download(ws.u, n), nrm2 = cuda_download(ws.norms, batch);
+    std::vector<float> m1 = cuda_download(d_M1, total), m2 = cuda_download(d_M2, total);
+    bool mom_same = memcmp(m1.data(), m2.data(), total * sizeof(float)) == 0 && memcmp(u1.data(), u2.data(), n * sizeof(float)) == 0;
+    double nerr = 0.0;
+    for (int l = 0; l < batch; l++) nerr = std::max(nerr, fabs((double)nrm1[l] - nrm2[l]) / nrm2[l]);
+    bool norm_ok = nerr <= 6e-8;  // one rounding of the fp64 sum's square root to fp32 (2^-24)
+    muon_normalize(&ws, rows, cols, batch, 0);
+    std::vector<bf16> x2 = cuda_download(ws.x0, n);
+    const float lr = 0.02f, wd = 0.1f, decay = 1.0f - lr * wd, step = lr * muon_lr_scale(&cfg, rows, cols);  // as muon_apply
+    muon_apply(d_W2, d_W162, ws.x0, rows, cols, batch, stride, &cfg, lr, wd, 0);
+    // the scalar kernel on another copy: the same bits as llmc/'s launch (16-byte where it can)
+    float* d_W3 = cuda_upload(W0.data(), total);
+    muon_apply_kernel<1><<<muon_elementwise_grid(rc, 1, batch), MUON_BLOCK>>>(d_W3, NULL, ws.x0, rc, stride, decay, step);
+    KERNEL_CHECK();
+    std::vector<float> w2 = cuda_download(d_W2, total), w3 = cuda_download(d_W3, total);
+    bool vec = memcmp(w2.data(), w3.data(), total * sizeof(float)) == 0;
+    CUDA_CHECK(cudaFree(d_W3));
+    // version 1's X with llmc/'s norms, then its update from that X
+    v1_momentum_normalize(NULL, NULL, rows, cols, batch, stride, &cfg, &ws, false);
+    std::vector<bf16> x1 = to_w_orientation(cuda_download(ws.x0, n), rows, cols, batch);
+    v1_apply(d_W1, d_W161, ws.x0, rows, cols, batch, stride, decay, step);
+    bool x_same = memcmp(x1.data(), x2.data(), n * sizeof(bf16)) == 0;
+    std::vector<float> w1 = cuda_download(d_W1, total);
+    std::vector<bf16> h1 = cuda_download(d_W161, total), h2 = cuda_download(d_W162, total);
+    bool w_same = memcmp(w1.data(), w2.data(), total * sizeof(float)) == 0;
+    for (int l = 0; l < batch; l++)  // the bf16 copies: the matrices' elements (the gaps are never written)
+        w_same &= memcmp(h1.data() + l * stride, h2.data() + l * stride, rc * sizeof(bf16)) == 0;
+    printf("%s %s.passes_momentum_bitwise_v1\n", mom_same ? "PASS" : "FAIL", tag);
+    printf("%s %s.passes_norm_near_v1: max rel %.2e (tol 6e-8)\n", norm_ok ? "PASS" : "FAIL", tag, nerr);
+    printf("%s %s.passes_x_bitwise_v1_transposed\n", x_same ? "PASS" : "FAIL", tag);
+    printf("%s %s.passes_update_bitwise_v1\n", w_same ? "PASS" : "FAIL", tag);
+    printf("%s %s.passes_update_16_byte_bitwise_scalar\n", vec ? "PASS" : "FAIL", tag);
+    void* bufs[] = {d_G, d_M1, d_M2, d_W1, d_W2, d_W161, d_W162};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    muon_workspace_free(&ws);
+    return mom_same && norm_ok && x_same && w_same && vec;
 }
 
 // batch matrices (rows, cols) at stride `stride` >= rows*cols inside flat buffers of batch*stride
@@ -193,6 +399,7 @@ static bool validate(const char* tag, MuonPreset preset, int rows, int cols, int
         ok &= l2_ok;
     }
     if (!zero) ok &= ns_versions_agree(tag, preset, rows, cols, batch, seed + 3);
+    if (!zero) ok &= passes_agree(tag, rows, cols, batch, stride, seed + 4);
     printf("%s %s.layer_gap_untouched\n", gap_ok ? "PASS" : "FAIL", tag);
     printf("%s %s.bf16_copy_exact\n", copy_ok ? "PASS" : "FAIL", tag);
     ok &= gap_ok && copy_ok;
@@ -230,6 +437,7 @@ static bool compare(const char* preset, const char* what_name, int rows, int col
     muon_workspace_init(&ws);
     muon_workspace_reserve(&ws, rows, cols, batch);
     cuda_fill_uniform(ws.u, (size_t)batch * rows * cols, 7, 1e-3f);
+    v1_frobenius_norm(&ws, (size_t)rows * cols, batch);
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
     size_t n = (size_t)batch * rows * cols;
@@ -254,6 +462,54 @@ static bool compare(const char* preset, const char* what_name, int rows, int col
     return same;
 }
 
+// The memory passes of one group (momentum, norm, X, update; no Newton–Schulz between), version 1
+// against llmc/'s, on the same G, M and W; checked bitwise first (momentum and update, X with the
+// same norms), as passes_agree does on the small shapes
+static bool compare_passes(const char* preset, const char* what_name, int rows, int cols, int batch) {
+    MuonConfig cfg = muon_config(MUON_MOONLIGHT);
+    size_t rc = (size_t)rows * cols, total = rc * batch;
+    float *G = cuda_malloc<float>(total), *M = cuda_malloc<float>(total), *W = cuda_malloc<float>(total);
+    bf16* W16 = cuda_malloc<bf16>(total);
+    cuda_fill_uniform(G, total, 11, 1e-3f);
+    cuda_fill_uniform(M, total, 12, 1e-3f);
+    cuda_fill_uniform(W, total, 13, 0.02f);
+    MuonWorkspace ws;
+    muon_workspace_init(&ws);
+    muon_workspace_reserve(&ws, rows, cols, batch);
+    const float lr = 1e-3f, wd = 0.1f, decay = 1.0f - lr * wd, step = lr * muon_lr_scale(&cfg, rows, cols);
+    // the check: version 1's X (its own norms) transposed back against llmc/'s, M and U alike
+    v1_momentum_normalize(M, G, rows, cols, batch, rc, &cfg, &ws);
+    std::vector<float> u1 = cuda_download(ws.u, total), n1 = cuda_download(ws.norms, batch);
+    std::vector<bf16> x1 = to_w_orientation(cuda_download(ws.x0, total), rows, cols, batch);
+    cuda_fill_uniform(M, total, 12, 1e-3f);
+    muon_momentum(M, G, 1.0f, rows, cols, batch, rc, &cfg, &ws, 0);
+    muon_normalize(&ws, rows, cols, batch, 0);
+    std::vector<float> u2 = cuda_download(ws.u, total), n2 = cuda_download(ws.norms, batch);
+    std::vector<bf16> x2 = cuda_download(ws.x0, total);
+    bool same_norms = memcmp(n1.data(), n2.data(), batch * sizeof(float)) == 0;
+    bool same = memcmp(u1.data(), u2.data(), total * sizeof(float)) == 0 && (!same_norms || memcmp(x1.data(), x2.data(), total * sizeof(bf16)) == 0);
+    printf("%s dev_muon.compare.%s.%s.passes_bitwise_v1 (norms %s)\n", same ? "PASS" : "FAIL", preset, what_name,
+           same_norms ? "bitwise, X compared" : "one rounding apart, X not compared");
+    float ms1 = cuda_bench_ms([&] {
+        v1_momentum_normalize(M, G, rows, cols, batch, rc, &cfg, &ws);
+        v1_apply(W, W16, ws.x0, rows, cols, batch, rc, decay, step);
+    }, 2, 10);
+    float ms2 = cuda_bench_ms([&] {
+        muon_momentum(M, G, 1.0f, rows, cols, batch, rc, &cfg, &ws, 0);
+        muon_normalize(&ws, rows, cols, batch, 0);
+        muon_apply(W, W16, ws.x0, rows, cols, batch, rc, &cfg, lr, wd, 0);
+    }, 2, 10);
+    char shape[96], note[200];
+    snprintf(shape, sizeof(shape), "%s %s %dx%d x%d (%.0f MB moved by v2)", preset, what_name, rows, cols, batch, total * 34.0 / 1e6);
+    snprintf(note, sizeof(note), "v1 a norm pass, tall X transposed through 32x32 tiles; v2 the norm in the momentum, "
+             "W's orientation, 16-byte accesses");
+    cuda_print_compare("muon memory passes", shape, ms1, ms2, note);
+    void* bufs[] = {G, M, W, W16};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    muon_workspace_free(&ws);
+    return same;
+}
+
 int main(int argc, char** argv) {
     bool validate_only = false, small = false, compare_only = false;
     for (int i = 1; i < argc; i++) {
@@ -265,9 +521,10 @@ int main(int argc, char** argv) {
     if (!cuda_device_present()) { printf("SKIP dev_muon: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     const int npresets = 4;
-    if (compare_only) {
+    if (compare_only) {  // llama300m and llama600m (with --small: tiny, for dev/emu)
         bool ok = true;
-        for (int pi = 2; pi < npresets; pi++) {
+        const int first = small ? 0 : 2, last = small ? 1 : npresets;
+        for (int pi = first; pi < last; pi++) {
             LlamaConfig c = {};
             llama_preset(presets[pi], &c);
             int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
@@ -275,6 +532,15 @@ int main(int argc, char** argv) {
             ok &= compare(presets[pi], "proj", c.C, HSNH, c.L);
             ok &= compare(presets[pi], "fc1", 2 * c.FF, c.C, c.L);
             ok &= compare(presets[pi], "fc2", c.C, c.FF, c.L);
+        }
+        for (int pi = first; pi < last; pi++) {
+            LlamaConfig c = {};
+            llama_preset(presets[pi], &c);
+            int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
+            ok &= compare_passes(presets[pi], "qkv", QKV, c.C, c.L);
+            ok &= compare_passes(presets[pi], "proj", c.C, HSNH, c.L);
+            ok &= compare_passes(presets[pi], "fc1", 2 * c.FF, c.C, c.L);
+            ok &= compare_passes(presets[pi], "fc2", c.C, c.FF, c.L);
         }
         matmul_free();
         return ok ? 0 : 1;
