@@ -28,6 +28,17 @@ How each change is modelled, from the time its kernels took on the H200:
                         S S at 5/8, so 4 m²n + 2 m³ becomes 3.25 m²n + 1.25 m³ an iteration),
                         plus the two mirror copies (3/8 of S and of P read and written, bf16)
                         at 3 TB/s
+  Muon's memory passes  the momentum, the norm pass, X and the update (ncu, 5ec15b9; at
+  in W's orientation    llama600m the norm pass and the wide matrices' X and update fell below the
+                        profile's top 30 and are taken at the rate each reached at llama300m);
+                        after: the momentum as measured (the same 16 bytes an element, now also
+                        summing U²), X (6 bytes) and the update (12) at the momentum's rate, with
+                        no transposes
+  global norm, 16-byte  the sum of squares (ncu, 5ec15b9), once a step; after: its 4 bytes an
+  loads                 element at the momentum's rate
+  rmsnorm forward,      the forward (ncu, 5ec15b9; unchanged until now), 2 L + 1 calls a step;
+  row in registers      after: its 6 bytes an element (x read once, out written) at the
+                        momentum's rate
 The changes do not interact, so the savings add. The step times come from
 dev/gpu_results_c950ed2.txt; the ncu times from the profile of 5ec15b9 (two steps, each kernel
 alone: docs/gpu.md); the Newton–Schulz times from dev/bench_small_kernels_c950ed2.txt.
@@ -56,10 +67,18 @@ PRESETS = {
 # and each Newton–Schulz group (5 iterations, batch L) from bench_small_kernels at c950ed2
 MEASURED = {
     "llama300m": dict(step=107.3, flash_fwd=0.675, flash_bwd=2.161, rms_row=6.49 / 66, rms_dw=0.0404,
-                      ce=5.67 / 2, rowdot=1.90 / 32, ns={"qkv": 2.1181, "proj": 0.9184, "fc1": 3.5619, "fc2": 1.8781}),
+                      ce=5.67 / 2, rowdot=1.90 / 32, ns={"qkv": 2.1181, "proj": 0.9184, "fc1": 3.5619, "fc2": 1.8781},
+                      passes=dict(momentum=1.82 / 2, norm=0.70 / 2, x_tall=0.89 / 2, x_wide=0.39 / 2, apply_tall=1.43 / 2,
+                                  apply_wide=0.62 / 2), grad_norm=0.97 / 2, params=308577280, rms_fwd=2.89 / 66),
     "llama600m": dict(step=101.4, flash_fwd=0.290, flash_bwd=1.03, rms_row=5.05 / 66, rms_dw=0.0315,
-                      ce=2.86 / 2, rowdot=None, ns={"qkv": 6.7336, "proj": 2.8838, "fc1": 11.2508, "fc2": 6.0169}),
+                      ce=2.86 / 2, rowdot=None, ns={"qkv": 6.7336, "proj": 2.8838, "fc1": 11.2508, "fc2": 6.0169},
+                      passes=dict(momentum=3.98 / 2, norm=None, x_tall=1.94 / 2, x_wide=None, apply_tall=3.18 / 2,
+                                  apply_wide=None), grad_norm=1.90 / 2, params=607569408, rms_fwd=2.63 / 66),
 }
+# bytes an element of Muon's memory passes, version 1: the momentum (G and M read, M and U
+# written), the norm (U read), X (U read, X written), the update (X, W read, W and its bf16 copy
+# written)
+PASS_BYTES = dict(momentum=16, norm=4, x=6, apply=12)
 TARGETS = {"llama300m": 100.0, "llama600m": 85.0}  # issue 42's step targets, ms
 MIRROR_TBS = 3.0     # the Gram mirror's copy, TB/s (a transpose through shared memory; set, not measured)
 NS_STEPS = 5         # Newton–Schulz iterations (every Muon preset)
@@ -123,7 +142,37 @@ def rows(name):
         mirror = 2 * NS_STEPS * L * (1.0 - share) * mm * mm * 2 * 2 / (MIRROR_TBS * 1e12) * 1e3
         ns_after += t * ratio + mirror
     out.append(("Muon's S and P in column blocks", "Newton–Schulz (4 groups)", 4, ns_before, ns_after))
+    before, after = muon_passes(name)
+    out.append(("Muon's memory passes in W's orientation", "momentum, norm, X, update", 4, before, after))
+    mom_rate = muon_elements(name)[2] * PASS_BYTES["momentum"] / (m["passes"]["momentum"] * 1e-3)
+    out.append(("global norm, 16-byte loads", "sum of squares", 1, m["grad_norm"], m["params"] * 4.0 / mom_rate * 1e3))
+    out.append(("rmsnorm forward, row in registers", "rmsnorm forward", calls, calls * m["rms_fwd"], calls * N * C * 6.0 / mom_rate * 1e3))
     return out
+
+
+def muon_elements(name):
+    """(tall, wide, all) elements of the matrices Muon updates a step (wide: rows <= cols)."""
+    p = PRESETS[name]
+    tall = sum(r * c for r, c in p["groups"].values() if r > c) * p["L"]
+    wide = sum(r * c for r, c in p["groups"].values() if r <= c) * p["L"]
+    return tall, wide, tall + wide
+
+
+def pass_bytes(name):
+    """{kernel: bytes a step} of version 1's memory passes."""
+    tall, wide, n = muon_elements(name)
+    elems = dict(momentum=n, norm=n, x_tall=tall, x_wide=wide, apply_tall=tall, apply_wide=wide)
+    return {k: e * PASS_BYTES[k.split("_")[0]] for k, e in elems.items()}
+
+
+def muon_passes(name):
+    """(before, after) ms a step of Muon's memory passes; a version-1 kernel below the profile's
+    top 30 at the rate it reached at llama300m."""
+    nbytes, ref_bytes, ref = pass_bytes(name), pass_bytes("llama300m"), MEASURED["llama300m"]["passes"]
+    before = sum(t if t is not None else nbytes[k] / ref_bytes[k] * ref[k] for k, t in MEASURED[name]["passes"].items())
+    mom = MEASURED[name]["passes"]["momentum"]
+    rate = nbytes["momentum"] / (mom * 1e-3)  # bytes a second the momentum reached
+    return before, mom + muon_elements(name)[2] * (PASS_BYTES["x"] + PASS_BYTES["apply"]) / rate * 1e3
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """Tests for dev/step_model.py: its constants are the kernels' (the Gram matrix's column blocks
 and the rmsnorm slab, read from llmc/muon.cuh and llmc/rmsnorm.cuh), the Gram share in closed
 form against a count of the products muon_gram issues, every change saves time and the step row
-is their sum, the flash ratios are flash_model.py's, docs/gpu.md quotes the two step rows, and a
+is their sum, the flash ratios are flash_model.py's, Muon's memory passes in closed form, docs/gpu.md quotes the two step rows, and a
 bad flag ends in one error line.
 
 Prints "PASS name" / "FAIL name: detail" lines and exits 1 on any failure.
@@ -69,6 +69,16 @@ def main():
     want = 16 * sm.MEASURED["llama300m"]["flash_bwd"] * rb
     check("step_model_flash_ratio", 0.5 < rf < 1.0 and 0.5 < rb < 1.0 and abs(float(row[5]) - want) < 0.006,
           f"ratios {rf:.4f} {rb:.4f}, row {row[5]} against {want:.3f}")
+
+    # Muon's memory passes: every Muon element moves 16 bytes in the momentum and 6 + 12 in X and
+    # the update, all at the momentum's measured rate, so the passes take 34/16 of the momentum
+    bad = []
+    for name in sm.PRESETS:
+        row = [r for r in table if r[0] == name and r[2] == "momentum, norm, X, update"][0]
+        want = sm.MEASURED[name]["passes"]["momentum"] * 34 / 16
+        if abs(float(row[5]) - want) > 0.006:
+            bad.append(f"{name}: {row[5]} against {want:.3f}")
+    check("step_model_muon_passes_closed_form", not bad, "; ".join(bad))
 
     # docs/gpu.md quotes the step rows: "107.3 -> 100.1" (before -> after)
     docs = open(os.path.join(REPO, "docs", "gpu.md")).read()
