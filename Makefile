@@ -1,6 +1,6 @@
 # train_llama — build, test, demo.
 #   make train_llama_cpu   fp32 CPU reference trainer (OpenMP + OpenBLAS + MPI)
-#   make train_llama       CUDA trainer (needs nvcc; sm_90 by default, GPU_ARCH=sm_80 etc.)
+#   make train_llama       CUDA trainer (needs nvcc; sm_90a by default (H100, H200), GPU_ARCH=sm_80 etc.)
 #   make test              install missing dependencies, build, run every CPU test (GPU tests skip without a GPU)
 #   make test T=cli        the same, then one test (by name: test_cli, cli, test/test_cli.sh)
 #   make check             the inner loop (advisory budget 5 minutes): unit tests, test_cli, short CPU and emulated runs
@@ -11,7 +11,7 @@ CXX_MPI    ?= mpicxx
 CXXFLAGS   ?= -O3 -march=native -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-function
 LDLIBS_CPU  = -lopenblas -llapacke -lm
 NVCC       ?= $(firstword $(shell command -v nvcc) $(wildcard /usr/local/cuda/bin/nvcc) nvcc)
-GPU_ARCH   ?= sm_90
+GPU_ARCH   ?= sm_90a
 BUILD       = build
 
 LLMC_H  = $(wildcard llmc/*.h)

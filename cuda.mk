@@ -20,7 +20,7 @@
 # every build/test_*) does not pick them up; the GPU tests it does run skip without a device.
 
 NVCC       ?= nvcc
-GPU_ARCH   ?= sm_90
+GPU_ARCH   ?= sm_90a
 BUILD      ?= build
 NVCCFLAGS  ?= -O3 -std=c++17 -arch=$(GPU_ARCH) --expt-relaxed-constexpr \
               -Xcompiler -fopenmp,-Wall,-Wextra,-Wno-unused-function

@@ -18,7 +18,7 @@ tail: the longest blocks of the last heads start late). One block, per inner-loo
   pipes    the tensor-core (mma.sync), ldmatrix, exp (MUFU), FP32 and other shared-memory work of
            every warp that computes the tile, each at its pipe's rate, ADDED: the warps of a block
            are in the same phase of the tile (barriers align them), so at one block per SM (the
-           backward, 8 or 9 warps) the pipes take turns; two blocks per SM (the forward) are not
+           backward, 8 compute warps) the pipes take turns; two blocks per SM (the forward) are not
            aligned with each other, and OVERLAP_TWO_BLOCKS of the smaller pipes' time hides
            under the largest. Register spills move through L1 at the shared memory's rate.
   waits    what the block waits for in series: barriers; at 5ec15b9, lse and D loaded from L2
@@ -466,7 +466,7 @@ def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=(), laun
     """The modelled backward call (the counters' memset, D, the backward, the dQ conversion): ms,
     blocks per SM, ms without the tail. launch_order: "head" or "block" (AS_BUILT_BWD_ORDER)."""
     B, T, NH, NKV, _ = shape
-    threads = 32 * b["WARPS"] + (0 if dq == "serial" else 32)
+    threads = 32 * b["WARPS"] + (0 if dq == "serial" else 32 * b.get("WRITER_WARPS", 1))
     n = blocks_per_sm(threads, regs, bwd_smem(b, hs), hw, b["MIN_BLOCKS"])
     if n != 1:
         die(f"the backward model assumes one block per SM; the tiles at HS {hs} give {n}")
@@ -631,7 +631,8 @@ def as_built(cfg, ptxas, hs):
     f, b = cfg[hs]
     out = []
     for kernel, phase, t, threads, smem in (("flash_forward_kernel", "forward", f, 32 * f["WARPS"], fwd_smem(f, hs)),
-                                            ("flash_backward_kernel", "backward", b, 32 * b["WARPS"] + 32, bwd_smem(b, hs))):
+                                            ("flash_backward_kernel", "backward", b, 32 * (b["WARPS"] + b.get("WRITER_WARPS", 1)),
+                                             bwd_smem(b, hs))):
         regs, spill = ptxas.get((kernel, hs), (None, None))
         out.append(dict(kernel=kernel, phase=phase, tiles=t, threads=threads, min_blocks=t["MIN_BLOCKS"], smem=smem, regs=regs, spill=spill))
     return out
@@ -639,8 +640,8 @@ def as_built(cfg, ptxas, hs):
 
 def check(cfg, ptxas, hw):
     """Lines for --check: every as-built kernel is in the ptxas report and its registers and
-    shared memory give the blocks per SM its launch bound asks (the backward block: WARPS x 32 +
-    32 threads); spills are a WARN line (the model counts them as L1 traffic every tile).
+    shared memory give the blocks per SM its launch bound asks (the backward block: (WARPS +
+    WRITER_WARPS) x 32 threads); spills are a WARN line (the model counts them as L1 traffic every tile).
     (lines, all ok)."""
     lines, ok = [], True
     for hs in sorted(cfg):

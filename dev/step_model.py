@@ -10,7 +10,13 @@ after the change, and the step that leaves. A prediction to check on a GPU, not 
 How each change is modelled, from the time its kernels took on the H200:
   flash launch orders   the forward and backward as measured at c950ed2 (16 calls a step each),
                         times dev/flash_model.py's ratio of the new order to the old for the same
-                        kernel (the model counts no waits for a dQ turn; see its header)
+                        kernel (the model counts no waits for a dQ turn; see its header), with
+                        the spills the kernel had before setmaxnreg
+  flash backward        the backward in its new order, times flash_model's ratio of the kernel
+  without spills        without spills to the kernel with the earlier ones (the model moves each spilled
+                        byte through L1 once a tile: 712 bytes a thread at HS 128 and 184 at HS
+                        64 from the ptxas report, where the SASS's tile loop moves 236 to 408 at
+                        HS 128, so the gain may be smaller)
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
   in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
                         moves (16 an element, against 22, plus the partials written and read) at
@@ -80,6 +86,7 @@ MEASURED = {
 # written)
 PASS_BYTES = dict(momentum=16, norm=4, x=6, apply=12)
 TARGETS = {"llama300m": 100.0, "llama600m": 85.0}  # issue 42's step targets, ms
+SPILL_BEFORE = {64: 64 + 120, 128: 328 + 384}  # the backward's spill bytes stored + loaded a thread before setmaxnreg (ptxas, 3a86691)
 MIRROR_TBS = 3.0     # the Gram mirror's copy, TB/s (a transpose through shared memory; set, not measured)
 NS_STEPS = 5         # Newton–Schulz iterations (every Muon preset)
 RMS_SLAB = 32        # rows per dweight partial (llmc/rmsnorm.cuh RMSNORM_DW_SLAB)
@@ -92,8 +99,10 @@ def gram_share(blocks):
     return (blocks + 1) / (2.0 * blocks)
 
 
-def flash_ratios(name):
-    """(forward, backward) new / old modelled time of the kernels as built, in the launch orders."""
+def flash_ratios(name, spill=None):
+    """(forward, backward) new / old modelled time of the kernels as built, in the launch orders,
+    with the spills before setmaxnreg; spill given: (1, the backward in its new order with `spill`
+    bytes / with those)."""
     p = PRESETS[name]
     shape = (p["B"], p["T"], p["NH"], p["NH"], p["HS"])
     hs = p["HS"]
@@ -101,9 +110,12 @@ def flash_ratios(name):
     ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
     f, b = cfg[hs]
     fregs = ptxas.get(("flash_forward_kernel", hs), (None, None))[0]
-    bregs, spill = ptxas.get(("flash_backward_kernel", hs), (None, 0))
+    bregs = ptxas.get(("flash_backward_kernel", hs), (None, 0))[0]
+    if spill is not None:
+        new, old = (fm.model_backward(b, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, s, (), "block")["ms"] for s in (spill, SPILL_BEFORE[hs]))
+        return 1.0, new / old
     fwd = [fm.model_forward(f, hs, shape, fm.H200, fregs, order)["ms"] for order in ("head", "tile")]
-    bwd = [fm.model_backward(b, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, spill or 0, (), order)["ms"] for order in ("head", "block")]
+    bwd = [fm.model_backward(b, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, SPILL_BEFORE[hs], (), order)["ms"] for order in ("head", "block")]
     return fwd[1] / fwd[0], bwd[1] / bwd[0]
 
 
@@ -115,6 +127,10 @@ def rows(name):
     rf, rb = flash_ratios(name)
     out.append(("flash launch orders", "flash forward", L, L * m["flash_fwd"], L * m["flash_fwd"] * rf))
     out.append(("flash launch orders", "flash backward", L, L * m["flash_bwd"], L * m["flash_bwd"] * rb))
+    ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
+    spill_now = ptxas.get(("flash_backward_kernel", p["HS"]), (None, 0))[1] or 0
+    rs = flash_ratios(name, spill_now)[1]
+    out.append(("flash backward without spills (setmaxnreg)", "flash backward", L, L * m["flash_bwd"] * rb, L * m["flash_bwd"] * rb * rs))
     # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
     calls = 2 * L + 1
     before = m["rms_row"] + m["rms_dw"]

@@ -57,7 +57,7 @@ static inline void flash_backward_hs(bf16* dqkv, float* dq_accum, int* order, co
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = FLASH_LOG2E * scale;
     CUDA_CHECK(cudaMemsetAsync(order, 0, flash_order_ints<HS>(B, T, NH) * sizeof(int), stream));
     dim3 grid(cuda_ceil_div(T, FlashBwdTile<HS>::BK), NKV, B);
-    flash_backward_kernel<HS><<<grid, FlashBwdTile<HS>::WARPS * 32 + 32, flash_backward_smem<HS>(), stream>>>(
+    flash_backward_kernel<HS><<<grid, (FlashBwdTile<HS>::WARPS + FlashBwdTile<HS>::WRITER_WARPS) * 32, flash_backward_smem<HS>(), stream>>>(
         dqkv, dq_accum, order, dout, qkv, rows, T, NH, NKV, scale, scale_log2);
     KERNEL_CHECK();
     size_t chunks = (size_t)B * NH * T * HS / 8;

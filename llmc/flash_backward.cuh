@@ -12,7 +12,7 @@
 // with two barriers per tile among themselves (bar.sync 1). dQ sums the parts of every key block
 // at or below the query tile, in a fixed order, key block 0 first and the diagonal block last:
 // the compute warps leave each part (fp32) in one of DQ_STAGES shared stages and go on; the
-// block's ninth warp, the dQ writer, takes it (mbarriers "full" / "empty" per stage), waits until
+// first warp of the block's third warpgroup, the dQ writer, takes it (mbarriers "full" / "empty" per stage), waits until
 // a counter per (b, h, query tile) says it is this block's turn, adds the part to dq_accum (the
 // first part stored, the next ones by red.global.add, which returns nothing to wait for), fences
 // and passes the turn on. flash_dq_to_bf16_kernel then writes the sums into dqkv. The compute
@@ -25,9 +25,13 @@
 // first), so a block that started later finds the earlier ones ahead of it at every tile and, in
 // the steady state, does not wait. Every gradient element is summed in one fixed order, and the
 // backward is bitwise the same run to run.
-// Registers: 9 warps in a block put 3 on one of the SM's 4 schedulers, whose register file then
-// caps them at 168 a thread; the HS 64 and 128 kernels spill a few values there (the counts are in
-// dev/cuda/ptxas_report.txt).
+// Registers: 12 warps in a block put 3 on each of the SM's 4 schedulers, whose register files
+// then cap them at 168 a thread at launch. On sm_90a (the default build) the writer warpgroup
+// gives back all but 40 (setmaxnreg.dec) and the compute warps take 232 (setmaxnreg.inc), so the
+// HS 64 and 128 kernels, which spilled their dK / dV accumulators at 168 (in the tile loop, 236 to
+// 408 bytes a thread a tile of local-memory traffic at HS 128 by its SASS), spill nothing
+// (dev/cuda/ptxas_report.txt). Builds without sm_90a code keep 168 and the spills (the first
+// design had one writer warp, 9 in all, with the same cap). Not yet measured on a GPU.
 // Measured on an H200 (dev/flash_measured.csv), with the earlier tickets (head by head, the last
 // key block first): llama300m (HS 64, T 4096) 2.16 ms, 159 causal TFLOP/s (the one-pass design
 // before the writer warp: 3.8 ms); HS 128 at T 4096 4.49 ms, 153. The order above is modelled
@@ -145,7 +149,7 @@ __device__ __forceinline__ void flash_backward_dq_writer(float* dq_accum, int* t
 // its rows' (lse · log2 e, D): the next loading while this one is used), the tile's dSᵀ, the dQ
 // stages, their full and empty mbarriers and the ticket.
 template <int HS>
-__global__ void __launch_bounds__(FlashBwdTile<HS>::WARPS * 32 + 32, FlashBwdTile<HS>::MIN_BLOCKS)
+__global__ void __launch_bounds__((FlashBwdTile<HS>::WARPS + FlashBwdTile<HS>::WRITER_WARPS) * 32, FlashBwdTile<HS>::MIN_BLOCKS)
 flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rowstats,
                       int T, int NH, int NKV, float scale, float scale_log2) {
     typedef FlashBwdTile<HS> F;
@@ -175,10 +179,17 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     // the work: the group's q heads, each with the query tiles that reach key k0, last tile first
     int it0 = k0 / BQ, per_head = nq - it0, total = group * per_head;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    if (warp == F::WARPS) {
-        flash_backward_dq_writer<HS>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T, NH, NKV);
+    static_assert(F::WARPS % 4 == 0 && F::WRITER_WARPS == 4, "whole warpgroups: the compute warps', the writer's");
+    constexpr int LAUNCH_REGS = 65536 / 4 / ((F::WARPS + F::WRITER_WARPS) / 4 * 32) / 8 * 8;  // 168 a thread
+    static_assert(F::WARPS * F::COMPUTE_REGS + F::WRITER_WARPS * F::WRITER_REGS <= LAUNCH_REGS * (F::WARPS + F::WRITER_WARPS),
+                  "the registers the warpgroups take: at most what the launch gave the block");
+    if (warp >= F::WARPS) {  // the writer warpgroup: its registers to the compute warps, its first warp writes dQ
+        warpgroup_registers_dec<F::WRITER_REGS>();
+        if (warp == F::WARPS)
+            flash_backward_dq_writer<HS>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T, NH, NKV);
         return;
     }
+    warpgroup_registers_inc<F::COMPUTE_REGS>();
     const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
     const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
     int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};

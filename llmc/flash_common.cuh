@@ -23,11 +23,16 @@ struct FlashFwdTile {
     static const int BQ = 128, WARPS = HS >= 64 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
     static const bool Q_REGS = HS != 128;  // Q held in registers as A fragments (else read from shared memory per tile)
 };
-// backward tiles: BK keys per block over WARPS compute warps (16 key rows each) and one dQ writer
-// warp, BQ queries per tile, DQ_STAGES shared stages of dQ parts between them; MIN_BLOCKS as above
+// backward tiles: BK keys per block over WARPS compute warps (16 key rows each) and a warpgroup of
+// WRITER_WARPS whose first warp writes dQ (the other three leave at once), BQ queries per tile,
+// DQ_STAGES shared stages of dQ parts between them; MIN_BLOCKS as above. Registers: the launch
+// gives every thread 168 (12 warps, 3 on each of the SM's 4 schedulers); on sm_90a the writer
+// warpgroup gives back all but WRITER_REGS and the compute warps take COMPUTE_REGS (setmaxnreg),
+// the block's 64512 shared out again, so their accumulators need not spill.
 template <int HS>
 struct FlashBwdTile {
     static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;
+    static const int WRITER_WARPS = 4, COMPUTE_REGS = 232, WRITER_REGS = 40;
 };
 
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on

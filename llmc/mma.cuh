@@ -16,6 +16,7 @@
 // 8 * (l / 16); and the C fragments of two neighbouring n8 tiles of a product are, packed to bf16,
 // the A fragment of the next product's k16 step (mma_pack_a).
 //
+// Also the warpgroup register budgets of a warp-specialized kernel (setmaxnreg, sm_90a only).
 // dev/emu runs the same functions through emu_warp_mma / emu_warp_ldmatrix (dev/emu/emu.h), which
 // gather the warp's registers and hand each lane what the tables above say; cp.async there is a
 // plain copy (a copy that has completed before the wait is one the wait allows).
@@ -155,6 +156,31 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
     } while (!done);
 #elif defined(EMU_WARP_MMA)
     emu_mbar_wait(bar, parity);
+#endif
+}
+
+// setmaxnreg (PTX ISA, "setmaxnreg": sm_90a): the executing warp's register budget becomes N a
+// thread (a multiple of 8 in 24..256), .inc taking registers from the block's pool (waiting until
+// it has them), .dec giving them back; every warp of a warpgroup (four warps, the first a multiple
+// of 4) executes the same one. It changes no value: where the build has no sm_90a code (plain
+// sm_90, sm_80, the compute_90 PTX an sm_90a build carries) it is left out and the kernel keeps
+// the registers it was launched with. dev/emu checks the immediate and the warpgroup.
+template <int N>
+__device__ __forceinline__ void warpgroup_registers_inc() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: a multiple of 8 in 24..256");
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(EMU_WARP_MMA)
+    emu_setmaxnreg(N, 1);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void warpgroup_registers_dec() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: a multiple of 8 in 24..256");
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(EMU_WARP_MMA)
+    emu_setmaxnreg(N, 0);
 #endif
 }
 

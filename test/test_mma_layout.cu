@@ -32,9 +32,11 @@
 // red_add_f32x4 from 64 threads onto 4 floats (integers: the sum is exact in any order) and its
 // flush to zero of a subnormal input and of a subnormal result, each sign; bar_sync of two of three
 // warps handing shared data from one to the other; an mbarrier pair (full / empty) passing three
-// rounds of data between a producer and a consumer warp by parity. A failure names the first lane /
+// rounds of data between a producer and a consumer warp by parity; setmaxnreg.inc / .dec
+// ("setmaxnreg": a multiple of 8 in 24..256, the same instruction by every warp of a warpgroup)
+// in three warpgroups that then finish and write. A failure names the first lane /
 // register that differs. Exits 77 after printing a SKIP line without a CUDA device.
-// Build: nvcc -O2 -arch=sm_90 -std=c++17 test/test_mma_layout.cu -o build/test_mma_layout
+// Build: nvcc -O2 -arch=sm_90a -std=c++17 test/test_mma_layout.cu -o build/test_mma_layout
 // (on the CPU: through dev/emu, as dev/emu/build.sh builds test_fp8_device). Run from the repo root.
 #include <cmath>
 #include <cstdint>
@@ -198,6 +200,24 @@ __global__ void mbarrier_kernel(uint32_t* out) {
             mbar_arrive(&empty);
         }
     }
+}
+
+// out (384): three warpgroups; the first two raise their budget to 232 registers, the third
+// lowers its to 40 (ptxas gives a kernel with setmaxnreg under __launch_bounds__(384, 1) the 168 a
+// thread the launch allows, 64512 in all, exactly what 8 x 32 x 232 + 4 x 32 x 40 take back), and
+// each thread then writes a value of its own: the budgets change no value, and the block finishes
+// (an .inc that the pool cannot serve would wait forever). The instructions run where the build
+// has sm_90a code (the default); dev/emu checks the immediates and that every warp of a group
+// executes the same one.
+__global__ void __launch_bounds__(384, 1) setmaxnreg_kernel(uint32_t* out) {
+    int warp = threadIdx.x / 32;
+    if (warp >= 8) {
+        warpgroup_registers_dec<40>();
+        out[threadIdx.x] = 0xe0000000u + threadIdx.x;
+        return;
+    }
+    warpgroup_registers_inc<232>();
+    out[threadIdx.x] = 0xf0000000u + 7u * threadIdx.x;
 }
 
 // out (4): the bits of __fadd_rn, __fsub_rn, __fmul_rn and __fdiv_rn of x[0] (a NaN) and x[1]; acc
@@ -446,6 +466,20 @@ static void test_mbarrier(void) {
     test_check("mma_layout.mbarrier_parity_passes_each_round", !first[0], "%s", first);
 }
 
+static void test_setmaxnreg(void) {
+    uint32_t got[384] = {0}, *d = to_dev(got, 384);
+    setmaxnreg_kernel<<<2, 384>>>(d);
+    KERNEL_CHECK();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    to_host(got, d, 384);
+    char first[160] = "";
+    for (int t = 0; t < 384 && !first[0]; t++) {
+        uint32_t want = t >= 256 ? 0xe0000000u + t : 0xf0000000u + 7u * t;
+        if (got[t] != want) snprintf(first, sizeof first, "thread %d: got 0x%08x, expected 0x%08x", t, got[t], want);
+    }
+    test_check("mma_layout.setmaxnreg_warpgroups_finish_and_write", !first[0], "%s", first);
+}
+
 // bit for bit, except that any two NaNs are the same: which NaN an operation returns is the
 // machine's (a GPU: always 0x7fffffff; x86: the first NaN operand's payload); the nan_is_the_gpus
 // checks test the GPU's rule itself
@@ -599,6 +633,7 @@ int main(void) {
     test_red();
     test_named_barrier();
     test_mbarrier();
+    test_setmaxnreg();
     test_warp_reductions();
     test_nan_results();
     CUDA_CHECK(cudaFree(arena));

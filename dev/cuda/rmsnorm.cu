@@ -8,11 +8,13 @@
 // check the += contract, and are compared as accumulated parts (after minus before).
 // Shapes (N = B*T rows of C): every preset at its real shape, B=4 and the preset's T: tiny
 // 1024 x 128, d12 4096 x 768, llama300m 16384 x 1024, llama600m 8192 x 1536, plus an odd
-// 77 x 100, 300 x 40 (ten dweight slabs, the last one short) and 45 x 1600 (too wide for the
-// one-pass backward). Full tensors: the reference is two passes over N*C (about 0.2 s on one core
-// at llama300m). The backward runs both ways where the row fits (one pass, and the row kernel
+// 77 x 100, 300 x 40 (ten dweight slabs, the last one short), 45 x 1600 (too wide for the
+// one-pass backward) and 33 x 1152 (the forward's row in registers, 9 groups a lane). Full
+// tensors: the reference is two passes over N*C (about 0.2 s on one core at llama300m). The backward runs both ways where the row fits (one pass, and the row kernel
 // with the separate dweight kernel), each checked against the CPU and against the other: the
 // same bits.
+// The forward's row kernel (llmc/'s path for rows that do not fit its registers, and its only
+// kernel before) is checked against the CPU wherever llmc/ keeps the row in registers instead.
 // Version 1 of the backward (a block of 8 rows, one warp each; then a dweight kernel that reads
 // dout and x again, 128-row slabs, each column's partials added by one thread) is kept here as the
 // reference that --compare times llmc/'s against; every validation also checks it against the CPU.
@@ -20,7 +22,8 @@
 //   --small: validations at the odd shapes and tiny only (what dev/emu runs);
 //   --compare: the backward, version 1 against llmc/'s, at llama300m's and llama600m's real
 //   shapes (COMPARE lines for dev/bench_small_kernels.sh; dinp and its bf16 copy bitwise, dweight
-//   to the fp32 bound, no CPU reference);
+//   to the fp32 bound, no CPU reference), then the forward, the row kernel against the row in
+//   registers (rstd to 1e-6, out to the bf16 bound);
 //   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
@@ -121,6 +124,15 @@ static bool validate(const char* tag, int N, int C, uint64_t seed) {
     bool ok = cuda_check_close((t + ".forward_out").c_str(), got.data(), ref.data(), ref.size(), TOL_BF16);
     got = cuda_download(d_rstd, N);
     ok &= cuda_check_close((t + ".forward_rstd").c_str(), got.data(), ref_rstd.data(), N, TOL_FP32);
+    // the row kernel (version 1; llmc/'s path for other rows) where llmc/ keeps the row in registers
+    if (C % 128 == 0 && C <= RMSNORM_FWD_MAX_C) {
+        rmsnorm_forward_kernel<<<cuda_ceil_div(N, RMSNORM_WARPS), RMSNORM_WARPS * 32>>>(d_out, d_rstd, d_inp, d_w, N, C);
+        KERNEL_CHECK();
+        got = cuda_download_float(d_out, ref.size());
+        ok &= cuda_check_close((t + ".forward_v1_out").c_str(), got.data(), ref.data(), ref.size(), TOL_BF16);
+        got = cuda_download(d_rstd, N);
+        ok &= cuda_check_close((t + ".forward_v1_rstd").c_str(), got.data(), ref_rstd.data(), N, TOL_FP32);
+    }
 
     // backward from the reference rstd on both sides, so only the backward is measured; each way
     // (fused: 1 one pass, 0 the row kernel and the dweight kernel; 2 version 1) from the same start
@@ -193,6 +205,35 @@ static void bench(const char* preset, int N, int C) {
 // The backward, version 1 against llmc/'s, at the shape (N, C): dinp and its bf16 copy bitwise
 // equal (the same arithmetic per row), dweight within the fp32 bound (column sums in other
 // orders), then the times.
+// The forward, the row kernel (version 1) against the row held in registers, at (N, C): rstd
+// within 1e-6 (the squares summed in other orders), out within one bf16 rounding, then the times.
+static bool compare_forward(const char* preset, int N, int C) {
+    float* inp = cuda_malloc<float>((size_t)N * C);
+    float* w = cuda_malloc<float>(C);
+    bf16 *o1 = cuda_malloc<bf16>((size_t)N * C), *o2 = cuda_malloc<bf16>((size_t)N * C);
+    float *r1 = cuda_malloc<float>(N), *r2 = cuda_malloc<float>(N);
+    cuda_fill_uniform(inp, (size_t)N * C, 6, 2.0f);
+    cuda_fill_uniform(w, C, 7, 1.0f);
+    auto v1 = [&] { rmsnorm_forward_kernel<<<cuda_ceil_div(N, RMSNORM_WARPS), RMSNORM_WARPS * 32>>>(o1, r1, inp, w, N, C); };
+    v1();
+    KERNEL_CHECK();
+    rmsnorm_forward(o2, r2, inp, w, N, C, 0);
+    std::string t = std::string("dev_rmsnorm.compare.") + preset;
+    std::vector<float> a1 = cuda_download(r1, N), a2 = cuda_download(r2, N);
+    bool ok = cuda_check_close((t + ".forward_rstd_v2_vs_v1").c_str(), a2.data(), a1.data(), N, 1e-6);
+    a1 = cuda_download_float(o1, (size_t)N * C);
+    a2 = cuda_download_float(o2, (size_t)N * C);
+    ok &= cuda_check_close((t + ".forward_out_v2_vs_v1").c_str(), a2.data(), a1.data(), a1.size(), TOL_BF16);
+    float ms1 = cuda_bench_ms(v1, 3, 20);
+    float ms2 = cuda_bench_ms([&] { rmsnorm_forward(o2, r2, inp, w, N, C, 0); }, 3, 20);
+    char shape[96];
+    snprintf(shape, sizeof(shape), "%s N=%d C=%d", preset, N, C);
+    cuda_print_compare("rmsnorm_forward", shape, ms1, ms2, "v1 the row read twice, 4 bytes a lane a load; v2 the row in registers, 16-byte loads");
+    void* bufs[] = {inp, w, o1, o2, r1, r2};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    return ok;
+}
+
 static bool compare(const char* preset, int N, int C) {
     bf16* dout = cuda_malloc<bf16>((size_t)N * C);
     float* inp = cuda_malloc<float>((size_t)N * C);
@@ -251,6 +292,7 @@ int main(int argc, char** argv) {
             LlamaConfig c = {};
             llama_preset(name, &c);
             ok &= compare(name, 4 * c.T, c.C);
+            ok &= compare_forward(name, 4 * c.T, c.C);
         }
         return ok ? 0 : 1;
     }
@@ -259,6 +301,8 @@ int main(int argc, char** argv) {
     ok &= validate("dev_rmsnorm.odd_N300_C40", 300, 40, 6);
     // a row wider than the one-pass backward's shared memory
     ok &= validate("dev_rmsnorm.wide_N45_C1600", 45, 1600, 7);
+    // a row the forward keeps in registers as 9 groups of 4 floats a lane (the llama shapes take 8 and 12)
+    ok &= validate("dev_rmsnorm.regs_N33_C1152", 33, 1152, 8);
     for (const char* name : presets) {
         if (small && strcmp(name, "tiny") != 0) continue;
         LlamaConfig c = {};

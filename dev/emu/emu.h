@@ -72,6 +72,10 @@ void emu_bar_sync(int id, int threads);
 void emu_mbar_init(uint64_t* bar, int count);
 void emu_mbar_arrive(uint64_t* bar);
 void emu_mbar_wait(uint64_t* bar, int parity);
+// setmaxnreg (llmc/mma.cuh's warpgroup_registers_*): checks the PTX ISA's rules (a multiple of 8 in
+// 24..256; the same instruction, .inc or .dec, by every warp of a warpgroup the block holds whole);
+// registers have no meaning here, so nothing else happens
+void emu_setmaxnreg(int count, int inc);
 // __syncwarp: the warp's lanes wait for each other (full mask only)
 void __syncwarp(unsigned mask = 0xffffffffu);
 double emu_shfl_xor(double v, int lane_mask);

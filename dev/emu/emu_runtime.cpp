@@ -275,6 +275,25 @@ void emu_bar_sync(int id, int threads) {
     while (g_nbar_gen[id] == gen) wait_for_next();
 }
 
+// setmaxnreg: per warpgroup of the block, the instruction its first warp executed and how many of
+// its warps have executed it since; a round ends when all four have. A round still open when the
+// block ends means a warp of the group skipped it.
+struct WarpGroupRegs { int count, inc, warps; };
+static std::vector<WarpGroupRegs> g_wg_regs;
+void emu_setmaxnreg(int count, int inc) {
+    if (!g_fiber_mode) die("kernel %s uses setmaxnreg but was launched without fibers", g_kernel);
+    if (count % 8 != 0 || count < 24 || count > 256) die("kernel %s: setmaxnreg %lld (a multiple of 8 in 24..256)", g_kernel, count);
+    int warp = g_cur->linear / 32, wg = warp / 4;
+    if (32 * (4 * wg + 4) > g_nfibers)
+        die("kernel %s: setmaxnreg in warpgroup %lld, which a block of %lld threads holds only in part", g_kernel, wg, g_nfibers);
+    if (g_cur->linear % 32 != 0) return;  // .sync.aligned: the warp executes it once, counted at lane 0
+    WarpGroupRegs& r = g_wg_regs[wg];
+    if (r.warps == 0) { r.count = count; r.inc = inc; }
+    else if (r.count != count || r.inc != inc)
+        die("kernel %s: the warps of warpgroup %lld execute different setmaxnreg instructions (one of them to %lld registers)", g_kernel, wg, count);
+    if (++r.warps == 4) r.warps = 0;
+}
+
 // mbarriers: bits 0-15 the expected arrivals, 16-31 the arrivals so far, 32-63 the phase
 struct MBar { uint16_t expected, arrived; uint32_t phase; };
 static MBar* mbar_of(uint64_t* bar) {
@@ -389,6 +408,7 @@ static void run_block_fibers(dim3 block) {
     g_nfibers = n;
     g_alive = n; g_bar_count = 0; g_bar_gen = 0;
     for (int i = 0; i < NAMED_BARRIERS; i++) g_nbar_count[i] = g_nbar_gen[i] = 0;
+    g_wg_regs.assign(nw / 4 + 1, WarpGroupRegs{0, 0, 0});
     g_idle_laps = 0; g_progress_at_lap = g_progress;
     for (int i = 0; i < n; i++) {
         Fiber& f = g_fibers[i];
@@ -415,6 +435,9 @@ static void run_block_fibers(dim3 block) {
     g_cur = NULL;
     for (int i = 1; i < NAMED_BARRIERS; i++)
         if (g_nbar_count[i] != 0) die("kernel %s: named barrier %lld ends the block with %lld threads counted in", g_kernel, i, g_nbar_count[i]);
+    for (size_t i = 0; i < g_wg_regs.size(); i++)
+        if (g_wg_regs[i].warps != 0)
+            die("kernel %s: setmaxnreg executed by %lld of the 4 warps of warpgroup %lld", g_kernel, g_wg_regs[i].warps, (long long)i);
     for (int i = 0; i < n; i++)
         if (memcmp(g_fibers[i].stack, &STACK_CANARY, sizeof(STACK_CANARY)) != 0)
             die("kernel %s: a thread overflowed its %lld-byte fiber stack", g_kernel, (long long)STACK);

@@ -7,14 +7,14 @@ into
 
 (smem 0 when the launch gives none) and every `extern __shared__ T name[];` into
 `T* name = (T*)emu_dynamic_smem();`, where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
-__syncthreads, a named barrier, an mbarrier or a warp collective, so dev/emu runs its threads as fibers. data/ and
+__syncthreads, a named barrier, an mbarrier, a warp collective or setmaxnreg, so dev/emu runs its threads as fibers. data/ and
 test/fixtures are linked, not copied. Prints one line per kernel with its launch style."""
 import os
 import re
 import shutil
 import sys
 
-SYNC_TOKENS = ["__syncthreads", "__syncwarp", "bar_sync", "mbar_", "__shfl", "__reduce_", "emu_warp_"]
+SYNC_TOKENS = ["__syncthreads", "__syncwarp", "bar_sync", "mbar_", "__shfl", "__reduce_", "emu_warp_", "warpgroup_registers_"]
 
 
 def block_after(text, start, opening="{", closing="}"):
@@ -62,7 +62,8 @@ def main():
 
     kernels, helpers = {}, {}
     for f, t in texts.items():
-        for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", t):
+        # (a launch bound's arguments may hold one level of parentheses)
+        for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s+)?(\w+)\s*\(", t):
             kernels[m.group(1)] = block_after(t, m.end())
         for m in re.finditer(r"__device__[^;{(]*?\b(\w+)\s*\([^;{]*\)\s*(const\s*)?\{", t):
             helpers[m.group(1)] = block_after(t, m.end() - 1)
