@@ -293,7 +293,8 @@ def bwd_warp_tile(b, hs):
     always, on a grid of BQ/16 row x WARPS/(BQ/16) column warps)."""
     BQ, BK, W = b["BQ"], b["BK"], b["WARPS"]
     DC = hs // (W // (BQ // 16))
-    four = dict(mma=4 * (BQ // 8) * (hs // 16), ldsm=2 * (hs // 16) * (1 + BQ // 16) + 2 * (BQ // 16) * (hs // 16), exp=16 * BQ,
+    kv = 0 if b.get("KV_REGS") else 1  # K's and V's A fragments read at every tile, or held in registers
+    four = dict(mma=4 * (BQ // 8) * (hs // 16), ldsm=2 * (hs // 16) * (kv + BQ // 16) + 2 * (BQ // 16) * (hs // 16), exp=16 * BQ,
                 fp32=FP32_PER_SCORE * BQ / 2,
                 smem=16 * BQ * BF16 + (BQ // 4) * 32 * 8)  # dSᵀ stored; lse and D read (8 bytes a lane per column pair)
     dq = dict(mma=(BK // 16) * (DC // 8), ldsm=(BK // 16) * (1 + DC // 16))

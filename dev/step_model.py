@@ -17,6 +17,9 @@ How each change is modelled, from the time its kernels took on the H200:
                         byte through L1 once a tile: 712 bytes a thread at HS 128 and 184 at HS
                         64 from the ptxas report, where the SASS's tile loop moves 236 to 408 at
                         HS 128, so the gain may be smaller)
+  flash backward, K     (HS <= 64) the backward without spills, times flash_model's ratio of the
+  and V in registers    kernel with each warp's K and V A fragments held in registers (8 of its
+                        96 ldmatrix.x4 a tile at HS 64 left out) to the kernel that reads them
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
   in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
                         moves (16 an element, against 22, plus the partials written and read) at
@@ -99,18 +102,23 @@ def gram_share(blocks):
     return (blocks + 1) / (2.0 * blocks)
 
 
-def flash_ratios(name, spill=None):
+def flash_ratios(name, spill=None, kv_regs=False):
     """(forward, backward) new / old modelled time of the kernels as built, in the launch orders,
-    with the spills before setmaxnreg; spill given: (1, the backward in its new order with `spill`
-    bytes / with those)."""
+    with the spills before setmaxnreg and K, V read from shared memory; spill given: (1, the
+    backward in its new order with `spill` bytes / with those); kv_regs: (1, the backward in its new
+    order with K and V in registers where the tiles say so / without), both with `spill` bytes."""
     p = PRESETS[name]
     shape = (p["B"], p["T"], p["NH"], p["NH"], p["HS"])
     hs = p["HS"]
     cfg = fm.read_config(os.path.join(REPO, "llmc", "flash_common.cuh"), [hs])
     ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
-    f, b = cfg[hs]
+    f, built = cfg[hs]
+    b = dict(built, KV_REGS=False)
     fregs = ptxas.get(("flash_forward_kernel", hs), (None, None))[0]
     bregs = ptxas.get(("flash_backward_kernel", hs), (None, 0))[0]
+    if kv_regs:
+        new, old = (fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, spill, (), "block")["ms"] for t in (built, b))
+        return 1.0, new / old
     if spill is not None:
         new, old = (fm.model_backward(b, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, s, (), "block")["ms"] for s in (spill, SPILL_BEFORE[hs]))
         return 1.0, new / old
@@ -131,6 +139,9 @@ def rows(name):
     spill_now = ptxas.get(("flash_backward_kernel", p["HS"]), (None, 0))[1] or 0
     rs = flash_ratios(name, spill_now)[1]
     out.append(("flash backward without spills (setmaxnreg)", "flash backward", L, L * m["flash_bwd"] * rb, L * m["flash_bwd"] * rb * rs))
+    rk = flash_ratios(name, spill_now, kv_regs=True)[1]
+    if rk < 1.0:  # HS <= 64 (FlashBwdTile KV_REGS)
+        out.append(("flash backward, K and V in registers", "flash backward", L, L * m["flash_bwd"] * rb * rs, L * m["flash_bwd"] * rb * rs * rk))
     # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
     calls = 2 * L + 1
     before = m["rms_row"] + m["rms_dw"]

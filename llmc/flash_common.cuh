@@ -28,11 +28,15 @@ struct FlashFwdTile {
 // DQ_STAGES shared stages of dQ parts between them; MIN_BLOCKS as above. Registers: the launch
 // gives every thread 168 (12 warps, 3 on each of the SM's 4 schedulers); on sm_90a the writer
 // warpgroup gives back all but WRITER_REGS and the compute warps take COMPUTE_REGS (setmaxnreg),
-// the block's 64512 shared out again, so their accumulators need not spill.
+// the block's 64512 shared out again, so their accumulators need not spill. KV_REGS: a compute
+// warp holds its 16 rows of K and V as A fragments in registers for the whole block (else it reads
+// them from shared memory at every tile): 4 HS / 8 registers, which fit beside the accumulators
+// of HS <= 64 in COMPUTE_REGS.
 template <int HS>
 struct FlashBwdTile {
     static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;
     static const int WRITER_WARPS = 4, COMPUTE_REGS = 232, WRITER_REGS = 40;
+    static const bool KV_REGS = HS <= 64;
 };
 
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on
