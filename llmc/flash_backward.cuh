@@ -11,20 +11,20 @@
 //     dQ_part = dS K                          (dSᵀ through shared memory),
 // with two barriers per tile among themselves (bar.sync 1). dQ sums the parts of every key block
 // at or below the query tile, in a fixed order, key block 0 first and the diagonal block last:
-// the compute warps leave each part (fp32) in one of DQ_STAGES shared stages and go on; the
-// first warp of the block's third warpgroup, the dQ writer, takes it (mbarriers "full" / "empty" per stage), waits until
-// a counter per (b, h, query tile) says it is this block's turn, adds the part to dq_accum (the
-// first part stored, the next ones by red.global.add, which returns nothing to wait for), fences
-// and passes the turn on. flash_dq_to_bf16_kernel then writes the sums into dqkv. The compute
-// warps never wait on another block; they wait on their writer only when it is DQ_STAGES tiles
-// behind. The blocks take their work from a ticket counter (atomicAdd) in the order "key block 0
-// of every (b, g), then key block 1 of every one, ...": the blocks with the most query tiles start
-// first and the shortest fill the end of the call (the causal tail). A writer waits only for one
-// of a block that took its ticket earlier and is running or done: no deadlock whatever order the
-// GPU starts blocks in. Every block walks the same tiles in the same order (the last query tile
-// first), so a block that started later finds the earlier ones ahead of it at every tile and, in
-// the steady state, does not wait. Every gradient element is summed in one fixed order, and the
-// backward is bitwise the same run to run.
+// the compute warps leave each part (fp32) in one of DQ_STAGES shared stages and go on; the first
+// warp of the block's third warpgroup, the dQ writer, takes it (mbarriers "full" / "empty" per
+// stage), waits until a counter per (b, h, query tile) says it is this block's turn, adds the part
+// to dq_accum (the first part stored, the next ones by red.global.add, which returns nothing to
+// wait for), fences and passes the turn on. flash_dq_to_bf16_kernel then writes the sums into dqkv.
+// The compute warps never wait on another block; they wait on their writer only when it is
+// DQ_STAGES tiles behind. The blocks take their work from a ticket counter (atomicAdd) in the order
+// "key block 0 of every (b, g), then key block 1 of every one, ...": the blocks with the most query
+// tiles start first and the shortest fill the end of the call (the causal tail). A writer waits
+// only for one of a block that took its ticket earlier and is running or done: no deadlock whatever
+// order the GPU starts blocks in. Every block walks the same tiles in the same order (the last
+// query tile first), so a block that started later finds the earlier ones ahead of it at every tile
+// and, in the steady state, does not wait. Every gradient element is summed in one fixed order, and
+// the backward is bitwise the same run to run.
 // Registers: 12 warps in a block put 3 on each of the SM's 4 schedulers, whose register files
 // then cap them at 168 a thread at launch. On sm_90a (the default build) the writer warpgroup
 // gives back all but 40 (setmaxnreg.dec) and the compute warps take 232 (setmaxnreg.inc), so the

@@ -516,7 +516,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
         else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
         else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
-        else { fprintf(stderr, "usage: dev_muon [--validate-only] [--small] [--compare]\n"); return 2; }
+        else { fprintf(stderr, "usage: dev_muon [--validate-only] [--small] [--compare [--small]]\n"); return 2; }
     }
     if (!cuda_device_present()) { printf("SKIP dev_muon: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
@@ -524,24 +524,19 @@ int main(int argc, char** argv) {
     if (compare_only) {  // llama300m and llama600m (with --small: tiny, for dev/emu)
         bool ok = true;
         const int first = small ? 0 : 2, last = small ? 1 : npresets;
+        struct Group { const char* preset; const char* name; int rows, cols, batch; };
+        std::vector<Group> groups;  // every group of the presets compared, batch L
         for (int pi = first; pi < last; pi++) {
             LlamaConfig c = {};
             llama_preset(presets[pi], &c);
             int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
-            ok &= compare(presets[pi], "qkv", QKV, c.C, c.L);
-            ok &= compare(presets[pi], "proj", c.C, HSNH, c.L);
-            ok &= compare(presets[pi], "fc1", 2 * c.FF, c.C, c.L);
-            ok &= compare(presets[pi], "fc2", c.C, c.FF, c.L);
+            groups.push_back({presets[pi], "qkv", QKV, c.C, c.L});
+            groups.push_back({presets[pi], "proj", c.C, HSNH, c.L});
+            groups.push_back({presets[pi], "fc1", 2 * c.FF, c.C, c.L});
+            groups.push_back({presets[pi], "fc2", c.C, c.FF, c.L});
         }
-        for (int pi = first; pi < last; pi++) {
-            LlamaConfig c = {};
-            llama_preset(presets[pi], &c);
-            int HSNH = llama_head_size(&c) * c.NH, QKV = llama_qkv_channels(&c);
-            ok &= compare_passes(presets[pi], "qkv", QKV, c.C, c.L);
-            ok &= compare_passes(presets[pi], "proj", c.C, HSNH, c.L);
-            ok &= compare_passes(presets[pi], "fc1", 2 * c.FF, c.C, c.L);
-            ok &= compare_passes(presets[pi], "fc2", c.C, c.FF, c.L);
-        }
+        for (const Group& g : groups) ok &= compare(g.preset, g.name, g.rows, g.cols, g.batch);
+        for (const Group& g : groups) ok &= compare_passes(g.preset, g.name, g.rows, g.cols, g.batch);
         matmul_free();
         return ok ? 0 : 1;
     }
