@@ -659,8 +659,9 @@ static int llama_update(LlamaModel* m, const TrainConfig* tc, const MuonConfig* 
     if (!m->muon_x) m->muon_x = cuda_malloc<bf16>(xoff.back());  // the same size every step
     for (size_t i = 0; i < items.size(); i++) {
         const Item& it = items[i];
-        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, grad_scale, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream);
-        if (owner[i] != grid->rank) continue;
+        const bool owned = owner[i] == grid->rank;  // only the owner needs the norm
+        muon_momentum(m->opt_m + it.offset, m->grads + it.offset, grad_scale, it.rows, it.cols, 1, 0, mc, &m->muon, m->stream, owned);
+        if (!owned) continue;
         bf16* x = muon_newton_schulz(&m->muon, it.rows, it.cols, 1, mc, m->stream);
         mine++;
         CUDA_CHECK(cudaMemcpyAsync(m->muon_x + xoff[i], x, (xoff[i + 1] - xoff[i]) * sizeof(bf16), cudaMemcpyDeviceToDevice, m->stream));

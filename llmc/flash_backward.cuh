@@ -32,8 +32,8 @@
 // 408 bytes a thread a tile of local-memory traffic at HS 128 by its SASS), spill nothing
 // (dev/cuda/ptxas_report.txt). Builds without sm_90a code keep 168 and the spills (the first
 // design had one writer warp, 9 in all, with the same cap). At HS <= 64 the compute warps also
-// keep their K and V rows as A fragments (FlashBwdTile KV_REGS): Sᵀ and dPᵀ read only Q and dO
-// from shared memory (8 of 96 ldmatrix.x4 a warp and tile fewer at HS 64). Not yet measured on a GPU.
+// keep their K and V rows as A fragments (FlashBwdTile KV_REGS; sm_90a and dev/emu only): Sᵀ and
+// dPᵀ read only Q and dO from shared memory (8 of 96 ldmatrix.x4 a warp and tile fewer at HS 64). Not yet measured on a GPU.
 // Measured on an H200 (dev/flash_measured.csv), with the earlier tickets (head by head, the last
 // key block first): llama300m (HS 64, T 4096) 2.16 ms, 159 causal TFLOP/s (the one-pass design
 // before the writer warp: 3.8 ms); HS 128 at T 4096 4.49 ms, 153. The order above is modelled
@@ -155,6 +155,7 @@ __global__ void __launch_bounds__((FlashBwdTile<HS>::WARPS + FlashBwdTile<HS>::W
 flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rowstats,
                       int T, int NH, int NKV, float scale, float scale_log2) {
     typedef FlashBwdTile<HS> F;
+    constexpr bool KV_REGS = F::KV_REGS && MMA_SETMAXNREG;  // K, V fragments in registers: only with the raised budget
     const int BK = F::BK, BQ = F::BQ, THREADS = F::WARPS * 32, P = HS + 8, PS = BQ + 8, PD = HS + 8;
     // the dQ product's warp grid: RG row tiles of 16 queries x CG column slices of DC
     const int RG = BQ / 16, CG = F::WARPS / RG, DC = HS / CG;
@@ -211,7 +212,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     float dk[1][HS / 8][4], dv[1][HS / 8][4];
     flash_zero<HS / 8>(dk[0]);
     flash_zero<HS / 8>(dv[0]);
-    uint32_t kf[F::KV_REGS ? HS / 16 : 1][1][4], vf[F::KV_REGS ? HS / 16 : 1][1][4];  // KV_REGS: this warp's K, V rows (k step)
+    uint32_t kf[KV_REGS ? HS / 16 : 1][1][4], vf[KV_REGS ? HS / 16 : 1][1][4];  // KV_REGS: this warp's K, V rows (k step)
 #pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
         int buf = idx % 2, q0 = (nq - 1 - idx % per_head) * BQ, stage = idx % F::DQ_STAGES;
@@ -219,7 +220,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
         bar_sync(FLASH_BAR_COMPUTE, THREADS);  // ... for every thread; every warp is done with tile idx - 1
         if (idx + 1 < total) issue(idx + 1, 1 - buf);  // into the buffer tile idx - 1 used
         cp_async_commit();
-        if (F::KV_REGS && idx == 0)  // K and V are in: this warp's rows as A fragments, kept for every tile
+        if (KV_REGS && idx == 0)  // K and V are in: this warp's rows as A fragments, kept for every tile
             for (int kk = 0; kk < HS / 16; kk++) {
                 ldmatrix_x4(kf[kk][0], sK + (warp * 16 + lane % 16) * P + kk * 16 + (lane / 16) * 8);
                 ldmatrix_x4(vf[kk][0], sV + (warp * 16 + lane % 16) * P + kk * 16 + (lane / 16) * 8);
@@ -231,7 +232,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
         if (k0 + warp * 16 <= q0 + BQ - 1) {  // some key of this warp at or below some query
             float dp[1][BQ / 8][4];
             int last = min(BQ, T - q0) - 1;   // the tile's last query column inside T
-            if (F::KV_REGS) flash_mma_abt_regs<HS, BQ, 1>(s, kf, q_s);  // Sᵀ = K Qᵀ
+            if (KV_REGS) flash_mma_abt_regs<HS, BQ, 1>(s, kf, q_s);  // Sᵀ = K Qᵀ
             else flash_mma_abt<HS, BQ, 1>(s, sK, warp * 16, q_s);
             for (int n = 0; n < BQ / 8; n++)
                 for (int i = 0; i < 4; i++) {
@@ -240,7 +241,7 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
                 }
             flash_mma_pv<HS, BQ, 1>(dv, s, do_s);  // dV += Pᵀ dO
             flash_zero<BQ / 8>(dp[0]);
-            if (F::KV_REGS) flash_mma_abt_regs<HS, BQ, 1>(dp, vf, do_s);  // dPᵀ = V dOᵀ
+            if (KV_REGS) flash_mma_abt_regs<HS, BQ, 1>(dp, vf, do_s);  // dPᵀ = V dOᵀ
             else flash_mma_abt<HS, BQ, 1>(dp, sV, warp * 16, do_s);
             for (int n = 0; n < BQ / 8; n++)
                 for (int i = 0; i < 4; i++) s[0][n][i] = scale * s[0][n][i] * (dp[0][n][i] - r_s[n * 8 + 2 * c + i % 2].y);

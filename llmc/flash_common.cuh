@@ -31,7 +31,8 @@ struct FlashFwdTile {
 // the block's 64512 shared out again, so their accumulators need not spill. KV_REGS: a compute
 // warp holds its 16 rows of K and V as A fragments in registers for the whole block (else it reads
 // them from shared memory at every tile): 4 HS / 8 registers, which fit beside the accumulators
-// of HS <= 64 in COMPUTE_REGS.
+// of HS <= 64 in COMPUTE_REGS; builds without setmaxnreg (MMA_SETMAXNREG 0) read them from shared
+// memory, as at 168 registers the fragments would only add spills.
 template <int HS>
 struct FlashBwdTile {
     static const int BK = 128, WARPS = 8, BQ = HS == 128 ? 32 : HS == 16 ? 128 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;

@@ -165,6 +165,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
 // of 4) executes the same one. It changes no value: where the build has no sm_90a code (plain
 // sm_90, sm_80, the compute_90 PTX an sm_90a build carries) it is left out and the kernel keeps
 // the registers it was launched with. dev/emu checks the immediate and the warpgroup.
+// 1 where the budgets change (sm_90a code, and dev/emu, which runs that path), else 0: a kernel
+// that relies on the raised budget keeps its register-hungry variant to these builds.
+#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || (!defined(__CUDA_ARCH__) && defined(EMU_WARP_MMA))
+#define MMA_SETMAXNREG 1
+#else
+#define MMA_SETMAXNREG 0
+#endif
 template <int N>
 __device__ __forceinline__ void warpgroup_registers_inc() {
     static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: a multiple of 8 in 24..256");

@@ -361,8 +361,10 @@ static inline bf16* muon_newton_schulz(MuonWorkspace* ws, int rows, int cols, in
 // matrices, M <- beta M + (1-beta) G, U into ws->u and its norms into ws->norms; then
 // muon_newton_schulz(ws, ...) gives X (bf16, W's layout); muon_apply: W <- W (1 - lr wd) - lr s X
 // (and the bf16 copy).
+// norms = false: the norms are not needed (a rank that does not orthogonalize these matrices,
+// --muon-shard), and their finishing kernel is not launched.
 static inline void muon_momentum(float* M, const float* G, float grad_scale, int rows, int cols, int batch, size_t batch_stride,
-                                 const MuonConfig* cfg, MuonWorkspace* ws, cudaStream_t stream) {
+                                 const MuonConfig* cfg, MuonWorkspace* ws, cudaStream_t stream, bool norms = true) {
     muon_workspace_reserve(ws, rows, cols, batch);
     size_t rc = (size_t)rows * cols;
     int chunks = (int)muon_norm_chunks(rc);
@@ -371,6 +373,7 @@ static inline void muon_momentum(float* M, const float* G, float grad_scale, int
     if (vec) muon_momentum_kernel<MUON_VEC><<<grid, MUON_BLOCK, 0, stream>>>(ws->u, ws->partials, M, G, grad_scale, rc, batch_stride, cfg->beta, cfg->nesterov);
     else muon_momentum_kernel<1><<<grid, MUON_BLOCK, 0, stream>>>(ws->u, ws->partials, M, G, grad_scale, rc, batch_stride, cfg->beta, cfg->nesterov);
     KERNEL_CHECK();
+    if (!norms) return;
     muon_frobenius_norm_finish_kernel<<<batch, 64, 0, stream>>>(ws->norms, ws->partials, chunks);
     KERNEL_CHECK();
 }
