@@ -43,7 +43,13 @@ Measured, set and fitted:
   modelled  everything else: each tile's work from the tile constants and the code's structure,
             the occupancy, the tail, the small kernels. The model is not a simulator: no
             instruction dependency, cache, bank conflict, or wait between blocks for a dQ turn
-            is in it (the 2026-12-04 analysis found the turn order causes no real waiting).
+            is in it (the 2026-12-04 analysis found the turn order causes no real waiting), and
+            no integer, address or branch instruction: the as-built tile loops issue about half
+            the instructions of 4d18147's (SASS, a warp's tile below the diagonal: forward 1411
+            -> 694 at HS 64 and 1181 -> 637 at HS 128, backward 1582 -> 864 and 1278 -> 738),
+            of which the model credits only the FP32 ones (SOFTMAX), so its gain is a floor.
+            The backward's spill bytes count as L1 traffic every tile, where the HS 64 kernel's
+            36 (ptxas) are mostly outside its tile loop (one 4-byte load in it): a ceiling.
 --calibration prints every row it models with its ratio; the plain commits land within 20% (0.89
 to 1.13), the 5ec15b9 ablation within 10%, the other ablations within 20%. Known misses: ee719c5
 without the writer's global work is modelled 13 to 19% slow at T >= 2048 (the model puts that
@@ -86,14 +92,22 @@ SMEM_BYTES_PER_CLK = 128.0
 HBM_TBS = 4.8
 BF16, FP32 = 2, 4
 
-# The softmax's FP32 instructions, counted in the SASS of the tile loops: per score element 3
-# FMUL (the scale, and exp2f's range reduction, which also adds an FSETP), 2 FADD, FMNMX, FSETP,
-# FSEL (the mask) and half an F2FP (a bf16 pair); the forward adds an FMUL per output element (the
-# rescale) and 7 per half row tile (max, correction, sum). The backward's FFMA, FSETP, 4 FMUL,
-# FADD and 1.5 F2FP per element are 8.5 as well.
-FP32_PER_SCORE = 8.5
+# The softmax's FP32 instructions, counted in the SASS of the tile loops (cuobjdump -sass, CUDA
+# 13.0), per score element (and the forward's per half row tile), by the kernels' softmax:
+#   "exp2f"  every measured design: 3 FMUL (the scale, and exp2f's range reduction, which also adds
+#            an FSETP), 2 FADD, FMNMX, FSETP, FSEL (the mask, on every tile) and half an F2FP (a
+#            bf16 pair), 8.5; 7 per half row tile (max, correction, sum); the backward's FFMA,
+#            FSETP, 4 FMUL, FADD and 1.5 F2FP, 8.5 as well
+#   "ex2"    as built (AS_BUILT_SOFTMAX): ex2.approx.ftz (flash_exp2) without exp2f's range
+#            reduction, scale and max subtracted in one FFMA, the forward's mask on its diagonal
+#            tiles only (counted: a tile below the diagonal): the forward's FFMA, FMNMX, FADD and
+#            half an F2FP, 3.5, and 6 per half row tile; the backward's 5.5
+# The forward adds an FMUL per output element (the rescale). The integer, address and branch
+# instructions of a tile are not counted (see the header: what the model leaves out).
+SOFTMAX = {"exp2f": dict(fwd_score=8.5, fwd_row_half=7, bwd_score=8.5),
+           "ex2": dict(fwd_score=3.5, fwd_row_half=6, bwd_score=5.5)}
+AS_BUILT_SOFTMAX = "ex2"
 FWD_FP32_PER_OUT = 1
-FWD_FP32_PER_ROW_HALF = 7
 
 # ---------------------------------------------------------------------------------------------
 # waits, in SM clocks
@@ -232,6 +246,7 @@ def read_config(header_path, hss):
         if fwd is None or bwd is None:
             die(f"'{header_path}': cannot find struct FlashFwdTile ({', '.join(FWD_FIELDS)}) and FlashBwdTile "
                 f"({', '.join(BWD_FIELDS)}) (the model reads them)")
+        fwd["SOFTMAX"] = bwd["SOFTMAX"] = AS_BUILT_SOFTMAX
         cfg[hs] = (fwd, bwd)
     return cfg
 
@@ -280,11 +295,11 @@ def fwd_warp_tile(f, hs):
     """One forward warp's work on one key tile (BQ / WARPS query rows, M row tiles of 16): S = Q Kᵀ
     and O += P V (each K and V fragment read once for the M row tiles; Q's fragments from registers
     or read at every tile), the online softmax (an exp per score and 2 corrections a row tile and
-    lane)."""
-    BK, M = f["BK"], f["BQ"] // f["WARPS"] // 16
+    lane; FP32 by the tiles' SOFTMAX, "exp2f" where they do not say)."""
+    BK, M, sm = f["BK"], f["BQ"] // f["WARPS"] // 16, SOFTMAX[f.get("SOFTMAX", "exp2f")]
     return dict(mma=2 * M * (BK // 8) * (hs // 16), ldsm=2 * (hs // 16) * (BK // 16) + (0 if f["Q_REGS"] else (hs // 16) * M),
                 exp=32 * M * (BK // 2 + 2),
-                fp32=M * (FP32_PER_SCORE * BK / 2 + FWD_FP32_PER_OUT * hs / 2 + 2 * FWD_FP32_PER_ROW_HALF))
+                fp32=M * (sm["fwd_score"] * BK / 2 + FWD_FP32_PER_OUT * hs / 2 + 2 * sm["fwd_row_half"]))
 
 
 def bwd_warp_tile(b, hs):
@@ -295,7 +310,7 @@ def bwd_warp_tile(b, hs):
     DC = hs // (W // (BQ // 16))
     kv = 0 if b.get("KV_REGS") else 1  # K's and V's A fragments read at every tile, or held in registers
     four = dict(mma=4 * (BQ // 8) * (hs // 16), ldsm=2 * (hs // 16) * (kv + BQ // 16) + 2 * (BQ // 16) * (hs // 16), exp=16 * BQ,
-                fp32=FP32_PER_SCORE * BQ / 2,
+                fp32=SOFTMAX[b.get("SOFTMAX", "exp2f")]["bwd_score"] * BQ / 2,
                 smem=16 * BQ * BF16 + (BQ // 4) * 32 * 8)  # dSᵀ stored; lse and D read (8 bytes a lane per column pair)
     dq = dict(mma=(BK // 16) * (DC // 8), ldsm=(BK // 16) * (1 + DC // 16))
     return four, dq

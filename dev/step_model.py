@@ -20,6 +20,12 @@ How each change is modelled, from the time its kernels took on the H200:
   flash backward, K     (HS <= 64) the backward without spills, times flash_model's ratio of the
   and V in registers    kernel with each warp's K and V A fragments held in registers (8 of its
                         96 ldmatrix.x4 a tile at HS 64 left out) to the kernel that reads them
+  flash softmax in      the forward and backward as above, times flash_model's ratio of its
+  fewer instructions    "ex2" softmax (FFMA, max, ex2.approx, add a score; the mask on the diagonal
+                        tiles only) with the spills of the ptxas report now, to the "exp2f" one
+                        with none: the FP32 instructions only. The tile loops' integer and
+                        address instructions, which fell more (the loads unrolled), are not in
+                        the model: the gain is a floor, the spill a ceiling (flash_model's header)
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
   in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
                         moves (16 an element, against 22, plus the partials written and read) at
@@ -90,6 +96,7 @@ MEASURED = {
 PASS_BYTES = dict(momentum=16, norm=4, x=6, apply=12)
 TARGETS = {"llama300m": 100.0, "llama600m": 85.0}  # issue 42's step targets, ms
 SPILL_BEFORE = {64: 64 + 120, 128: 328 + 384}  # the backward's spill bytes stored + loaded a thread before setmaxnreg (ptxas, 3a86691)
+SPILL_SETMAXNREG = {64: 0, 128: 0}  # and with it, before the softmax in fewer instructions (ptxas, 4d18147)
 MIRROR_TBS = 3.0     # the Gram mirror's copy, TB/s (a transpose through shared memory; set, not measured)
 NS_STEPS = 5         # Newton–Schulz iterations (every Muon preset)
 RMS_SLAB = 32        # rows per dweight partial (llmc/rmsnorm.cuh RMSNORM_DW_SLAB)
@@ -102,20 +109,28 @@ def gram_share(blocks):
     return (blocks + 1) / (2.0 * blocks)
 
 
-def flash_ratios(name, spill=None, kv_regs=False):
-    """(forward, backward) new / old modelled time of the kernels as built, in the launch orders,
-    with the spills before setmaxnreg and K, V read from shared memory; spill given: (1, the
-    backward in its new order with `spill` bytes / with those); kv_regs: (1, the backward in its new
-    order with K and V in registers where the tiles say so / without), both with `spill` bytes."""
+def flash_ratios(name, spill=None, kv_regs=False, softmax=False):
+    """(forward, backward) new / old modelled time of the kernels as built, each change in turn,
+    the earlier ones with the "exp2f" softmax: the launch orders, with the spills before setmaxnreg
+    and K, V read from shared memory; spill given: (1, the backward in its new order with `spill`
+    bytes / with those); kv_regs: (1, the backward in its new order with K and V in registers where
+    the tiles say so / without), both with `spill` bytes; softmax: the "ex2" softmax with the
+    spills of the report now / the "exp2f" one with SPILL_SETMAXNREG, forward and backward."""
     p = PRESETS[name]
     shape = (p["B"], p["T"], p["NH"], p["NH"], p["HS"])
     hs = p["HS"]
     cfg = fm.read_config(os.path.join(REPO, "llmc", "flash_common.cuh"), [hs])
     ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
-    f, built = cfg[hs]
+    f_now, b_now = cfg[hs]
+    f, built = dict(f_now, SOFTMAX="exp2f"), dict(b_now, SOFTMAX="exp2f")
     b = dict(built, KV_REGS=False)
     fregs = ptxas.get(("flash_forward_kernel", hs), (None, None))[0]
-    bregs = ptxas.get(("flash_backward_kernel", hs), (None, 0))[0]
+    bregs, spill_now = ptxas.get(("flash_backward_kernel", hs), (None, 0))
+    if softmax:
+        fwd = [fm.model_forward(t, hs, shape, fm.H200, fregs, "tile")["ms"] for t in (f_now, f)]
+        bwd = [fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, s, (), "block")["ms"]
+               for t, s in ((b_now, spill_now or 0), (built, SPILL_SETMAXNREG[hs]))]
+        return fwd[0] / fwd[1], bwd[0] / bwd[1]
     if kv_regs:
         new, old = (fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, spill, (), "block")["ms"] for t in (built, b))
         return 1.0, new / old
@@ -135,13 +150,18 @@ def rows(name):
     rf, rb = flash_ratios(name)
     out.append(("flash launch orders", "flash forward", L, L * m["flash_fwd"], L * m["flash_fwd"] * rf))
     out.append(("flash launch orders", "flash backward", L, L * m["flash_bwd"], L * m["flash_bwd"] * rb))
-    ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
-    spill_now = ptxas.get(("flash_backward_kernel", p["HS"]), (None, 0))[1] or 0
-    rs = flash_ratios(name, spill_now)[1]
+    spill = SPILL_SETMAXNREG[p["HS"]]
+    rs = flash_ratios(name, spill)[1]
     out.append(("flash backward without spills (setmaxnreg)", "flash backward", L, L * m["flash_bwd"] * rb, L * m["flash_bwd"] * rb * rs))
-    rk = flash_ratios(name, spill_now, kv_regs=True)[1]
+    rk = flash_ratios(name, spill, kv_regs=True)[1]
+    bwd = L * m["flash_bwd"] * rb * rs
     if rk < 1.0:  # HS <= 64 (FlashBwdTile KV_REGS)
-        out.append(("flash backward, K and V in registers", "flash backward", L, L * m["flash_bwd"] * rb * rs, L * m["flash_bwd"] * rb * rs * rk))
+        out.append(("flash backward, K and V in registers", "flash backward", L, bwd, bwd * rk))
+        bwd *= rk
+    sf, sb = flash_ratios(name, softmax=True)
+    fwd = L * m["flash_fwd"] * rf
+    out.append(("flash softmax in fewer instructions", "flash forward", L, fwd, fwd * sf))
+    out.append(("flash softmax in fewer instructions", "flash backward", L, bwd, bwd * sb))
     # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
     calls = 2 * L + 1
     before = m["rms_row"] + m["rms_dw"]

@@ -29,11 +29,16 @@
 // then cap them at 168 a thread at launch. On sm_90a (the default build) the writer warpgroup
 // gives back all but 40 (setmaxnreg.dec) and the compute warps take 232 (setmaxnreg.inc), so the
 // HS 64 and 128 kernels, which spilled their dK / dV accumulators at 168 (in the tile loop, 236 to
-// 408 bytes a thread a tile of local-memory traffic at HS 128 by its SASS), spill nothing
-// (dev/cuda/ptxas_report.txt). Builds without sm_90a code keep 168 and the spills (the first
+// 408 bytes a thread a tile of local-memory traffic at HS 128 by its SASS), keep them in registers
+// (dev/cuda/ptxas_report.txt: HS 128 spills nothing; HS <= 64 spill a few bytes around the
+// register handover, and HS 64 one 4-byte load in the tile loop). Builds without sm_90a code keep 168 and the spills (the first
 // design had one writer warp, 9 in all, with the same cap). At HS <= 64 the compute warps also
 // keep their K and V rows as A fragments (FlashBwdTile KV_REGS; sm_90a and dev/emu only): Sᵀ and
-// dPᵀ read only Q and dO from shared memory (8 of 96 ldmatrix.x4 a warp and tile fewer at HS 64). Not yet measured on a GPU.
+// dPᵀ read only Q and dO from shared memory (8 of 96 ldmatrix.x4 a warp and tile fewer at HS 64).
+// Pᵀ takes an FFMA and flash_exp2 per element, the mask only where a warp's keys pass a query of
+// the tile or the tile passes T, and the tile loads are unrolled (flash_load_tile): a warp's tile
+// below the diagonal issues 864 instructions at HS 64 and 738 at HS 128, against 1582 and 1278
+// before (SASS). Not yet measured on a GPU.
 // Measured on an H200 (dev/flash_measured.csv), with the earlier tickets (head by head, the last
 // key block first): llama300m (HS 64, T 4096) 2.16 ms, 159 causal TFLOP/s (the one-pass design
 // before the writer warp: 3.8 ms); HS 128 at T 4096 4.49 ms, 153. The order above is modelled
@@ -234,11 +239,15 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
             int last = min(BQ, T - q0) - 1;   // the tile's last query column inside T
             if (KV_REGS) flash_mma_abt_regs<HS, BQ, 1>(s, kf, q_s);  // Sᵀ = K Qᵀ
             else flash_mma_abt<HS, BQ, 1>(s, sK, warp * 16, q_s);
-            for (int n = 0; n < BQ / 8; n++)
-                for (int i = 0; i < 4; i++) {
-                    int col = n * 8 + 2 * c + i % 2;
-                    s[0][n][i] = rk[i / 2] <= q0 + col && col <= last ? exp2f(s[0][n][i] * scale_log2 - r_s[col].x) : 0.0f;
-                }
+            if (k0 + warp * 16 + 15 <= q0 && q0 + BQ <= T)  // every key at or before every query, the tile inside T: no mask
+                for (int n = 0; n < BQ / 8; n++)
+                    for (int i = 0; i < 4; i++) s[0][n][i] = flash_exp2(fmaf(s[0][n][i], scale_log2, -r_s[n * 8 + 2 * c + i % 2].x));
+            else
+                for (int n = 0; n < BQ / 8; n++)
+                    for (int i = 0; i < 4; i++) {
+                        int col = n * 8 + 2 * c + i % 2;
+                        s[0][n][i] = rk[i / 2] <= q0 + col && col <= last ? flash_exp2(fmaf(s[0][n][i], scale_log2, -r_s[col].x)) : 0.0f;
+                    }
             flash_mma_pv<HS, BQ, 1>(dv, s, do_s);  // dV += Pᵀ dO
             flash_zero<BQ / 8>(dp[0]);
             if (KV_REGS) flash_mma_abt_regs<HS, BQ, 1>(dp, vf, do_s);  // dPᵀ = V dOᵀ

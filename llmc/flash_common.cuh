@@ -40,11 +40,17 @@ struct FlashBwdTile {
     static const bool KV_REGS = HS <= 64;
 };
 
-// s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on
+// s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on;
+// by threads [0, THREADS), thread t taking the 16-byte chunks t, t + THREADS, ... of the tile. The
+// trip count is a constant, so the loop unrolls into its copies (a loop from threadIdx.x compiles
+// to a general one, with its remainder and index arithmetic, at every key tile).
 template <int HS, int ROWS, int THREADS>
 __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld, int r0, int T) {
-    const int CH = HS / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
+    const int CH = HS / 8, CHUNKS = ROWS * CH;  // 16-byte chunks per row, per tile
+#pragma unroll
+    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; it++) {
+        int i = threadIdx.x + it * THREADS;
+        if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
         int r = i / CH, ch = i % CH;
         bool valid = r0 + r < T;
         cp_async16(s + r * (HS + 8) + ch * 8, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
@@ -150,4 +156,20 @@ __device__ __forceinline__ float flash_row_max(float x) {
 __device__ __forceinline__ float flash_row_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// 2^x by the SFU alone (PTX ISA "ex2": ex2.approx.ftz.f32, the approximation exp2f is built on):
+// exp2f adds a range check and two multiplies per call so that results under 2^-126 come out
+// subnormal; here they flush to +0, as .ftz says. A softmax term under 2^-126 beside the row's
+// largest, which is 1, changes neither the row's sum nor its bf16 P. 2^-inf = +0.
+// dev/emu: exp2f with the same flush.
+__device__ __forceinline__ float flash_exp2(float x) {
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    float y = exp2f(x);
+    return y < 1.17549435e-38f ? 0.0f : y;  // FLT_MIN: subnormal results flush to +0
+#endif
 }

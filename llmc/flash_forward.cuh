@@ -8,7 +8,7 @@
 // over 64-key tiles. Q is held in registers as A fragments except at HS 128 (read from shared
 // memory at each tile: its fragments would not fit beside the accumulators). For each key tile
 // j <= diagonal, S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
-// log2 units), O += P Vⱼ. K and V come through a ring of 3 cp.async stages, tile j + 2 loading
+// log2 units: flash_forward_softmax, the causal mask on the diagonal tiles only), O += P Vⱼ. K and V come through a ring of 3 cp.async stages, tile j + 2 loading
 // while tile j is used. A warp skips the tiles whose keys all lie above its rows. The blocks of
 // every (b, h) at the last query tile come first, the first query tile's last: the longest work
 // starts first and the shortest fills the end of the call (the causal tail; dev/flash_model.py
@@ -16,10 +16,48 @@
 // by head; not yet measured on a GPU).
 // __launch_bounds__ hold every head size to 2 blocks per SM (8 warps at HS >= 64, 16 below).
 // Measured on an H200 (dev/flash_measured.csv): llama300m (HS 64, T 4096) 0.675 ms, 204 causal
-// TFLOP/s; HS 128 at T 4096 1.21 ms, 226 TFLOP/s.
+// TFLOP/s; HS 128 at T 4096 1.21 ms, 226 TFLOP/s. Since then a tile below the diagonal issues
+// about half the instructions (SASS, a warp's tile at HS 64: 1411 -> 694, HS 128: 1181 -> 637):
+// one FFMA, max, exp (flash_exp2) and add per score, the mask on the diagonal only, the tile loads
+// unrolled (flash_load_tile); not yet measured on a GPU.
 // Precision: bf16 operands, fp32 accumulation, fp32 softmax; P rounded to bf16 for P V.
 #pragma once
 #include "flash_common.cuh"
+
+// The online softmax of one key tile for a warp's M row tiles, in log2 units: s holds the raw
+// scores Q Kᵀ (keys key0 + column, rows r0 + row) and leaves with P = 2^(scale s - m), m the rows'
+// running max (scaled); O and the running sums are rescaled by 2^(m_old - m). The max is taken of
+// the raw scores and then scaled, which gives the max of the scaled ones (rounding is monotone and
+// scale > 0), so each score costs one fma, a max, an exp and an add. MASK: keys above the row are
+// -inf (P 0); a row's max is finite from key tile 0 on (key 0 <= row).
+template <bool MASK, int HS, int BK, int M>
+__device__ __forceinline__ void flash_forward_softmax(float (*s)[BK / 8][4], float (*o)[HS / 8][4], float (*mrow)[2], float (*l)[2],
+                                                      int key0, int r0, float scale_log2) {
+    int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    for (int m = 0; m < M; m++)
+        for (int half = 0; half < 2; half++) {
+            int row = r0 + 16 * m + g + 8 * half;
+            float mx = -INFINITY;
+            for (int n = 0; n < BK / 8; n++)
+                for (int e = 0; e < 2; e++) {
+                    float& x = s[m][n][2 * half + e];
+                    if (MASK && key0 + n * 8 + 2 * c + e > row) x = -INFINITY;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mrow[m][half], flash_row_max(mx) * scale_log2);
+            float corr = flash_exp2(mrow[m][half] - mx);
+            mrow[m][half] = mx;
+            float sum = 0.0f;
+            for (int n = 0; n < BK / 8; n++)
+                for (int e = 0; e < 2; e++) {
+                    float p = flash_exp2(fmaf(s[m][n][2 * half + e], scale_log2, -mx));
+                    s[m][n][2 * half + e] = p;
+                    sum += p;
+                }
+            l[m][half] = l[m][half] * corr + sum;
+            for (int n = 0; n < HS / 8; n++) { o[m][n][2 * half] *= corr; o[m][n][2 * half + 1] *= corr; }
+        }
+}
 
 // forward: grid (NH·B, ceil(T/128)), 128 threads; shared memory: Q and the (K, V) stages
 
@@ -77,32 +115,9 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
         for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
         if (F::Q_REGS) flash_mma_abt_regs<HS, BK, M>(s, qf, sK);
         else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
-        bool diagonal = kt * BK + BK - 1 > r0;  // some key above some row of this warp
-        // online softmax in log2 units; a row's max is finite from key tile 0 on (key 0 <= row)
-        for (int m = 0; m < M; m++)
-            for (int half = 0; half < 2; half++) {
-                int row = r0 + 16 * m + g + 8 * half;
-                float mx = mrow[m][half];
-                for (int n = 0; n < BK / 8; n++)
-                    for (int e = 0; e < 2; e++) {
-                        int key = kt * BK + n * 8 + 2 * c + e;
-                        float x = !diagonal || key <= row ? s[m][n][2 * half + e] * scale_log2 : -INFINITY;
-                        s[m][n][2 * half + e] = x;
-                        mx = fmaxf(mx, x);
-                    }
-                mx = flash_row_max(mx);
-                float corr = exp2f(mrow[m][half] - mx);
-                mrow[m][half] = mx;
-                float sum = 0.0f;
-                for (int n = 0; n < BK / 8; n++)
-                    for (int e = 0; e < 2; e++) {
-                        float p = exp2f(s[m][n][2 * half + e] - mx);
-                        s[m][n][2 * half + e] = p;
-                        sum += p;
-                    }
-                l[m][half] = l[m][half] * corr + sum;
-                for (int n = 0; n < HS / 8; n++) { o[m][n][2 * half] *= corr; o[m][n][2 * half + 1] *= corr; }
-            }
+        // the causal mask only where some key lies above some row of this warp (its diagonal tiles)
+        if (kt * BK + BK - 1 > r0) flash_forward_softmax<true, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
+        else flash_forward_softmax<false, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
         flash_mma_pv<HS, BK, M>(o, s, sK + BK * P);  // O += P V
     }
 
