@@ -22,8 +22,9 @@ How each change is modelled, from the time its kernels took on the H200:
                         96 ldmatrix.x4 a tile at HS 64 left out) to the kernel that reads them
   flash softmax in      the forward and backward as above, times flash_model's ratio of its
   fewer instructions    "ex2" softmax (FFMA, max, ex2.approx, add a score; the mask on the diagonal
-                        tiles only) with the spills of the ptxas report now, to the "exp2f" one
-                        with none: the FP32 instructions only. The tile loops' integer and
+                        tiles only; the forward's rescale skipped at the i.i.d. scores' rate) with
+                        the spills of the ptxas report now, to the "exp2f" one with none: the FP32
+                        instructions only. The tile loops' integer and
                         address instructions, which fell more (the loads unrolled), are not in
                         the model: the gain is a floor, the spill a ceiling (flash_model's header)
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight

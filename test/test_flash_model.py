@@ -58,11 +58,13 @@ def main():
     # by hand, the HS 64 forward (128 queries, 4 warps of 32 rows: M = 2 row tiles, 64-key tiles,
     # Q in registers): S and P V each 2 row tiles x 8 n tiles x 4 k steps = 64 mma; K and V each
     # 4 x 4 ldmatrix.x4; exp: 32 lanes x 2 row tiles x (32 scores + 2 corrections) = 2176; FP32
-    # (the "ex2" softmax, a tile below the diagonal): 2 x (3.5 x 32 + 32 + 12) = 312 (the SASS of
-    # that path of its tile loop: 312 FP32 instructions, 128 HMMA, 32 LDSM, 68 MUFU); the measured
-    # designs' "exp2f" softmax: 2 x (8.5 x 32 + 32 + 14) = 636 (their SASS: 636)
+    # (the "ex2" softmax, a tile below the diagonal): 2 x (3.5 x 32 + 0.62 x 32 + 14) = 291.68,
+    # the rescale's 32 FMUL a row tile on 62% of the tiles (the SASS of that path of its tile loop:
+    # 316 FP32 instructions with both rescales, 128 HMMA, 32 LDSM, 68 MUFU); the measured designs'
+    # "exp2f" softmax: 2 x (8.5 x 32 + 32 + 14) = 636 (their SASS: 636)
     got = flash_model.fwd_warp_tile(cfg[64][0], 64)
-    check("flash_model_forward_hs64_by_hand", got == dict(mma=128, ldsm=32, exp=2176, fp32=312), f"{got}")
+    ok = {k: v for k, v in got.items() if k != "fp32"} == dict(mma=128, ldsm=32, exp=2176) and abs(got["fp32"] - 291.68) < 1e-9
+    check("flash_model_forward_hs64_by_hand", ok, f"{got}")
     got = flash_model.fwd_warp_tile(dict(cfg[64][0], SOFTMAX="exp2f"), 64)
     check("flash_model_forward_hs64_exp2f_by_hand", got == dict(mma=128, ldsm=32, exp=2176, fp32=636), f"{got}")
     # by hand, the HS 128 backward (128 keys, 8 warps, query tiles of 32; dQ on 2 x 4 warps of
