@@ -31,8 +31,8 @@
 // HS 64 and 128 kernels, which spilled their dK / dV accumulators at 168 (in the tile loop, 236 to
 // 408 bytes a thread a tile of local-memory traffic at HS 128 by its SASS), keep them in registers
 // (dev/cuda/ptxas_report.txt: HS 128 spills nothing; HS <= 64 spill a few bytes around the
-// register handover, and HS 64 one 4-byte load in the tile loop). Builds without sm_90a code keep 168 and the spills (the first
-// design had one writer warp, 9 in all, with the same cap). At HS <= 64 the compute warps also
+// register handover, and HS 64 one 4-byte load in the tile loop). Builds without sm_90a code
+// keep 168 and the spills (the first design had one writer warp, 9 in all, with the same cap). At HS <= 64 the compute warps also
 // keep their K and V rows as A fragments (FlashBwdTile KV_REGS; sm_90a and dev/emu only): Sᵀ and
 // dPᵀ read only Q and dO from shared memory (8 of 96 ldmatrix.x4 a warp and tile fewer at HS 64).
 // Pᵀ takes an FFMA and flash_exp2 per element, the mask only where a warp's keys pass a query of

@@ -8,9 +8,10 @@
 // over 64-key tiles. Q is held in registers as A fragments except at HS 128 (read from shared
 // memory at each tile: its fragments would not fit beside the accumulators). For each key tile
 // j <= diagonal, S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
-// log2 units: flash_forward_softmax, the causal mask on the diagonal tiles only), O += P Vⱼ. K and V come through a ring of 3 cp.async stages, tile j + 2 loading
-// while tile j is used. A warp skips the tiles whose keys all lie above its rows. The blocks of
-// every (b, h) at the last query tile come first, the first query tile's last: the longest work
+// log2 units: flash_forward_softmax, the causal mask on the diagonal tiles only), O += P Vⱼ. K
+// and V come through a ring of 3 cp.async stages, tile j + 2 loading while tile j is used. A
+// warp skips the tiles whose keys all lie above its rows. The blocks of every (b, h) at the last
+// query tile come first, the first query tile's last: the longest work
 // starts first and the shortest fills the end of the call (the causal tail; dev/flash_model.py
 // modelled 8.0% off llama300m's forward and 24% off llama600m's against the earlier order, head
 // by head; not yet measured on a GPU).
