@@ -9,8 +9,9 @@
 // memory at each tile: its fragments would not fit beside the accumulators). For each key tile
 // j <= diagonal, S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
 // log2 units: flash_forward_softmax, the causal mask on the diagonal tiles only), O += P Vⱼ. K
-// and V come through a ring of 3 cp.async stages, tile j + 2 loading while tile j is used. A
-// warp skips the tiles whose keys all lie above its rows. The blocks of every (b, h) at the last
+// and V come through a ring of 3 cp.async stages, each with a full and an empty mbarrier in place
+// of a barrier of the block at every tile: tile j + 2 loads while tile j is used, and a warp may
+// run a tile ahead of another. A warp skips the tiles whose keys all lie above its rows. The blocks of every (b, h) at the last
 // query tile come first, the first query tile's last: the longest work
 // starts first and the shortest fills the end of the call (the causal tail; dev/flash_model.py
 // modelled 8.0% off llama300m's forward and 24% off llama600m's against the earlier order, head
@@ -79,6 +80,8 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     extern __shared__ __align__(16) bf16 flash_smem[];
     bf16* sQ = flash_smem;  // stage i: K at sKV + 2 i BK P, V at sKV + (2 i + 1) BK P
     bf16* sKV = sQ + BQ * P;
+    uint64_t* full = (uint64_t*)(sKV + 2 * S * BK * P);  // per stage: its tile's copies have landed (every thread's)
+    uint64_t* empty = full + S;                           // per stage: every warp is done with its tile
     int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows first, of every (b, h)
     int h = blockIdx.x % NH, b = blockIdx.x / NH, kvh = h / (NH / NKV);
     int ld = (NH + 2 * NKV) * HS, q0 = qt * BQ;
@@ -88,23 +91,21 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     int r0 = q0 + warp * (BQ / F::WARPS);            // this warp's first row
     int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
-    auto issue = [&](int kt) {  // K and V of key tile kt into its stage
+    auto issue = [&](int kt) {  // K and V of key tile kt into its stage; the stage's full barrier counts this thread in once they land
         bf16* st = sKV + 2 * (kt % S) * BK * P;
         flash_load_tile<HS, BK, THREADS>(st, k, ld, kt * BK, T);
         flash_load_tile<HS, BK, THREADS>(st + BK * P, v, ld, kt * BK, T);
+        cp_async_mbar_arrive(&full[kt % S]);
     };
+    if (threadIdx.x == 0)
+        for (int st = 0; st < S; st++) { mbar_init(&full[st], THREADS); mbar_init(&empty[st], F::WARPS); }
+    __syncthreads();
 
-    flash_load_tile<HS, BQ, THREADS>(sQ, q, ld, q0, T);
-    issue(0);
-    cp_async_commit();
-    for (int st = 1; st < S - 1; st++) {
-        if (st < nkt) issue(st);
-        cp_async_commit();
-    }
+    flash_load_tile<HS, BQ, THREADS>(sQ, q, ld, q0, T);  // Q lands with key tile 0: full[0] counts its copies too
+    for (int kt = 0; kt < S - 1 && kt < nkt; kt++) issue(kt);
     uint32_t qf[F::Q_REGS ? HS / 16 : 1][M][4];  // with Q_REGS: Q's A fragments (k step, row tile)
     if (F::Q_REGS) {
-        cp_async_wait<S - 2>();  // Q and key tile 0 are in
-        __syncthreads();
+        mbar_wait(&full[0], 0);  // Q and key tile 0 are in
         for (int kk = 0; kk < HS / 16; kk++)
             for (int m = 0; m < M; m++)
                 ldmatrix_x4(qf[kk][m], sQ + (warp * (BQ / F::WARPS) + 16 * m + lane % 16) * P + kk * 16 + (lane / 16) * 8);
@@ -113,22 +114,31 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     for (int m = 0; m < M; m++) flash_zero<HS / 8>(o[m]);
     float mrow[M][2], l[M][2];  // row tiles m, rows g and g + 8: running max and this lane's sum
     for (int m = 0; m < M; m++) for (int half = 0; half < 2; half++) { mrow[m][half] = -INFINITY; l[m][half] = 0.0f; }
+    // Key tile kt is used from stage kt % S, the (kt / S)-th use of that stage: a warp waits for its
+    // full barrier (phase parity (kt / S) & 1), computes and arrives on its empty barrier; then each
+    // thread refills the stage that tile kt - 1 used, with tile kt + S - 1, once every warp has
+    // arrived there. No barrier of the whole block: a warp runs up to a tile ahead of the slowest,
+    // so one warp's exponentials overlap another's products.
 #pragma unroll 1
     for (int kt = 0; kt < nkt; kt++) {
-        cp_async_wait<S - 2>();  // key tile kt is in
-        __syncthreads();         // ... for every thread, and every warp is done with tile kt - 1's stage
-        if (kt + S - 1 < nkt) issue(kt + S - 1);
-        cp_async_commit();
-        if (kt * BK > r0 + BQ / F::WARPS - 1) continue;  // every key above this warp's rows
         const bf16* sK = sKV + 2 * (kt % S) * BK * P;
-        float s[M][BK / 8][4];
-        for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
-        if (F::Q_REGS) flash_mma_abt_regs<HS, BK, M>(s, qf, sK);
-        else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
-        // the causal mask only where some key lies above some row of this warp (its diagonal tiles)
-        if (kt * BK + BK - 1 > r0) flash_forward_softmax<true, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
-        else flash_forward_softmax<false, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
-        flash_mma_pv<HS, BK, M>(o, s, sK + BK * P);  // O += P V
+        mbar_wait(&full[kt % S], (kt / S) & 1);
+        if (kt * BK <= r0 + BQ / F::WARPS - 1) {  // else every key lies above this warp's rows
+            float s[M][BK / 8][4];
+            for (int m = 0; m < M; m++) flash_zero<BK / 8>(s[m]);
+            if (F::Q_REGS) flash_mma_abt_regs<HS, BK, M>(s, qf, sK);
+            else flash_mma_abt<HS, BK, M>(s, sQ, warp * (BQ / F::WARPS), sK);
+            // the causal mask only where some key lies above some row of this warp (its diagonal tiles)
+            if (kt * BK + BK - 1 > r0) flash_forward_softmax<true, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
+            else flash_forward_softmax<false, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
+            flash_mma_pv<HS, BK, M>(o, s, sK + BK * P);  // O += P V
+        }
+        __syncwarp();  // every lane's reads of the stage are done before lane 0 releases it
+        if (lane == 0) mbar_arrive(&empty[kt % S]);
+        if (kt + S - 1 < nkt) {
+            if (kt >= 1) mbar_wait(&empty[(kt - 1) % S], ((kt - 1) / S) & 1);
+            issue(kt + S - 1);
+        }
     }
 
     for (int m = 0; m < M; m++) {
@@ -143,8 +153,8 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     }
 }
 
-// its dynamic shared memory: Q and the (K, V) stages
+// its dynamic shared memory: Q, the (K, V) stages and their full and empty barriers
 template <int HS> static inline size_t flash_forward_smem() {
     typedef FlashFwdTile<HS> F;
-    return (size_t)(F::BQ + 2 * F::STAGES * F::BK) * (HS + 8) * sizeof(bf16);
+    return (size_t)(F::BQ + 2 * F::STAGES * F::BK) * (HS + 8) * sizeof(bf16) + 2 * F::STAGES * sizeof(uint64_t);
 }

@@ -159,6 +159,20 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
 #endif
 }
 
+// An arrival on the mbarrier once every cp.async this thread has issued so far has completed (PTX
+// ISA, "cp.async.mbarrier.arrive"): with .noinc the arrival is one of the `count` that mbar_init
+// set, so a barrier of count N completes when N threads' copies have all landed, and mbar_wait then
+// makes them visible to the waiter. The thread does not wait. dev/emu copies at once, so there the
+// arrival is immediate.
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__)
+    unsigned int s = (unsigned int)__cvta_generic_to_shared(bar);
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(s) : "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_mbar_arrive(bar);
+#endif
+}
+
 // setmaxnreg (PTX ISA, "setmaxnreg": sm_90a): the executing warp's register budget becomes N a
 // thread (a multiple of 8 in 24..256), .inc taking registers from the block's pool (waiting until
 // it has them), .dec giving them back; every warp of a warpgroup (four warps, the first a multiple

@@ -98,7 +98,7 @@ else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(why "$TMP/geof
 timeout 300 "$EMU/test_mma_layout" >"$TMP/mma.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/mma.out"
-[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 26 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
+[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 27 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
 # both attention paths (flash: llmc/flash_attention.cuh on the instructions above; cublas) against
 # llmc/attention.h and against each other: odd T at every head size, GQA groups 1-3, tiny (~5 s)
 timeout 600 "$EMU/dev_attention" --small --dump "$TMP/attn_launch.bin" >"$TMP/attn.out" 2>&1

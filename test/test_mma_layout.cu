@@ -16,7 +16,9 @@
 //     memory), "bar, barrier" (bar.sync with a thread count: the barrier completes when that many
 //     threads have arrived, and orders the memory accesses made before it), "mbarrier" (init with
 //     an expected count; arrive; try_wait.parity returns true once the phase of that parity has
-//     completed; phases alternate 0, 1, 0, ...).
+//     completed; phases alternate 0, 1, 0, ...), "cp.async.mbarrier.arrive" (the arrive-on is
+//     triggered once every prior cp.async of the thread has completed; .noinc: the arrival counts
+//     toward the count set at init).
 // Also llmc/cuda_common.cuh's warp reductions (cuda_warp_sum, cuda_warp_max, cuda_warp_sum_double)
 // against the xor butterfly of __shfl_xor_sync written out on the host (round o = 16..1: lane l
 // combines its value with lane l ^ o's), bit for bit in every lane of two warps, on values whose
@@ -32,7 +34,8 @@
 // red_add_f32x4 from 64 threads onto 4 floats (integers: the sum is exact in any order) and its
 // flush to zero of a subnormal input and of a subnormal result, each sign; bar_sync of two of three
 // warps handing shared data from one to the other; an mbarrier pair (full / empty) passing three
-// rounds of data between a producer and a consumer warp by parity; setmaxnreg.inc / .dec
+// rounds of data between a producer and a consumer warp by parity, and the same with the data
+// copied by cp.async and announced by cp.async.mbarrier.arrive.noinc; setmaxnreg.inc / .dec
 // ("setmaxnreg": a multiple of 8 in 24..256, the same instruction by every warp of a warpgroup)
 // in three warpgroups that then finish and write; ex2.approx.ftz (llmc/flash_common.cuh's
 // flash_exp2: "ex2", subnormal results flushed to +0) against 2^x in double. A failure names the first lane /
@@ -196,6 +199,29 @@ __global__ void mbarrier_kernel(uint32_t* out) {
             if (r > 0) mbar_wait(&empty, (r - 1) & 1);
             slot[lane] = 0xd0000000u + 0x100u * r + lane;
             mbar_arrive(&full);
+        } else {
+            mbar_wait(&full, r & 1);
+            out[r * 32 + lane] = slot[(lane + r + 1) % 32];
+            mbar_arrive(&empty);
+        }
+    }
+}
+
+// out (ROUNDS x 32): as above, but the producer warp fills the slot from global memory by cp_async16
+// (lanes 0..7, 16 bytes each; lane 7 zero-fills) and arrives by cp_async_mbar_arrive on `full`
+// (count 32: .noinc, each lane's arrival one of the 32, made once its copies have landed); the
+// consumer waits on `full` and reads the slot with no other barrier
+__global__ void cp_async_mbarrier_kernel(uint32_t* out, const uint32_t* src) {
+    __shared__ __align__(16) uint32_t slot[32];
+    __shared__ uint64_t full, empty;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) { mbar_init(&full, 32); mbar_init(&empty, 32); }
+    __syncthreads();
+    for (int r = 0; r < MBAR_ROUNDS; r++) {
+        if (warp == 0) {
+            if (r > 0) mbar_wait(&empty, (r - 1) & 1);
+            if (lane < 8) cp_async16(slot + 4 * lane, src + 32 * r + 4 * lane, lane != 7);
+            cp_async_mbar_arrive(&full);
         } else {
             mbar_wait(&full, r & 1);
             out[r * 32 + lane] = slot[(lane + r + 1) % 32];
@@ -500,6 +526,23 @@ static void test_mbarrier(void) {
     test_check("mma_layout.mbarrier_parity_passes_each_round", !first[0], "%s", first);
 }
 
+static void test_cp_async_mbarrier(void) {
+    uint32_t src[MBAR_ROUNDS * 32], got[MBAR_ROUNDS * 32] = {0};
+    for (int i = 0; i < MBAR_ROUNDS * 32; i++) src[i] = 0xe0000000u + 0x100u * (i / 32) + i % 32;
+    uint32_t *dsrc = to_dev(src, MBAR_ROUNDS * 32), *d = to_dev(got, MBAR_ROUNDS * 32);
+    cp_async_mbarrier_kernel<<<1, 64>>>(d, dsrc);
+    KERNEL_CHECK();
+    to_host(got, d, MBAR_ROUNDS * 32);
+    char first[160] = "";
+    for (int r = 0; r < MBAR_ROUNDS; r++)
+        for (int l = 0; l < 32 && !first[0]; l++) {
+            int i = (l + r + 1) % 32;  // slot word i: source word 32 r + i, zero in lane 7's chunk (words 28..31)
+            uint32_t want = i >= 28 ? 0u : src[32 * r + i];
+            if (got[r * 32 + l] != want) snprintf(first, sizeof first, "round %d lane %d: got 0x%08x, expected 0x%08x", r, l, got[r * 32 + l], want);
+        }
+    test_check("mma_layout.cp_async_mbarrier_arrive_passes_the_copies_each_round", !first[0], "%s", first);
+}
+
 static void test_setmaxnreg(void) {
     uint32_t got[384] = {0}, *d = to_dev(got, 384);
     setmaxnreg_kernel<<<2, 384>>>(d);
@@ -668,6 +711,7 @@ int main(void) {
     test_ex2();
     test_named_barrier();
     test_mbarrier();
+    test_cp_async_mbarrier();
     test_setmaxnreg();
     test_warp_reductions();
     test_nan_results();
