@@ -21,7 +21,8 @@ tail: the longest blocks of the last heads start late). One block, per inner-loo
            backward, 8 compute warps) the pipes take turns; two blocks per SM (the forward) are not
            aligned with each other, and OVERLAP_TWO_BLOCKS of the smaller pipes' time hides
            under the largest. Register spills move through L1 at the shared memory's rate.
-  waits    what the block waits for in series: barriers; at 5ec15b9, lse and D loaded from L2
+  waits    what the block waits for in series: barriers (the forward as built has none a tile:
+           its stages' mbarriers, STAGE_WAIT_CLK); at 5ec15b9, lse and D loaded from L2
            every tile, the turn poll, dQ's read-modify-write (8 dependent L2 round trips a
            thread), fences; at the dQ writer designs the writer warp runs beside the compute
            warps (its poll and fences hidden while it keeps up), so a block takes the longer of
@@ -128,6 +129,14 @@ FENCE_CLK = 800
 L2_ROUND_TRIP_CLK = 430
 # One barrier of the block with the skew of the warps it aligns. Fitted.
 BARRIER_CLK = 250
+# The forward's wait a tile where each (K, V) stage has a full and an empty mbarrier instead of a
+# barrier of the block ("stage", as built; every measured design: "block"). Set: 0. A warp waits
+# there only for a tile whose loads were issued a tile earlier, or for the slowest warp once it is
+# a tile ahead of it; the model has no load latency and no skew between warps, so neither is in
+# it, and the change is modelled as BARRIER_CLK less a tile (a ceiling of that part of the gain).
+# The other part, one warp's exponentials under another's products within the block, is not
+# credited (OVERLAP_TWO_BLOCKS is unchanged): a floor.
+STAGE_WAIT_CLK = 0
 # A block's start: its first tiles' loads from memory before the first product (about one loaded
 # HBM round trip). Set.
 BLOCK_START_CLK = 3000
@@ -183,6 +192,9 @@ AS_BUILT_DQ = "writer_red"   # the backward's dQ structure in llmc/flash_backwar
 # the forward's launch order: "head" (every measured design): head by head, each head's query
 # tiles longest first; "tile" (llmc/flash_attention.cuh now): the longest tile of every head first
 AS_BUILT_FWD_ORDER = "tile"
+# the forward's wait at each key tile (SYNC): "block" (every measured design): __syncthreads;
+# "stage" (llmc/flash_forward.cuh now): a full and an empty mbarrier per stage (STAGE_WAIT_CLK)
+AS_BUILT_FWD_SYNC = "stage"
 # the backward's tickets: "head" (every measured design): per (b, kv head) the last key block down
 # to block 0; "block" (llmc/flash_backward.cuh now): key block 0 of every (b, kv head), then 1, ...
 # (the waits for the dQ turns are not modelled: in the steady state there are none)
@@ -252,6 +264,7 @@ def read_config(header_path, hss):
             die(f"'{header_path}': cannot find struct FlashFwdTile ({', '.join(FWD_FIELDS)}) and FlashBwdTile "
                 f"({', '.join(BWD_FIELDS)}) (the model reads them)")
         fwd["SOFTMAX"] = bwd["SOFTMAX"] = AS_BUILT_SOFTMAX
+        fwd["SYNC"] = AS_BUILT_FWD_SYNC
         cfg[hs] = (fwd, bwd)
     return cfg
 
@@ -364,6 +377,12 @@ def fwd_active_warps(f, T, qt):
     return [sum(1 for w in range(W) if kt * BK <= q0 + w * R + R - 1) for kt in range(nkt)]
 
 
+def fwd_wait_clk(f):
+    """The forward's wait at each key tile: a barrier of the block, or the stages' mbarriers
+    (f["SYNC"]; "block" where the tiles do not say)."""
+    return BARRIER_CLK if f.get("SYNC", "block") == "block" else STAGE_WAIT_CLK
+
+
 def forward_blocks(f, hs, T, hw, blocks):
     """{qt: (work, latency)} of every forward block row qt: the work of its tiles in SM clocks with
     the SM to itself; its barriers and start."""
@@ -372,7 +391,7 @@ def forward_blocks(f, hs, T, hw, blocks):
     out = {}
     for qt in range(-(-T // f["BQ"])):
         active = fwd_active_warps(f, T, qt)
-        out[qt] = (sum(a * per_warp + fill for a in active), BLOCK_START_CLK + len(active) * BARRIER_CLK)
+        out[qt] = (sum(a * per_warp + fill for a in active), BLOCK_START_CLK + len(active) * fwd_wait_clk(f))
     return out
 
 
@@ -631,7 +650,7 @@ def full_tile(phase, t, hs, spill=0, hw=H200):
         total, largest = sum(p.values()), max(p.values())
         scale = (total - OVERLAP_TWO_BLOCKS * (total - largest)) / total if t["MIN_BLOCKS"] >= 2 else 1.0
         p = {k: v * scale for k, v in p.items()}
-        p["waits"] = BARRIER_CLK
+        p["waits"] = fwd_wait_clk(t)
         return p
     four, dq = bwd_warp_tile(t, hs)
     W, BQ = t["WARPS"], t["BQ"]

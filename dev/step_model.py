@@ -27,6 +27,10 @@ How each change is modelled, from the time its kernels took on the H200:
                         instructions only. The tile loops' integer and
                         address instructions, which fell more (the loads unrolled), are not in
                         the model: the gain is a floor, the spill a ceiling (flash_model's header)
+  flash forward, a      the forward as above, times flash_model's ratio of the kernel with a full
+  full and an empty     and an empty mbarrier per (K, V) stage (no wait a tile: STAGE_WAIT_CLK) to
+  barrier per stage     the one with a barrier of the block at each tile (BARRIER_CLK); the warps'
+                        extra overlap within a block is not credited (flash_model's header)
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
   in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
                         moves (16 an element, against 22, plus the partials written and read) at
@@ -110,25 +114,31 @@ def gram_share(blocks):
     return (blocks + 1) / (2.0 * blocks)
 
 
-def flash_ratios(name, spill=None, kv_regs=False, softmax=False):
+def flash_ratios(name, spill=None, kv_regs=False, softmax=False, stages=False):
     """(forward, backward) new / old modelled time of the kernels as built, each change in turn,
     the earlier ones with the "exp2f" softmax: the launch orders, with the spills before setmaxnreg
     and K, V read from shared memory; spill given: (1, the backward in its new order with `spill`
     bytes / with those); kv_regs: (1, the backward in its new order with K and V in registers where
     the tiles say so / without), both with `spill` bytes; softmax: the "ex2" softmax with the
-    spills of the report now / the "exp2f" one with SPILL_SETMAXNREG, forward and backward."""
+    spills of the report now / the "exp2f" one with SPILL_SETMAXNREG, forward and backward, the
+    forward with a barrier of the block at each tile; stages: (the forward as built, with its
+    stages' mbarriers / with that barrier, 1)."""
     p = PRESETS[name]
     shape = (p["B"], p["T"], p["NH"], p["NH"], p["HS"])
     hs = p["HS"]
     cfg = fm.read_config(os.path.join(REPO, "llmc", "flash_common.cuh"), [hs])
     ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
     f_now, b_now = cfg[hs]
-    f, built = dict(f_now, SOFTMAX="exp2f"), dict(b_now, SOFTMAX="exp2f")
+    f_block = dict(f_now, SYNC="block")
+    f, built = dict(f_block, SOFTMAX="exp2f"), dict(b_now, SOFTMAX="exp2f")
     b = dict(built, KV_REGS=False)
     fregs = ptxas.get(("flash_forward_kernel", hs), (None, None))[0]
     bregs, spill_now = ptxas.get(("flash_backward_kernel", hs), (None, 0))
+    if stages:
+        new, old = (fm.model_forward(t, hs, shape, fm.H200, fregs, "tile")["ms"] for t in (f_now, f_block))
+        return new / old, 1.0
     if softmax:
-        fwd = [fm.model_forward(t, hs, shape, fm.H200, fregs, "tile")["ms"] for t in (f_now, f)]
+        fwd = [fm.model_forward(t, hs, shape, fm.H200, fregs, "tile")["ms"] for t in (f_block, f)]
         bwd = [fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, s, (), "block")["ms"]
                for t, s in ((b_now, spill_now or 0), (built, SPILL_SETMAXNREG[hs]))]
         return fwd[0] / fwd[1], bwd[0] / bwd[1]
@@ -163,6 +173,8 @@ def rows(name):
     fwd = L * m["flash_fwd"] * rf
     out.append(("flash softmax in fewer instructions", "flash forward", L, fwd, fwd * sf))
     out.append(("flash softmax in fewer instructions", "flash backward", L, bwd, bwd * sb))
+    fwd *= sf
+    out.append(("flash forward, a full and an empty barrier per stage", "flash forward", L, fwd, fwd * flash_ratios(name, stages=True)[0]))
     # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
     calls = 2 * L + 1
     before = m["rms_row"] + m["rms_dw"]
