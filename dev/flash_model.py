@@ -21,8 +21,9 @@ tail: the longest blocks of the last heads start late). One block, per inner-loo
            backward, 8 compute warps) the pipes take turns; two blocks per SM (the forward) are not
            aligned with each other, and OVERLAP_TWO_BLOCKS of the smaller pipes' time hides
            under the largest. Register spills move through L1 at the shared memory's rate.
-  waits    what the block waits for in series: barriers (the forward as built has none a tile:
-           its stages' mbarriers, STAGE_WAIT_CLK); at 5ec15b9, lse and D loaded from L2
+  waits    what the block waits for in series: barriers (as built, the forward has none a tile:
+           its stages' mbarriers, STAGE_WAIT_CLK; the backward one, against two before, its
+           query buffers' mbarriers modelled the same); at 5ec15b9, lse and D loaded from L2
            every tile, the turn poll, dQ's read-modify-write (8 dependent L2 round trips a
            thread), fences; at the dQ writer designs the writer warp runs beside the compute
            warps (its poll and fences hidden while it keeps up), so a block takes the longer of
@@ -50,7 +51,7 @@ Measured, set and fitted:
             -> 694 at HS 64 and 1181 -> 637 at HS 128, backward 1582 -> 864 and 1278 -> 738),
             of which the model credits only the FP32 ones (SOFTMAX), so its gain is a floor.
             The backward's spill bytes count as L1 traffic every tile, where the HS 64 kernel's
-            36 (ptxas) are mostly outside its tile loop (one 4-byte load in it): a ceiling.
+            40 (ptxas) are mostly outside its tile loop (one 4-byte load in it): a ceiling.
 --calibration prints every row it models with its ratio; the plain commits land within 20% (0.89
 to 1.13), the 5ec15b9 ablation within 10%, the other ablations within 20%. Known misses: ee719c5
 without the writer's global work is modelled 13 to 19% slow at T >= 2048 (the model puts that
@@ -195,6 +196,11 @@ AS_BUILT_FWD_ORDER = "tile"
 # the forward's wait at each key tile (SYNC): "block" (every measured design): __syncthreads;
 # "stage" (llmc/flash_forward.cuh now): a full and an empty mbarrier per stage (STAGE_WAIT_CLK)
 AS_BUILT_FWD_SYNC = "stage"
+# the backward's compute barriers a tile (SYNC): "block" (every measured design with a writer
+# warp): two, one where the tile's copies have landed, one where every warp's dSᵀ is in; "landed"
+# (llmc/flash_backward.cuh now): the second only, the copies announced on an mbarrier per query
+# buffer (their wait is modelled as none, as the forward's STAGE_WAIT_CLK) and dSᵀ in two buffers
+AS_BUILT_BWD_SYNC = "landed"
 # the backward's tickets: "head" (every measured design): per (b, kv head) the last key block down
 # to block 0; "block" (llmc/flash_backward.cuh now): key block 0 of every (b, kv head), then 1, ...
 # (the waits for the dQ turns are not modelled: in the steady state there are none)
@@ -264,7 +270,7 @@ def read_config(header_path, hss):
             die(f"'{header_path}': cannot find struct FlashFwdTile ({', '.join(FWD_FIELDS)}) and FlashBwdTile "
                 f"({', '.join(BWD_FIELDS)}) (the model reads them)")
         fwd["SOFTMAX"] = bwd["SOFTMAX"] = AS_BUILT_SOFTMAX
-        fwd["SYNC"] = AS_BUILT_FWD_SYNC
+        fwd["SYNC"], bwd["SYNC"] = AS_BUILT_FWD_SYNC, AS_BUILT_BWD_SYNC
         cfg[hs] = (fwd, bwd)
     return cfg
 
@@ -363,9 +369,15 @@ def fwd_smem(f, hs):
     return (f["BQ"] + 2 * f["STAGES"] * f["BK"]) * (hs + 8) * BF16
 
 
+def bwd_barriers(b):
+    """The backward's compute barriers a tile (b["SYNC"]; "block" where the tiles do not say)."""
+    return 2 if b.get("SYNC", "block") == "block" else 1
+
+
 def bwd_smem(b, hs):
-    BQ, BK = b["BQ"], b["BK"]
-    return (2 * BK + 4 * BQ) * (hs + 8) * BF16 + BK * (BQ + 8) * BF16 + 2 * BQ * 8 + b["DQ_STAGES"] * (BQ * (hs + 8) * FP32 + 16) + 16
+    BQ, BK, landed = b["BQ"], b["BK"], b.get("SYNC", "block") == "landed"
+    ds = (2 if landed else 1) * BK * (BQ + 8) * BF16  # dSᵀ, two buffers with the "landed" sync
+    return (2 * BK + 4 * BQ) * (hs + 8) * BF16 + ds + 2 * BQ * 8 + b["DQ_STAGES"] * (BQ * (hs + 8) * FP32 + 16) + (16 if landed else 0) + 16
 
 
 def fwd_active_warps(f, T, qt):
@@ -428,7 +440,7 @@ def backward_blocks(b, hs, T, group, dq, hw, spill, parts=()):
                     tile += FENCE_CLK
                 compute += tile
                 continue
-            compute += tile + 2 * BARRIER_CLK
+            compute += tile + bwd_barriers(b) * BARRIER_CLK
             w = 0.0
             if "writer" not in parts:
                 if turn > 0 and "turn" not in parts:
@@ -657,7 +669,7 @@ def full_tile(phase, t, hs, spill=0, hw=H200):
     w = {k: W * (four.get(k, 0) + dq.get(k, 0)) for k in set(four) | set(dq)}
     w["smem"] += 2 * BQ * hs * BF16 + BQ * 8 + 2 * BQ * hs * FP32 + 32 * W * spill
     p = pipe_clk(w, hw)
-    p["waits"] = 2 * BARRIER_CLK
+    p["waits"] = bwd_barriers(t) * BARRIER_CLK
     return p
 
 

@@ -31,6 +31,10 @@ How each change is modelled, from the time its kernels took on the H200:
   full and an empty     and an empty mbarrier per (K, V) stage (no wait a tile: STAGE_WAIT_CLK) to
   barrier per stage     the one with a barrier of the block at each tile (BARRIER_CLK); the warps'
                         extra overlap within a block is not credited (flash_model's header)
+  flash backward, one   the backward as above, times flash_model's ratio of the kernel with one
+  barrier a tile        barrier of its compute warps a tile (the query buffers' copies announced
+                        on mbarriers, modelled without a wait; dSᵀ in two buffers) and the spills
+                        of the ptxas report now, to the one with two and the spills before
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
   in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
                         moves (16 an element, against 22, plus the partials written and read) at
@@ -102,6 +106,7 @@ PASS_BYTES = dict(momentum=16, norm=4, x=6, apply=12)
 TARGETS = {"llama300m": 100.0, "llama600m": 85.0}  # issue 42's step targets, ms
 SPILL_BEFORE = {64: 64 + 120, 128: 328 + 384}  # the backward's spill bytes stored + loaded a thread before setmaxnreg (ptxas, 3a86691)
 SPILL_SETMAXNREG = {64: 0, 128: 0}  # and with it, before the softmax in fewer instructions (ptxas, 4d18147)
+SPILL_SOFTMAX = {64: 12 + 24, 128: 0}  # and after it, before one barrier a tile (ptxas, 596392e)
 MIRROR_TBS = 3.0     # the Gram mirror's copy, TB/s (a transpose through shared memory; set, not measured)
 NS_STEPS = 5         # Newton–Schulz iterations (every Muon preset)
 RMS_SLAB = 32        # rows per dweight partial (llmc/rmsnorm.cuh RMSNORM_DW_SLAB)
@@ -114,33 +119,38 @@ def gram_share(blocks):
     return (blocks + 1) / (2.0 * blocks)
 
 
-def flash_ratios(name, spill=None, kv_regs=False, softmax=False, stages=False):
+def flash_ratios(name, spill=None, kv_regs=False, softmax=False, stages=False, landed=False):
     """(forward, backward) new / old modelled time of the kernels as built, each change in turn,
     the earlier ones with the "exp2f" softmax: the launch orders, with the spills before setmaxnreg
     and K, V read from shared memory; spill given: (1, the backward in its new order with `spill`
     bytes / with those); kv_regs: (1, the backward in its new order with K and V in registers where
     the tiles say so / without), both with `spill` bytes; softmax: the "ex2" softmax with the
     spills of the report now / the "exp2f" one with SPILL_SETMAXNREG, forward and backward, the
-    forward with a barrier of the block at each tile; stages: (the forward as built, with its
-    stages' mbarriers / with that barrier, 1)."""
+    forward with a barrier of the block at each tile and the backward with two; stages: (the
+    forward as built, with its stages' mbarriers / with that barrier, 1); landed: (1, the backward
+    as built, one barrier a tile / two)."""
     p = PRESETS[name]
     shape = (p["B"], p["T"], p["NH"], p["NH"], p["HS"])
     hs = p["HS"]
     cfg = fm.read_config(os.path.join(REPO, "llmc", "flash_common.cuh"), [hs])
     ptxas = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
     f_now, b_now = cfg[hs]
-    f_block = dict(f_now, SYNC="block")
-    f, built = dict(f_block, SOFTMAX="exp2f"), dict(b_now, SOFTMAX="exp2f")
+    f_block, b_block = dict(f_now, SYNC="block"), dict(b_now, SYNC="block")
+    f, built = dict(f_block, SOFTMAX="exp2f"), dict(b_block, SOFTMAX="exp2f")
     b = dict(built, KV_REGS=False)
     fregs = ptxas.get(("flash_forward_kernel", hs), (None, None))[0]
     bregs, spill_now = ptxas.get(("flash_backward_kernel", hs), (None, 0))
+    if landed:
+        new, old = (fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, sp, (), "block")["ms"]
+                    for t, sp in ((b_now, spill_now or 0), (b_block, SPILL_SOFTMAX[hs])))
+        return 1.0, new / old
     if stages:
         new, old = (fm.model_forward(t, hs, shape, fm.H200, fregs, "tile")["ms"] for t in (f_now, f_block))
         return new / old, 1.0
     if softmax:
         fwd = [fm.model_forward(t, hs, shape, fm.H200, fregs, "tile")["ms"] for t in (f_block, f)]
         bwd = [fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, s, (), "block")["ms"]
-               for t, s in ((b_now, spill_now or 0), (built, SPILL_SETMAXNREG[hs]))]
+               for t, s in ((b_block, SPILL_SOFTMAX[hs]), (built, SPILL_SETMAXNREG[hs]))]
         return fwd[0] / fwd[1], bwd[0] / bwd[1]
     if kv_regs:
         new, old = (fm.model_backward(t, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, spill, (), "block")["ms"] for t in (built, b))
@@ -175,6 +185,8 @@ def rows(name):
     out.append(("flash softmax in fewer instructions", "flash backward", L, bwd, bwd * sb))
     fwd *= sf
     out.append(("flash forward, a full and an empty barrier per stage", "flash forward", L, fwd, fwd * flash_ratios(name, stages=True)[0]))
+    bwd *= sb
+    out.append(("flash backward, one barrier a tile", "flash backward", L, bwd, bwd * flash_ratios(name, landed=True)[1]))
     # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
     calls = 2 * L + 1
     before = m["rms_row"] + m["rms_dw"]

@@ -5,11 +5,13 @@
 // block owns 128 keys of one kv head g and walks the group's q heads and, last first, the query
 // tiles at or below its keys (FlashBwdTile: 32 queries at HS = 128, 64 at 32 and 64, 128 at 16).
 // Its 8 compute warps (16 key rows each) get Q, dO and the tile's rows' (lse · log2 e, D) double-
-// buffered through cp.async and compute
+// buffered through cp.async (each buffer's copies announced on an mbarrier by
+// cp.async.mbarrier.arrive) and compute
 //     Pᵀ = exp(scale · K Qᵀ - lse), dV += Pᵀ dO, dPᵀ = V dOᵀ,
 //     dSᵀ = scale · Pᵀ ∘ (dPᵀ - D), dK += dSᵀ Q   (dK, dV in registers all along),
-//     dQ_part = dS K                          (dSᵀ through shared memory),
-// with two barriers per tile among themselves (bar.sync 1). dQ sums the parts of every key block
+//     dQ_part = dS K                          (dSᵀ through shared memory, two buffers),
+// with one barrier per tile among themselves (bar.sync 1: every warp's dSᵀ is in; two until now,
+// the other where a tile's copies had landed). dQ sums the parts of every key block
 // at or below the query tile, in a fixed order, key block 0 first and the diagonal block last:
 // the compute warps leave each part (fp32) in one of DQ_STAGES shared stages and go on; the first
 // warp of the block's third warpgroup, the dQ writer, takes it (mbarriers "full" / "empty" per
@@ -153,8 +155,8 @@ __device__ __forceinline__ void flash_backward_dq_writer(float* dq_accum, int* t
 // dK, dV and dQ: grid (ceil(T/128), NKV, B), WARPS compute warps and the dQ writer warp.
 // dq_accum (B, NH, T, HS) fp32 scratch, order: the zeroed counters above, rows: flash_rowdot_kernel's
 // (lse · log2 e, D). Shared memory: the block's K and V, two buffers of a query tile (Q, dO and
-// its rows' (lse · log2 e, D): the next loading while this one is used), the tile's dSᵀ, the dQ
-// stages, their full and empty mbarriers and the ticket.
+// its rows' (lse · log2 e, D): the next loading while this one is used, each with an mbarrier its
+// copies arrive on), two of dSᵀ, the dQ stages, their full and empty mbarriers and the ticket.
 template <int HS>
 __global__ void __launch_bounds__((FlashBwdTile<HS>::WARPS + FlashBwdTile<HS>::WRITER_WARPS) * 32, FlashBwdTile<HS>::MIN_BLOCKS)
 flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rowstats,
@@ -168,15 +170,18 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     extern __shared__ __align__(16) bf16 flash_smem[];
     // buffer i: Q at sQ + i * QBUF, dO at sdO + i * QBUF, its rows' (lse · log2 e, D) at sR + i * BQ
     const int QBUF = 2 * BQ * P;
+    // dSᵀ of tile idx at sdS + (idx % 2) * BK * PS
     bf16 *sK = flash_smem, *sV = sK + BK * P, *sQ = sV + BK * P, *sdO = sQ + BQ * P, *sdS = sQ + 2 * QBUF;
-    float2* sR = (float2*)(sdS + BK * PS);
+    float2* sR = (float2*)(sdS + 2 * BK * PS);
     float* sDQ = (float*)(sR + 2 * BQ);  // F::DQ_STAGES stages of (BQ, HS + 8) fp32
     uint64_t* sFull = (uint64_t*)(sDQ + F::DQ_STAGES * BQ * PD);  // per stage: all compute threads arrive
     uint64_t* sEmpty = sFull + F::DQ_STAGES;                      // per stage: the writer's 32 lanes arrive
-    int* sTicket = (int*)(sEmpty + F::DQ_STAGES);
+    uint64_t* sLanded = sEmpty + F::DQ_STAGES;                    // per query buffer: every compute thread's copies landed
+    int* sTicket = (int*)(sLanded + 2);
     if (threadIdx.x == 0) {
         *sTicket = atomicAdd(order, 1);
         for (int st = 0; st < F::DQ_STAGES; st++) { mbar_init(sFull + st, THREADS); mbar_init(sEmpty + st, 32); }
+        for (int i = 0; i < 2; i++) mbar_init(sLanded + i, THREADS);
     }
     __syncthreads();
     // tickets: key block 0 of every (b, kv head), then key block 1 of every one, ...: the longest
@@ -202,29 +207,33 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
     int rk[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
     int rg = warp % RG, cg = warp / RG;  // this warp's part of dQ: rows rg*16.., columns cg*DC..
-    auto issue = [&](int idx, int buf) {  // loads query tile idx into buffer buf
-        int h = kvh * group + idx / per_head, q0 = (nq - 1 - idx % per_head) * BQ;
+    // loads query tile idx into buffer idx % 2; its sLanded barrier counts this thread in once they land
+    auto issue = [&](int idx) {
+        int buf = idx % 2, h = kvh * group + idx / per_head, q0 = (nq - 1 - idx % per_head) * BQ;
         flash_load_tile<HS, BQ, THREADS>(sQ + buf * QBUF, qkv + (size_t)b * T * ld + h * HS, ld, q0, T);
         flash_load_tile<HS, BQ, THREADS>(sdO + buf * QBUF, dout + (size_t)b * T * NH * HS + h * HS, NH * HS, q0, T);
         const float2* r = rowstats + ((size_t)b * NH + h) * T + q0;
         for (int i = threadIdx.x; i < BQ; i += THREADS) cp_async8(sR + buf * BQ + i, q0 + i < T ? r + i : r, q0 + i < T);
+        cp_async_mbar_arrive(sLanded + buf);
     };
 
     flash_load_tile<HS, BK, THREADS>(sK, k, ld, k0, T);
     flash_load_tile<HS, BK, THREADS>(sV, v, ld, k0, T);
-    issue(0, 0);
-    cp_async_commit();
+    issue(0);  // K and V land with query tile 0: sLanded[0] counts their copies too
+    if (total > 1) issue(1);
     float dk[1][HS / 8][4], dv[1][HS / 8][4];
     flash_zero<HS / 8>(dk[0]);
     flash_zero<HS / 8>(dv[0]);
     uint32_t kf[KV_REGS ? HS / 16 : 1][1][4], vf[KV_REGS ? HS / 16 : 1][1][4];  // KV_REGS: this warp's K, V rows (k step)
+    // One barrier of the compute warps a tile: after it every warp's dSᵀ of tile idx is in (its
+    // buffer, idx % 2, was last read by the dQ product of tile idx - 2, which every warp finished
+    // before the barrier of tile idx - 1), and every warp is done with tile idx's Q, dO and rows,
+    // so their buffer takes tile idx + 2 at once. A warp waits for tile idx's copies on its sLanded
+    // barrier (the (idx / 2)-th use of the buffer: parity (idx / 2) & 1).
 #pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
         int buf = idx % 2, q0 = (nq - 1 - idx % per_head) * BQ, stage = idx % F::DQ_STAGES;
-        cp_async_wait<0>();                    // query tile idx (and K, V) is in for this thread
-        bar_sync(FLASH_BAR_COMPUTE, THREADS);  // ... for every thread; every warp is done with tile idx - 1
-        if (idx + 1 < total) issue(idx + 1, 1 - buf);  // into the buffer tile idx - 1 used
-        cp_async_commit();
+        mbar_wait(sLanded + buf, (idx / 2) & 1);  // query tile idx (and K, V) is in for every thread
         if (KV_REGS && idx == 0)  // K and V are in: this warp's rows as A fragments, kept for every tile
             for (int kk = 0; kk < HS / 16; kk++) {
                 ldmatrix_x4(kf[kk][0], sK + (warp * 16 + lane % 16) * P + kk * 16 + (lane / 16) * 8);
@@ -256,13 +265,15 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
                 for (int i = 0; i < 4; i++) s[0][n][i] = scale * s[0][n][i] * (dp[0][n][i] - r_s[n * 8 + 2 * c + i % 2].y);
             flash_mma_pv<HS, BQ, 1>(dk, s, q_s);  // dK += dSᵀ Q
         }
+        bf16* ds_s = sdS + buf * BK * PS;
         for (int n = 0; n < BQ / 8; n++)  // dSᵀ (bf16, as the dK product rounds it) for dQ
             for (int half = 0; half < 2; half++)
-                *(uint32_t*)(sdS + (warp * 16 + g + 8 * half) * PS + n * 8 + 2 * c) = mma_pack_bf16(s[0][n][2 * half], s[0][n][2 * half + 1]);
-        bar_sync(FLASH_BAR_COMPUTE, THREADS);  // every warp's dSᵀ is in
+                *(uint32_t*)(ds_s + (warp * 16 + g + 8 * half) * PS + n * 8 + 2 * c) = mma_pack_bf16(s[0][n][2 * half], s[0][n][2 * half + 1]);
+        bar_sync(FLASH_BAR_COMPUTE, THREADS);  // every warp's dSᵀ is in, and every warp is done with buffer buf
+        if (idx + 2 < total) issue(idx + 2);
         float dq[DC / 8][4];
         flash_zero<DC / 8>(dq);
-        flash_mma_atb<BK, DC>(dq, sdS, PS, rg * 16, sK, P, cg * DC);  // this block's part of dQ = dS K
+        flash_mma_atb<BK, DC>(dq, ds_s, PS, rg * 16, sK, P, cg * DC);  // this block's part of dQ = dS K
         if (idx >= F::DQ_STAGES) mbar_wait(sEmpty + stage, (idx / F::DQ_STAGES - 1) & 1);  // the writer drained the stage
         float* part = sDQ + stage * BQ * PD + (rg * 16) * PD + cg * DC;
         for (int half = 0; half < 2; half++)
@@ -286,10 +297,11 @@ __global__ void flash_dq_to_bf16_kernel(bf16* dqkv, const float* dq_accum, int B
     *(uint4*)(dqkv + (b * T + t) * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS + i) = v;
 }
 
-// its dynamic shared memory: K, V, two (Q, dO) buffers, dSᵀ, two row buffers, the dQ stages and their
-// mbarriers, the ticket
+// its dynamic shared memory: K, V, two (Q, dO) buffers, two dSᵀ buffers, two row buffers, the dQ
+// stages and their mbarriers, the query buffers' mbarriers, the ticket
 template <int HS> static inline size_t flash_backward_smem() {
     typedef FlashBwdTile<HS> F;
-    return (size_t)(2 * F::BK + 4 * F::BQ) * (HS + 8) * sizeof(bf16) + (size_t)F::BK * (F::BQ + 8) * sizeof(bf16) +
-           2 * F::BQ * sizeof(float2) + (size_t)F::DQ_STAGES * (F::BQ * (HS + 8) * sizeof(float) + 2 * sizeof(uint64_t)) + 16;
+    return (size_t)(2 * F::BK + 4 * F::BQ) * (HS + 8) * sizeof(bf16) + (size_t)2 * F::BK * (F::BQ + 8) * sizeof(bf16) +
+           2 * F::BQ * sizeof(float2) + (size_t)F::DQ_STAGES * (F::BQ * (HS + 8) * sizeof(float) + 2 * sizeof(uint64_t)) +
+           2 * sizeof(uint64_t) + 16;
 }
