@@ -81,7 +81,7 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     bf16* sQ = flash_smem;  // stage i: K at sKV + 2 i BK P, V at sKV + (2 i + 1) BK P
     bf16* sKV = sQ + BQ * P;
     uint64_t* full = (uint64_t*)(sKV + 2 * S * BK * P);  // per stage: its tile's copies have landed (every thread's)
-    uint64_t* empty = full + S;                           // per stage: every warp is done with its tile
+    uint64_t* empty = full + S;                           // per stage: every thread is done with its tile
     int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows first, of every (b, h)
     int h = blockIdx.x % NH, b = blockIdx.x / NH, kvh = h / (NH / NKV);
     int ld = (NH + 2 * NKV) * HS, q0 = qt * BQ;
@@ -98,7 +98,7 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
         cp_async_mbar_arrive(&full[kt % S]);
     };
     if (threadIdx.x == 0)
-        for (int st = 0; st < S; st++) { mbar_init(&full[st], THREADS); mbar_init(&empty[st], F::WARPS); }
+        for (int st = 0; st < S; st++) { mbar_init(&full[st], THREADS); mbar_init(&empty[st], THREADS); }
     __syncthreads();
 
     flash_load_tile<HS, BQ, THREADS>(sQ, q, ld, q0, T);  // Q lands with key tile 0: full[0] counts its copies too
@@ -115,9 +115,9 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     float mrow[M][2], l[M][2];  // row tiles m, rows g and g + 8: running max and this lane's sum
     for (int m = 0; m < M; m++) for (int half = 0; half < 2; half++) { mrow[m][half] = -INFINITY; l[m][half] = 0.0f; }
     // Key tile kt is used from stage kt % S, the (kt / S)-th use of that stage: a warp waits for its
-    // full barrier (phase parity (kt / S) & 1), computes and arrives on its empty barrier; then each
-    // thread refills the stage that tile kt - 1 used, with tile kt + S - 1, once every warp has
-    // arrived there. No barrier of the whole block: a warp runs up to a tile ahead of the slowest,
+    // full barrier (phase parity (kt / S) & 1), computes and arrives on its empty barrier (each
+    // thread, so that the arrival releases its own reads); then each thread refills the stage that
+    // tile kt - 1 used, with tile kt + S - 1, once every thread has arrived there. No barrier of the whole block: a warp runs up to a tile ahead of the slowest,
     // so one warp's exponentials overlap another's products.
 #pragma unroll 1
     for (int kt = 0; kt < nkt; kt++) {
@@ -133,8 +133,7 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
             else flash_forward_softmax<false, HS, BK, M>(s, o, mrow, l, kt * BK, r0, scale_log2);
             flash_mma_pv<HS, BK, M>(o, s, sK + BK * P);  // O += P V
         }
-        __syncwarp();  // every lane's reads of the stage are done before lane 0 releases it
-        if (lane == 0) mbar_arrive(&empty[kt % S]);
+        mbar_arrive(&empty[kt % S]);  // this thread's reads of the stage are done
         if (kt + S - 1 < nkt) {
             if (kt >= 1) mbar_wait(&empty[(kt - 1) % S], ((kt - 1) / S) & 1);
             issue(kt + S - 1);
