@@ -20,7 +20,7 @@ static inline bool flash_attention_supported(int HS) { return HS == 16 || HS == 
 // Q_REGS: Q's A fragments held in registers (else read from shared memory at every key tile)
 template <int HS>
 struct FlashFwdTile {
-    static const int BQ = 128, WARPS = HS >= 64 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 3, MIN_BLOCKS = 2;
+    static const int BQ = 128, WARPS = HS >= 64 ? 4 : 8, BK = HS == 128 ? 32 : 64, STAGES = 4, MIN_BLOCKS = 2;
     static const bool Q_REGS = HS != 128;  // Q held in registers as A fragments (else read from shared memory per tile)
 };
 // backward tiles: BK keys per block over WARPS compute warps (16 key rows each) and a warpgroup of

@@ -9,8 +9,9 @@
 // memory at each tile: its fragments would not fit beside the accumulators). For each key tile
 // j <= diagonal, S = scale·Q Kⱼᵀ in registers, online softmax (running max and sum per row, in
 // log2 units: flash_forward_softmax, the causal mask on the diagonal tiles only), O += P Vⱼ. K
-// and V come through a ring of 3 cp.async stages, each with a full and an empty mbarrier in place
-// of a barrier of the block at every tile: tile j + 2 loads while tile j is used, and a warp may
+// and V come through a ring of 4 cp.async stages, each with a full and an empty mbarrier in place
+// of a barrier of the block at every tile: a thread loads tile j + 3 once it is done with tile j
+// (and every thread with tile j - 1), so each tile has two tiles' compute to land, and a warp may
 // run a tile ahead of another. A warp skips the tiles whose keys all lie above its rows. The blocks of every (b, h) at the last
 // query tile come first, the first query tile's last: the longest work
 // starts first and the shortest fills the end of the call (the causal tail; dev/flash_model.py
