@@ -12,11 +12,11 @@
 // and V come through a ring of 4 cp.async stages, each with a full and an empty mbarrier in place
 // of a barrier of the block at every tile: a thread loads tile j + 3 once it is done with tile j
 // (and every thread with tile j - 1), so each tile has two tiles' compute to land, and a warp may
-// run a tile ahead of another. A warp skips the tiles whose keys all lie above its rows. The blocks of every (b, h) at the last
-// query tile come first, the first query tile's last: the longest work
-// starts first and the shortest fills the end of the call (the causal tail; dev/flash_model.py
-// modelled 8.0% off llama300m's forward and 24% off llama600m's against the earlier order, head
-// by head; not yet measured on a GPU).
+// run a tile ahead of another. A warp skips the tiles whose keys all lie above its rows. The
+// blocks of every (b, h) at the last query tile come first, the first query tile's last: the
+// longest work starts first and the shortest fills the end of the call (the causal tail;
+// dev/flash_model.py modelled 8.0% off llama300m's forward and 24% off llama600m's against the
+// earlier order, head by head; not yet measured on a GPU).
 // __launch_bounds__ hold every head size to 2 blocks per SM (8 warps at HS >= 64, 16 below).
 // Measured on an H200 (dev/flash_measured.csv): llama300m (HS 64, T 4096) 0.675 ms, 204 causal
 // TFLOP/s; HS 128 at T 4096 1.21 ms, 226 TFLOP/s. Since then a tile below the diagonal issues
@@ -92,7 +92,8 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     int r0 = q0 + warp * (BQ / F::WARPS);            // this warp's first row
     int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
-    auto issue = [&](int kt) {  // K and V of key tile kt into its stage; the stage's full barrier counts this thread in once they land
+    // K and V of key tile kt into its stage; the stage's full barrier counts this thread in once they land
+    auto issue = [&](int kt) {
         bf16* st = sKV + 2 * (kt % S) * BK * P;
         flash_load_tile<HS, BK, THREADS>(st, k, ld, kt * BK, T);
         flash_load_tile<HS, BK, THREADS>(st + BK * P, v, ld, kt * BK, T);
@@ -118,8 +119,9 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     // Key tile kt is used from stage kt % S, the (kt / S)-th use of that stage: a warp waits for its
     // full barrier (phase parity (kt / S) & 1), computes and arrives on its empty barrier (each
     // thread, so that the arrival releases its own reads); then each thread refills the stage that
-    // tile kt - 1 used, with tile kt + S - 1, once every thread has arrived there. No barrier of the whole block: a warp runs up to a tile ahead of the slowest,
-    // so one warp's exponentials overlap another's products.
+    // tile kt - 1 used, with tile kt + S - 1, once every thread has arrived there. No barrier of
+    // the whole block: a warp runs up to a tile ahead of the slowest, so one warp's exponentials
+    // overlap another's products.
 #pragma unroll 1
     for (int kt = 0; kt < nkt; kt++) {
         const bf16* sK = sKV + 2 * (kt % S) * BK * P;
