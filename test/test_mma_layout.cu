@@ -186,32 +186,14 @@ __global__ void named_barrier_kernel(uint32_t* out) {
 
 // out (ROUNDS x 32): a producer warp (0) fills a one-slot buffer ROUNDS times; a consumer warp (1)
 // reads each round after waiting on `full` (parity r % 2) and frees the slot by arriving on
-// `empty`, which the producer waits on (parity (r - 1) % 2) before the next fill
+// `empty`, which the producer waits on (parity (r - 1) % 2) before the next fill. The producer
+// stores 0xd0000000 + 0x100 r + lane and arrives; with COPY it fills the slot from src (round r:
+// words 32 r..) by cp_async16 (lanes 0..7, 16 bytes each; lane 7 zero-fills) and arrives by
+// cp_async_mbar_arrive (.noinc: each lane's arrival is one of the 32, made once its copies have
+// landed), and the consumer reads the slot with no other barrier.
 static const int MBAR_ROUNDS = 3;
-__global__ void mbarrier_kernel(uint32_t* out) {
-    __shared__ uint32_t slot[32];
-    __shared__ uint64_t full, empty;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (threadIdx.x == 0) { mbar_init(&full, 32); mbar_init(&empty, 32); }
-    __syncthreads();
-    for (int r = 0; r < MBAR_ROUNDS; r++) {
-        if (warp == 0) {
-            if (r > 0) mbar_wait(&empty, (r - 1) & 1);
-            slot[lane] = 0xd0000000u + 0x100u * r + lane;
-            mbar_arrive(&full);
-        } else {
-            mbar_wait(&full, r & 1);
-            out[r * 32 + lane] = slot[(lane + r + 1) % 32];
-            mbar_arrive(&empty);
-        }
-    }
-}
-
-// out (ROUNDS x 32): as above, but the producer warp fills the slot from global memory by cp_async16
-// (lanes 0..7, 16 bytes each; lane 7 zero-fills) and arrives by cp_async_mbar_arrive on `full`
-// (count 32: .noinc, each lane's arrival one of the 32, made once its copies have landed); the
-// consumer waits on `full` and reads the slot with no other barrier
-__global__ void cp_async_mbarrier_kernel(uint32_t* out, const uint32_t* src) {
+template <bool COPY>
+__global__ void mbarrier_kernel(uint32_t* out, const uint32_t* src) {
     __shared__ __align__(16) uint32_t slot[32];
     __shared__ uint64_t full, empty;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -220,8 +202,13 @@ __global__ void cp_async_mbarrier_kernel(uint32_t* out, const uint32_t* src) {
     for (int r = 0; r < MBAR_ROUNDS; r++) {
         if (warp == 0) {
             if (r > 0) mbar_wait(&empty, (r - 1) & 1);
-            if (lane < 8) cp_async16(slot + 4 * lane, src + 32 * r + 4 * lane, lane != 7);
-            cp_async_mbar_arrive(&full);
+            if (COPY) {
+                if (lane < 8) cp_async16(slot + 4 * lane, src + 32 * r + 4 * lane, lane != 7);
+                cp_async_mbar_arrive(&full);
+            } else {
+                slot[lane] = 0xd0000000u + 0x100u * r + lane;
+                mbar_arrive(&full);
+            }
         } else {
             mbar_wait(&full, r & 1);
             out[r * 32 + lane] = slot[(lane + r + 1) % 32];
@@ -512,35 +499,22 @@ static void test_named_barrier(void) {
     test_check("mma_layout.bar_sync_of_two_warps_hands_shared_data_over", !first[0], "%s", first);
 }
 
-static void test_mbarrier(void) {
-    uint32_t got[MBAR_ROUNDS * 32] = {0}, *d = to_dev(got, MBAR_ROUNDS * 32);
-    mbarrier_kernel<<<1, 64>>>(d);
-    KERNEL_CHECK();
-    to_host(got, d, MBAR_ROUNDS * 32);
-    char first[160] = "";
-    for (int r = 0; r < MBAR_ROUNDS; r++)
-        for (int l = 0; l < 32 && !first[0]; l++) {
-            uint32_t want = 0xd0000000u + 0x100u * r + (uint32_t)((l + r + 1) % 32);
-            if (got[r * 32 + l] != want) snprintf(first, sizeof first, "round %d lane %d: got 0x%08x, expected 0x%08x", r, l, got[r * 32 + l], want);
-        }
-    test_check("mma_layout.mbarrier_parity_passes_each_round", !first[0], "%s", first);
-}
-
-static void test_cp_async_mbarrier(void) {
+template <bool COPY>
+static void test_mbarrier(const char* name) {
     uint32_t src[MBAR_ROUNDS * 32], got[MBAR_ROUNDS * 32] = {0};
     for (int i = 0; i < MBAR_ROUNDS * 32; i++) src[i] = 0xe0000000u + 0x100u * (i / 32) + i % 32;
     uint32_t *dsrc = to_dev(src, MBAR_ROUNDS * 32), *d = to_dev(got, MBAR_ROUNDS * 32);
-    cp_async_mbarrier_kernel<<<1, 64>>>(d, dsrc);
+    mbarrier_kernel<COPY><<<1, 64>>>(d, dsrc);
     KERNEL_CHECK();
     to_host(got, d, MBAR_ROUNDS * 32);
     char first[160] = "";
     for (int r = 0; r < MBAR_ROUNDS; r++)
         for (int l = 0; l < 32 && !first[0]; l++) {
-            int i = (l + r + 1) % 32;  // slot word i: source word 32 r + i, zero in lane 7's chunk (words 28..31)
-            uint32_t want = i >= 28 ? 0u : src[32 * r + i];
+            int i = (l + r + 1) % 32;  // slot word i; copied: source word 32 r + i, zero in lane 7's chunk (words 28..31)
+            uint32_t want = COPY ? (i >= 28 ? 0u : src[32 * r + i]) : 0xd0000000u + 0x100u * r + (uint32_t)i;
             if (got[r * 32 + l] != want) snprintf(first, sizeof first, "round %d lane %d: got 0x%08x, expected 0x%08x", r, l, got[r * 32 + l], want);
         }
-    test_check("mma_layout.cp_async_mbarrier_arrive_passes_the_copies_each_round", !first[0], "%s", first);
+    test_check(name, !first[0], "%s", first);
 }
 
 static void test_setmaxnreg(void) {
@@ -710,8 +684,8 @@ int main(void) {
     test_red();
     test_ex2();
     test_named_barrier();
-    test_mbarrier();
-    test_cp_async_mbarrier();
+    test_mbarrier<false>("mma_layout.mbarrier_parity_passes_each_round");
+    test_mbarrier<true>("mma_layout.cp_async_mbarrier_arrive_passes_the_copies_each_round");
     test_setmaxnreg();
     test_warp_reductions();
     test_nan_results();
