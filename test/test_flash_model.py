@@ -123,13 +123,13 @@ def main():
         cases = [("spill", lambda l: l if "flash_forward_kernel<128>" not in l else "251   0      0      8       8       " + l.split(None, 5)[5],
                   0, "WARN flash_forward_kernel<128>: 16 spill bytes"),
                  ("registers", lambda l: l if "flash_forward_kernel<32>" not in l else "255   0      0      0       0       " + l.split(None, 5)[5],
-                  1, "FAIL flash_forward_kernel<32>: 255 registers x 256 threads, 40.0 KB shared: 1 blocks per SM"),
+                  1, r"FAIL flash_forward_kernel<32>: 255 registers x 256 threads, [\d.]+ KB shared: 1 blocks per SM"),
                  ("missing_kernel", lambda l: "" if "flash_backward_kernel<32>" in l else l, 1, "not in the ptxas report")]
         for name, edit, want_rc, want in cases:
             bad = os.path.join(tmp, name + ".txt")
             open(bad, "w").write("\n".join(edit(l) for l in committed.splitlines()) + "\n")
             rc, out = run_check(bad)
-            check(f"flash_model_check_{name}", rc == want_rc and want in out, f"rc {rc} {out.strip()}")
+            check(f"flash_model_check_{name}", rc == want_rc and re.search(want, out) is not None, f"rc {rc} {out.strip()}")
 
         # the report as the compiler writes it now: the same kernel lines as the committed one
         if shutil.which("nvcc") is None or shutil.which("make") is None:
