@@ -132,8 +132,8 @@ L2_ROUND_TRIP_CLK = 430
 BARRIER_CLK = 250
 # The forward's wait a tile where each (K, V) stage has a full and an empty mbarrier instead of a
 # barrier of the block ("stage", as built; every measured design: "block"). Set: 0. A warp waits
-# there only for a tile whose loads were issued a tile earlier, or for the slowest warp once it is
-# a tile ahead of it; the model has no load latency and no skew between warps, so neither is in
+# there only for a tile whose loads were issued two tiles earlier (four stages), or for the slowest
+# warp once it is a tile ahead of it; the model has no load latency and no skew between warps, so neither is in
 # it, and the change is modelled as BARRIER_CLK less a tile (a ceiling of that part of the gain).
 # The other part, one warp's exponentials under another's products within the block, is not
 # credited (OVERLAP_TWO_BLOCKS is unchanged): a floor.
@@ -375,7 +375,7 @@ def bwd_barriers(b):
 
 
 def bwd_smem(b, hs):
-    BQ, BK, landed = b["BQ"], b["BK"], b.get("SYNC", "block") == "landed"
+    BQ, BK, landed = b["BQ"], b["BK"], bwd_barriers(b) == 1
     ds = (2 if landed else 1) * BK * (BQ + 8) * BF16  # dSᵀ, two buffers with the "landed" sync
     return (2 * BK + 4 * BQ) * (hs + 8) * BF16 + ds + 2 * BQ * 8 + b["DQ_STAGES"] * (BQ * (hs + 8) * FP32 + 16) + (16 if landed else 0) + 16
 
