@@ -8,6 +8,11 @@
 #                     gpu_check.sh, and the data and fixtures the runs read, with a MANIFEST of
 #                     sha256 sums; at most 48 MiB. Carry that folder, then on the GPU machine:
 #                     bash build/gpu-bundle/gpu_check.sh
+#   make flash-commits
+#                     build/flash-commits: dev_attention at every commit that changed the flash
+#                     kernels since they were last timed on a GPU, and each one's model rows (about
+#                     2 minutes of nvcc, 9 MiB). Carry it beside the bundle, then on the GPU machine:
+#                     bash dev/bench_flash_commits.sh build/flash-commits
 # dev/gpu_check.sh --list-files names every file a run needs; the bundle is exactly that list.
 
 BUILD             ?= build
@@ -16,7 +21,10 @@ GPU_REFS          ?= $(GPU_DIR)/refs
 GPU_BUNDLE        ?= $(BUILD)/gpu-bundle
 GPU_BUNDLE_MAX_MIB = 48
 
-.PHONY: gpu-refs gpu-bundle
+.PHONY: gpu-refs gpu-bundle flash-commits
+
+flash-commits:
+	@bash dev/bench_flash_commits.sh --build $(BUILD)/flash-commits
 
 gpu-refs: $(GPU_REFS)/flags.txt
 
