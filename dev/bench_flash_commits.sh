@@ -14,7 +14,9 @@
 #       dev/flash_model.py --csv); each commit builds with its own make rule (about 15 s of nvcc)
 #   bash dev/bench_flash_commits.sh [--rounds N] [--budget S] DIR    on the GPU: each binary's
 #       --bench-only N times (default 2), the order rotated each round; a line per run as it ends,
-#       then the table; no round starts once S seconds (default 180) are spent or would be
+#       then the table. No round starts once S seconds (default 180) are spent or would be, no run
+#       once they are spent; a run stops after 60 s (fewer where fewer are left), and a commit
+#       whose run failed or hung is not run again
 #   REV...: commits (default: c950ed2, then each later commit of HEAD's history that changed
 #       llmc/flash_*.cuh or llmc/mma.cuh in more than comments and spacing). The working tree's
 #       uncommitted changes are not built.
@@ -182,28 +184,36 @@ bench_rows() {
     }' "$3"
 }
 
-t0=$SECONDS fail=0 rounds_done=0 longest=0
-for ((r = 1; r <= ROUNDS; r++)); do
+# a run's limit: RUN_LIMIT seconds (a run takes a few), less where the budget has less left; a
+# commit that failed or hung once is not run again (a hang would cost its limit every round)
+RUN_LIMIT=60
+t0=$SECONDS fail=0 rounds_done=0 longest=0 spent=0
+declare -A FAILED
+for ((r = 1; r <= ROUNDS && !spent; r++)); do
     if [ $((SECONDS - t0 + longest * ${#ORDER[@]})) -gt "$BUDGET" ] && [ $r -gt 1 ]; then
         out "# round $r not started: $((SECONDS - t0)) s spent, a round takes about $((longest * ${#ORDER[@]})) s (--budget $BUDGET)"; break
     fi
     for ((k = 0; k < ${#ORDER[@]}; k++)); do
         c=${ORDER[$(((k + r - 1) % ${#ORDER[@]}))]}
+        [ -n "${FAILED[$c]:-}" ] && continue
+        left=$((BUDGET - (SECONDS - t0)))
+        if [ "$left" -lt 5 ]; then out "# round $r stopped before $c: the budget is spent (--budget $BUDGET)"; spent=1; break; fi
+        limit=$((left < RUN_LIMIT ? left : RUN_LIMIT))
         log=$WORK/$c.round$r.log s0=$SECONDS
-        timeout -k 5 120 "$WORK/$c/dev_attention" --bench-only >"$log" 2>&1 </dev/null
+        timeout -k 5 "$limit" "$WORK/$c/dev_attention" --bench-only >"$log" 2>&1 </dev/null
         rc=$?
         [ $((SECONDS - s0)) -gt "$longest" ] && longest=$((SECONDS - s0))
         if [ $rc -eq 77 ]; then echo "SKIP bench_flash_commits: no CUDA device ($(grep -m1 '^SKIP' "$log" | cut -c1-160))"; exit 77; fi
         rows=$(bench_rows "$c" "$r" "$log")
         if [ $rc -ne 0 ] || [ -z "$rows" ]; then
-            fail=1
-            out "| FAIL round $r $c: exit $rc$([ $rc -eq 124 ] && echo ' (timeout 120 s)'); $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)"
+            fail=1 FAILED[$c]=1
+            out "| FAIL round $r $c: exit $rc$([ $rc -eq 124 ] || [ $rc -eq 137 ] && echo " (timeout $limit s)"); $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200) (not run again)"
             continue
         fi
         echo "$rows" >>"$CSV"
         out "# round $r $c ($((SECONDS - s0)) s):$(echo "$rows" | awk -F, '{ printf " %s %s %s ms", $3, substr($8, 1, 3), $9 }')"
     done
-    rounds_done=$r
+    [ "$spent" = 0 ] && rounds_done=$r
     save
 done
 

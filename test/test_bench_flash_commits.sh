@@ -8,8 +8,9 @@
 #   - the timing run on stand-in binaries that print a real H200 run's dev_attention --bench-only
 #     output (test/fixtures/bench_attention_h200.log, 2026-12-04): the CSV rows hold its figures,
 #     the table the median over the rounds, the speed-up over the commit before and each commit's
-#     modelled ms; a failing binary is a FAIL line and exit 1, no CUDA device exit 77, a spent
-#     budget starts no further round; $OUT gets the CSV, the table and the logs.
+#     modelled ms; a failing binary is a FAIL line and exit 1 and is not run again, one that hangs
+#     is stopped where the budget ends, no CUDA device exit 77, a spent budget starts no further
+#     round; $OUT gets the CSV, the table and the logs.
 # Prints "PASS name" / "FAIL name: detail" / "SKIP name: why" lines.
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
@@ -107,7 +108,8 @@ n=\$(cat "$TMP/count.\$me" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$TM
 case \$mode in
     fail) echo "CUDA error at attention.cu:300: an illegal memory access was encountered"; exit 1 ;;
     nodev) echo "SKIP dev_attention: no CUDA device"; exit 77 ;;
-    sleep) sleep 2 ;;
+    sleep) sleep 3 ;;
+    hang) exec sleep 100 ;;
 esac
 if [ "\$mode" = faster ] && [ \$n = 2 ]; then
     awk '\$1 == "bench" && \$3 == "flash" { for (i = 5; i < NF; i++) { if (\$(i + 1) == "ms") \$i = sprintf("%.5f", \$i * 0.6); if (\$(i + 1) == "TFLOP/s") \$i = sprintf("%.1f", \$i / 0.6) } } { print }' "$ROOT/$LOG"
@@ -142,22 +144,32 @@ check bench_flash_commits.run_lines_in_rotation '[ "$first_runs" = "round 1 aaaa
 check bench_flash_commits.out_files '[ -s "$TMP/out/bench_flash_commits.txt" ] && [ "$(tar -tzf "$TMP/out/bench_flash_commits_logs.tar.gz" | grep -c "round[12].log$")" = 6 ]' \
     "$(ls "$TMP/out" 2>&1 | tr '\n' ' ')"
 
-# a failing binary: its FAIL line, the others still timed, exit 1
+# a failing binary: its FAIL line, not run again in round 2, the others still timed, exit 1
 rm -f "$TMP"/mode.* "$TMP"/count.*; echo fail >"$TMP/mode.bbbbbbb"
-bash "$S" --rounds 1 "$TMP/runs" >"$TMP/fail.out" 2>&1
+bash "$S" --rounds 2 "$TMP/runs" >"$TMP/fail.out" 2>&1
 rc=$?
-check bench_flash_commits.failed_run '[ $rc = 1 ] && grep -q "^| FAIL round 1 bbbbbbb: exit 1; CUDA error at attention.cu:300: an illegal memory access" "$TMP/fail.out" && grep -q "^| ccccccc *| llama300m *| forward *| *0.7407 " "$TMP/fail.out" && grep -q "^| bbbbbbb *| llama300m *| forward *| *no run" "$TMP/fail.out" && tail -1 "$TMP/fail.out" | grep -q "FAILED runs above"' \
+check bench_flash_commits.failed_run '[ $rc = 1 ] && grep -q "^| FAIL round 1 bbbbbbb: exit 1; CUDA error at attention.cu:300: an illegal memory access.* (not run again)$" "$TMP/fail.out" && [ "$(cat "$TMP/count.bbbbbbb")" = 1 ] && [ "$(cat "$TMP/count.ccccccc")" = 2 ] && grep -q "^| ccccccc *| llama300m *| forward *| *0.7407 " "$TMP/fail.out" && grep -q "^| bbbbbbb *| llama300m *| forward *| *no run" "$TMP/fail.out" && tail -1 "$TMP/fail.out" | grep -q "FAILED runs above"' \
     "rc $rc: $(grep -v '^| [abc]' "$TMP/fail.out" | tail -4)"
+# a binary that hangs: stopped at the budget's end (--budget 6: its limit is 6 s, not 60), and
+# the next one not started
+rm -f "$TMP"/mode.* "$TMP"/count.*; echo hang >"$TMP/mode.bbbbbbb"
+t_hang=$SECONDS
+bash "$S" --rounds 2 --budget 6 "$TMP/runs" >"$TMP/hang.out" 2>&1
+rc=$?
+t_hang=$((SECONDS - t_hang))
+check bench_flash_commits.hang_stopped_by_budget '[ $rc = 1 ] && [ $t_hang -le 20 ] && grep -q "^| FAIL round 1 bbbbbbb: exit 124 (timeout [1-6] s);" "$TMP/hang.out" && grep -q "^# round 1 stopped before ccccccc: the budget is spent (--budget 6)" "$TMP/hang.out" && [ ! -e "$TMP/count.ccccccc" ] && tail -1 "$TMP/hang.out" | grep -q ", 0 round(s);"' \
+    "rc $rc after $t_hang s: $(grep -v '^| [abc]' "$TMP/hang.out" | tail -4)"
 # no CUDA device
 rm -f "$TMP"/mode.* "$TMP"/count.*; echo nodev >"$TMP/mode.aaaaaaa"
 bash "$S" "$TMP/runs" >"$TMP/nodev.out" 2>&1
 rc=$?
 check bench_flash_commits.no_device '[ $rc = 77 ] && grep -qx "SKIP bench_flash_commits: no CUDA device (SKIP dev_attention: no CUDA device)" "$TMP/nodev.out"' "rc $rc: $(tail -2 "$TMP/nodev.out")"
-# a spent budget: the first round takes about 6 s, so with --budget 5 the second does not start
+# a spent budget: the first round takes at least 9 s (3 runs of 3 s), another would end past
+# --budget 16, so it does not start (the third run of round 1 starts with 7 or more left)
 rm -f "$TMP"/mode.* "$TMP"/count.*; for c in aaaaaaa bbbbbbb ccccccc; do echo sleep >"$TMP/mode.$c"; done
-bash "$S" --rounds 3 --budget 5 "$TMP/runs" >"$TMP/budget.out" 2>&1
+bash "$S" --rounds 3 --budget 16 "$TMP/runs" >"$TMP/budget.out" 2>&1
 rc=$?
-check bench_flash_commits.budget_stops_rounds '[ $rc = 0 ] && grep -q "^# round 2 not started: [0-9]* s spent, a round takes about [0-9]* s (--budget 5)" "$TMP/budget.out" && [ "$(grep -c "^# round 1 " "$TMP/budget.out")" = 3 ] && ! grep -q "^# round [23] [abc]" "$TMP/budget.out" && tail -1 "$TMP/budget.out" | grep -q ", 1 round(s);"' \
+check bench_flash_commits.budget_stops_rounds '[ $rc = 0 ] && grep -q "^# round 2 not started: [0-9]* s spent, a round takes about [0-9]* s (--budget 16)" "$TMP/budget.out" && [ "$(grep -c "^# round 1 " "$TMP/budget.out")" = 3 ] && ! grep -q "^# round [23] [abc]" "$TMP/budget.out" && tail -1 "$TMP/budget.out" | grep -q ", 1 round(s);"' \
     "rc $rc: $(grep '^#' "$TMP/budget.out" | tail -3)"
 
 [ $failures -eq 0 ]
