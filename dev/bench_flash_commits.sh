@@ -98,10 +98,15 @@ fi
 if [ "$ACTION" = build ]; then
     case $DIR in ''|/) die "--build: expected a folder, found '$DIR'" ;; esac
     [ -e "$DIR" ] && [ ! -d "$DIR" ] && die "--build: '$DIR' exists and is not a folder"
+    # an earlier --build's folder is replaced; any other folder with files in it is left alone
+    if [ -d "$DIR" ] && [ ! -f "$DIR/INDEX" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ]; then
+        die "--build: '$DIR' holds files and no INDEX (expected a new folder or an earlier --build's, which is replaced)"
+    fi
     list=$(commits) || exit 1
     n=$(echo "$list" | wc -w)
-    tmp=$DIR.tmp
-    rm -rf "$tmp" && mkdir -p "$tmp/trees" || die "--build: cannot make $tmp"
+    mkdir -p "$(dirname "$DIR")" && tmp=$(mktemp -d "$(dirname "$DIR")/.bench_flash_commits.XXXXXX") && mkdir "$tmp/trees" ||
+        die "--build: cannot make a folder beside '$DIR'"
+    trap 'rm -rf "$tmp"' EXIT
     echo "bench_flash_commits: building dev_attention at $n commits into $DIR (two at a time)"
     # build_one C: its tree from git archive, make's own rule, the gzipped binary and the model's rows
     build_one() {
@@ -128,12 +133,13 @@ if [ "$ACTION" = build ]; then
             echo "  $c built ($(cat "$tmp/$c.arch"), $(($(stat -c %s "$tmp/$c.gz") / 1024)) KiB gzipped$([ -f "$tmp/$c.model.csv" ] || echo ', no model rows'))"
         else bad="$bad $c: $(tr '\n' ' ' <"$tmp/$c.err" 2>/dev/null | cut -c1-300);"; fi
     done
-    if [ -n "$bad" ]; then rm -rf "$tmp"; die "--build: failed:$bad nothing written to $DIR"; fi
+    [ -z "$bad" ] || die "--build: failed:$bad nothing written to $DIR"
     for c in $list; do
         printf '%s %s %s\n' "$c" "$(cat "$tmp/$c.arch")" "$(git -C "$ROOT" log -1 --format=%s "$c" | cut -c1-100)"
     done >"$tmp/INDEX"
     rm -rf "$tmp/trees" "$tmp"/*.err "$tmp"/*.arch "$tmp"/*.log "$tmp"/*.model.err
     rm -rf "$DIR" && mv "$tmp" "$DIR" || die "--build: cannot move $tmp to $DIR"
+    trap - EXIT
     echo "bench_flash_commits: $DIR, $n commits, $(du -sk "$DIR" | cut -f1) KiB; on the GPU: bash dev/bench_flash_commits.sh $DIR"
     exit 0
 fi

@@ -46,7 +46,9 @@ bad binary_not_gzip "$TMP/notgz/abcdef1.gz: not a gzip file" "$TMP/notgz"
 bad extra_argument "unexpected argument 'more' after" "$TMP/nogz" more
 bad build_no_folder "--build: expected a folder after the flag" --build
 bad build_not_a_commit "'no-such-rev' is not a commit of" --build "$TMP/never" no-such-rev
-check bench_flash_commits.usage_writes_nothing '[ ! -e "$TMP/never" ] && [ ! -e "$TMP/never.tmp" ]' "$(ls -d "$TMP"/never* 2>&1)"
+mkdir -p "$TMP/user"; echo "keep me" >"$TMP/user/notes.txt"
+bad build_over_other_files "--build: '$TMP/user' holds files and no INDEX (expected a new folder or an earlier --build's, which is replaced)" --build "$TMP/user" HEAD
+check bench_flash_commits.usage_writes_nothing '[ ! -e "$TMP/never" ] && [ "$(cat "$TMP/user/notes.txt")" = "keep me" ] && [ -z "$(ls -A "$TMP" | grep "^\.bench_flash_commits")" ]' "$(ls -A "$TMP" 2>&1 | tr '\n' ' ')"
 
 # --- --list: the commits since the last one timed on a GPU
 if ! git rev-parse --verify --quiet "c950ed2^{commit}" >/dev/null || ! git rev-parse --verify --quiet "61c9c47^{commit}" >/dev/null; then
@@ -79,15 +81,15 @@ else
     rc=$?
     check bench_flash_commits.build_index '[ $rc = 0 ] && [ "$(cut -d" " -f1-2 "$TMP/built/INDEX" | tr "\n" " ")" = "$h0 sm_90 $h1 sm_90 " ] && grep -qF " $(git log -1 --format=%s HEAD | cut -c1-60)" "$TMP/built/INDEX"' \
         "rc $rc: $(tail -3 "$TMP/build.out") INDEX: $(cat "$TMP/built/INDEX" 2>&1)"
-    check bench_flash_commits.build_binaries '[ "$(gzip -dc "$TMP/built/$h1.gz" | sed -n 2p)" = "echo \"stand-in dev_attention built for sm_90\"" ] && [ -s "$TMP/built/$h0.gz" ] && [ ! -e "$TMP/built.tmp" ]' \
-        "$(ls "$TMP/built" 2>&1 | tr '\n' ' ')"
+    check bench_flash_commits.build_binaries '[ "$(gzip -dc "$TMP/built/$h1.gz" | sed -n 2p)" = "echo \"stand-in dev_attention built for sm_90\"" ] && [ -s "$TMP/built/$h0.gz" ] && [ -z "$(ls -A "$TMP" | grep "^\.bench_flash_commits")" ]' \
+        "$(ls -A "$TMP/built" "$TMP" 2>&1 | tr '\n' ' ')"
     # the model's rows as that commit's dev/flash_model.py prints them (here HEAD's own)
     python3 dev/flash_model.py --csv >"$TMP/model_head.csv" 2>&1
     check bench_flash_commits.build_model_rows 'cmp -s "$TMP/built/$h1.model.csv" "$TMP/model_head.csv" && head -1 "$TMP/built/$h1.model.csv" | grep -q "^shape,direction,.*,ms,"' \
         "$(head -2 "$TMP/built/$h1.model.csv" 2>&1)"
     FAKE_NVCC_FAIL=1 NVCC=$TMP/bin/nvcc bash "$S" --build "$TMP/built" HEAD >"$TMP/buildfail.out" 2>&1
     rc=$?
-    check bench_flash_commits.build_failure_writes_nothing '[ $rc = 1 ] && grep -q "^bench_flash_commits: --build: failed: $h1: .*told to fail.* nothing written to $TMP/built" "$TMP/buildfail.out" && [ "$(cut -d" " -f1 "$TMP/built/INDEX" | tr "\n" " ")" = "$h0 $h1 " ] && [ ! -e "$TMP/built.tmp" ]' \
+    check bench_flash_commits.build_failure_writes_nothing '[ $rc = 1 ] && grep -q "^bench_flash_commits: --build: failed: $h1: .*told to fail.* nothing written to $TMP/built" "$TMP/buildfail.out" && [ "$(cut -d" " -f1 "$TMP/built/INDEX" | tr "\n" " ")" = "$h0 $h1 " ] && [ -z "$(ls -A "$TMP" | grep "^\.bench_flash_commits")" ]' \
         "rc $rc: $(tail -2 "$TMP/buildfail.out")"
 fi
 
