@@ -103,8 +103,9 @@ if [ "$ACTION" = build ]; then
         die "--build: '$DIR' holds files and no INDEX (expected a new folder or an earlier --build's, which is replaced)"
     fi
     list=$(commits) || exit 1
+    list=$(echo "$list" | awk '!seen[$0]++')  # a commit named twice is built once
     n=$(echo "$list" | wc -w)
-    mkdir -p "$(dirname "$DIR")" && tmp=$(mktemp -d "$(dirname "$DIR")/.bench_flash_commits.XXXXXX") && mkdir "$tmp/trees" ||
+    mkdir -p "$(dirname "$DIR")" && tmp=$(mktemp -d "$(dirname "$DIR")/.bench_flash_commits.XXXXXX") && chmod 755 "$tmp" && mkdir "$tmp/trees" ||
         die "--build: cannot make a folder beside '$DIR'"
     trap 'rm -rf "$tmp"' EXIT
     echo "bench_flash_commits: building dev_attention at $n commits into $DIR (two at a time)"

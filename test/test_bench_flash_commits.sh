@@ -2,9 +2,9 @@
 # test_bench_flash_commits.sh — dev/bench_flash_commits.sh without a GPU:
 #   - bad flags and folders: one line naming what was expected and found, exit 1, nothing on stdout;
 #   - --list: c950ed2 first, the kernel commits after it, the comment-only ones left out with why;
-#   - --build with a stand-in nvcc at two commits: each commit's own make rule, INDEX (commit, the
-#     -arch its rule passed, subject), the gzipped binary, that commit's dev/flash_model.py rows;
-#     a failed build writes nothing;
+#   - --build with a stand-in nvcc at two commits (one named twice): each commit's own make rule,
+#     INDEX (commit, the -arch its rule passed, subject), the gzipped binary, that commit's
+#     dev/flash_model.py rows; a failed build writes nothing;
 #   - the timing run on stand-in binaries that print a real H200 run's dev_attention --bench-only
 #     output (test/fixtures/bench_attention_h200.log, 2026-12-04): the CSV rows hold its figures,
 #     the table the median over the rounds, the speed-up over the commit before and each commit's
@@ -77,7 +77,7 @@ if ! git rev-parse --verify --quiet "HEAD~1^{commit}" >/dev/null; then
     skip bench_flash_commits.build "HEAD~1 is not in this checkout's history (a shallow clone)"
 else
     h0=$(git rev-parse --short=7 HEAD~1) h1=$(git rev-parse --short=7 HEAD)
-    NVCC=$TMP/bin/nvcc GPU_ARCH=sm_90 bash "$S" --build "$TMP/built" HEAD~1 HEAD >"$TMP/build.out" 2>&1
+    NVCC=$TMP/bin/nvcc GPU_ARCH=sm_90 bash "$S" --build "$TMP/built" HEAD~1 HEAD "$h1" >"$TMP/build.out" 2>&1
     rc=$?
     check bench_flash_commits.build_index '[ $rc = 0 ] && [ "$(cut -d" " -f1-2 "$TMP/built/INDEX" | tr "\n" " ")" = "$h0 sm_90 $h1 sm_90 " ] && grep -qF " $(git log -1 --format=%s HEAD | cut -c1-60)" "$TMP/built/INDEX"' \
         "rc $rc: $(tail -3 "$TMP/build.out") INDEX: $(cat "$TMP/built/INDEX" 2>&1)"
