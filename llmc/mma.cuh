@@ -66,6 +66,8 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
     unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+#elif defined(EMU_WARP_MMA)
+    emu_cp_async(dst, src, 16, valid);
 #else
     if (valid) memcpy(dst, src, 16); else memset(dst, 0, 16);
 #endif
@@ -78,6 +80,8 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid
     unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
     int n = valid ? 8 : 0;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(n));
+#elif defined(EMU_WARP_MMA)
+    emu_cp_async(dst, src, 8, valid);
 #else
     if (valid) memcpy(dst, src, 8); else memset(dst, 0, 8);
 #endif
@@ -87,6 +91,8 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__)
     asm volatile("cp.async.commit_group;\n" ::);
+#elif defined(EMU_WARP_MMA)
+    emu_cp_async_commit();
 #endif
 }
 
@@ -95,6 +101,8 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#elif defined(EMU_WARP_MMA)
+    emu_cp_async_wait(N);
 #endif
 }
 
@@ -162,14 +170,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
 // An arrival on the mbarrier once every cp.async this thread has issued so far has completed (PTX
 // ISA, "cp.async.mbarrier.arrive"): with .noinc the arrival is one of the `count` that mbar_init
 // set, so a barrier of count N completes when N threads' copies have all landed, and mbar_wait then
-// makes them visible to the waiter. The thread does not wait. dev/emu copies at once, so there the
-// arrival is immediate.
+// makes them visible to the waiter. The thread does not wait. dev/emu lands the copies only when
+// the barrier's phase completes (emu_cp_async_mbar_arrive), so a read before the wait sees the
+// old bytes there.
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
 #if defined(__CUDA_ARCH__)
     unsigned int s = (unsigned int)__cvta_generic_to_shared(bar);
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(s) : "memory");
 #elif defined(EMU_WARP_MMA)
-    emu_mbar_arrive(bar);
+    emu_cp_async_mbar_arrive(bar);
 #endif
 }
 

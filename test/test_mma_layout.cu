@@ -37,7 +37,8 @@
 // rounds of data between a producer and a consumer warp by parity, and the same with the data
 // copied by cp.async and announced by cp.async.mbarrier.arrive.noinc; setmaxnreg.inc / .dec
 // ("setmaxnreg": a multiple of 8 in 24..256, the same instruction by every warp of a warpgroup)
-// in three warpgroups that then finish and write; ex2.approx.ftz (llmc/flash_common.cuh's
+// in three warpgroups that then finish and write; under dev/emu only (on a GPU the reads race),
+// a cp.async's bytes absent until its wait_group, or its mbarrier's phase, completes; ex2.approx.ftz (llmc/flash_common.cuh's
 // flash_exp2: "ex2", subnormal results flushed to +0) against 2^x in double. A failure names the first lane /
 // register that differs. Exits 77 after printing a SKIP line without a CUDA device.
 // Build: nvcc -O2 -arch=sm_90a -std=c++17 test/test_mma_layout.cu -o build/test_mma_layout
@@ -147,6 +148,37 @@ __global__ void cp_async_kernel(uint32_t* out, const uint32_t* src) {
     __syncthreads();
     for (int j = 0; j < 4; j++) out[lane * 4 + j] = s[(lane + 5) % 32 * 4 + j];
 }
+
+#ifdef EMU_WARP_MMA
+// dev/emu only (on a GPU the reads before a wait race with the copies, so they have no defined
+// value): a copy is in shared memory no earlier than the PTX ISA promises. out (6 x 4), thread 0:
+// row 0, a copy of group 0 read before any wait (the old bytes); rows 1-2, after wait_group 1 with
+// groups 0 and 1 committed (group 0's new bytes, group 1's old); row 3, group 1 after wait_group 0;
+// row 4 then a copy announced by cp.async.mbarrier.arrive on a barrier of count 2, read after that
+// arrival (old), and row 5 read after the second (plain) arrival and the wait (new).
+__global__ void cp_async_late_kernel(uint32_t* out, const uint32_t* src) {
+    __shared__ __align__(16) uint32_t s[3][4];
+    __shared__ uint64_t bar;
+    if (threadIdx.x != 0) return;
+    for (int i = 0; i < 3; i++) for (int j = 0; j < 4; j++) s[i][j] = 0xdeadbeefu;
+    mbar_init(&bar, 2);
+    cp_async16(s[0], src, true);
+    cp_async_commit();
+    for (int j = 0; j < 4; j++) out[j] = s[0][j];
+    cp_async16(s[1], src + 4, true);
+    cp_async_commit();
+    cp_async_wait<1>();
+    for (int j = 0; j < 4; j++) out[4 + j] = s[0][j], out[8 + j] = s[1][j];
+    cp_async_wait<0>();
+    for (int j = 0; j < 4; j++) out[12 + j] = s[1][j];
+    cp_async16(s[2], src + 8, true);
+    cp_async_mbar_arrive(&bar);
+    for (int j = 0; j < 4; j++) out[16 + j] = s[2][j];
+    mbar_arrive(&bar);
+    mbar_wait(&bar, 0);
+    for (int j = 0; j < 4; j++) out[20 + j] = s[2][j];
+}
+#endif
 
 // out (32 x 2): lane l reads the 8 bytes lane (l + 7) % 32 copied (zero-filled where that lane % 4 == 1)
 __global__ void cp_async8_kernel(uint32_t* out, const uint32_t* src) {
@@ -405,6 +437,30 @@ static void test_cp_async(void) {
         }
     test_check("mma_layout.cp_async16_copy_and_zero_fill", !first[0], "%s", first);
 }
+
+#ifdef EMU_WARP_MMA
+static void test_cp_async_lands_late(void) {
+    uint32_t src[12], got[24] = {0}, *d = to_dev(got, 24);
+    for (int e = 0; e < 12; e++) src[e] = 0x3c000000u + (uint32_t)e;
+    uint32_t* ds = to_dev(src, 12);
+    cp_async_late_kernel<<<1, 32>>>(d, ds);
+    KERNEL_CHECK();
+    to_host(got, d, 24);
+    const uint32_t OLD = 0xdeadbeefu;
+    // row r: the copy it reads (source words 4 c..), and whether it has landed
+    const int copy[6] = {0, 0, 1, 1, 2, 2};
+    const bool landed[6] = {false, true, false, true, false, true};
+    char first[160] = "";
+    for (int r = 0; r < 6 && !first[0]; r++)
+        for (int j = 0; j < 4; j++) {
+            uint32_t want = landed[r] ? src[4 * copy[r] + j] : OLD;
+            if (!first[0] && got[4 * r + j] != want)
+                snprintf(first, sizeof first, "row %d word %d: got 0x%08x, expected 0x%08x (copy %d %s)", r, j, got[4 * r + j], want,
+                         copy[r], landed[r] ? "landed" : "not yet landed");
+        }
+    test_check("mma_layout.emu_cp_async_lands_at_its_wait_not_before", !first[0], "%s", first);
+}
+#endif
 
 static void test_cp_async8(void) {
     uint32_t src[64], got[64] = {0}, *d = to_dev(got, 64);
@@ -681,6 +737,9 @@ int main(void) {
     test_ldmatrix();
     test_cp_async();
     test_cp_async8();
+#ifdef EMU_WARP_MMA
+    test_cp_async_lands_late();
+#endif
     test_red();
     test_ex2();
     test_named_barrier();

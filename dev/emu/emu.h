@@ -72,6 +72,17 @@ void emu_bar_sync(int id, int threads);
 void emu_mbar_init(uint64_t* bar, int count);
 void emu_mbar_arrive(uint64_t* bar);
 void emu_mbar_wait(uint64_t* bar, int parity);
+// cp.async (llmc/mma.cuh's cp_async16 / cp_async8, cp_async_commit, cp_async_wait,
+// cp_async_mbar_arrive), as late as the PTX ISA lets a copy land: its source is read at issue, its
+// bytes reach shared memory only at the issuing thread's cp.async.wait_group that covers its group,
+// or, for the copies a cp.async.mbarrier.arrive tracks (every one the thread issued before it, not
+// yet landed), when that barrier's phase completes. A read of the destination before then sees the
+// old bytes (0xFF garbage in a block's fresh shared memory), so a missing or early wait shows in
+// the results. Kernels run without fibers (no barrier) land each copy at once.
+void emu_cp_async(void* dst, const void* src, int bytes, bool valid);
+void emu_cp_async_commit();
+void emu_cp_async_wait(int n);
+void emu_cp_async_mbar_arrive(uint64_t* bar);
 // setmaxnreg (llmc/mma.cuh's warpgroup_registers_*): checks the PTX ISA's rules (a multiple of 8 in
 // 24..256; the same instruction, .inc or .dec, by every warp of a warpgroup the block holds whole);
 // registers have no meaning here, so nothing else happens

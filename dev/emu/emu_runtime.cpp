@@ -145,6 +145,9 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute a, int v) {
 }
 
 // ---------------------------------------------------------------- scheduler
+// a cp.async in flight: its bytes, read at issue, and where they land; the issuing thread (linear
+// index in the block) and its group there, -1 until committed
+struct AsyncCopy { void* dst; int bytes, thread, group; unsigned char data[16]; };
 struct Fiber {
     bool done;
     uint3 tid;
@@ -152,6 +155,8 @@ struct Fiber {
     unsigned coll;  // warp collectives made so far: its parity picks the exchange slot
     void* stack;
     void* sp;
+    std::vector<AsyncCopy> copies;  // its cp.async copies not yet landed, in issue order
+    int groups;                     // cp.async groups committed so far
 };
 // Fiber stacks: one region for the largest block (1024 threads), STACK bytes each, on transparent
 // huge pages where the kernel allows: resuming a fiber reads the top of its stack, and with 4 KiB
@@ -301,15 +306,67 @@ static MBar* mbar_of(uint64_t* bar) {
     if ((uintptr_t)bar % 8 != 0) die("kernel %s: mbarrier at 0x%llx not 8-byte aligned", g_kernel, (long long)(uintptr_t)bar);
     return (MBar*)bar;
 }
+// the copies each barrier's current phase lands when it completes (cp.async.mbarrier.arrive);
+// emptied at each block's start
+static std::map<uint64_t*, std::vector<AsyncCopy>> g_mbar_copies;
+static void land(const AsyncCopy& c) { memcpy(c.dst, c.data, c.bytes); }
 void emu_mbar_init(uint64_t* bar, int count) {
     if (count < 1 || count > 65535) die("kernel %s: mbarrier count %lld", g_kernel, count);
     MBar* m = mbar_of(bar);
     m->expected = (uint16_t)count; m->arrived = 0; m->phase = 0;
+    g_mbar_copies.erase(bar);
 }
 void emu_mbar_arrive(uint64_t* bar) {
     MBar* m = mbar_of(bar);
     if (m->expected == 0) die("kernel %s: arrive on an mbarrier never initialised", g_kernel);
-    if (++m->arrived == m->expected) { m->arrived = 0; m->phase++; g_progress++; }
+    if (++m->arrived == m->expected) {
+        auto it = g_mbar_copies.find(bar);
+        if (it != g_mbar_copies.end()) { for (const AsyncCopy& c : it->second) land(c); g_mbar_copies.erase(it); }
+        m->arrived = 0; m->phase++; g_progress++;
+    }
+}
+void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
+    if (bytes != 16 && bytes != 8) die("kernel %s: cp.async of %lld bytes", g_kernel, (long long)bytes);
+    if ((uintptr_t)dst % bytes != 0) die("kernel %s: cp.async destination 0x%llx not %lld-byte aligned", g_kernel, (long long)(uintptr_t)dst, (long long)bytes);
+    if (!g_fiber_mode) { if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes); return; }
+    AsyncCopy c;
+    c.dst = dst; c.bytes = bytes; c.thread = g_cur->linear; c.group = -1;
+    if (valid) memcpy(c.data, src, bytes); else memset(c.data, 0, bytes);
+    g_cur->copies.push_back(c);
+}
+void emu_cp_async_commit() {
+    if (!g_fiber_mode) return;
+    for (AsyncCopy& c : g_cur->copies) if (c.group < 0) c.group = g_cur->groups;
+    g_cur->groups++;  // an empty group is a group too
+}
+// every copy of this thread's groups older than the n newest lands, those an mbarrier tracks too
+// (a copy belongs to its group whether or not an arrive-on follows it)
+static void land_groups_before(std::vector<AsyncCopy>& v, int thread, int before) {
+    size_t kept = 0;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (v[i].thread == thread && v[i].group >= 0 && v[i].group < before) land(v[i]);
+        else v[kept++] = v[i];
+    }
+    v.resize(kept);
+}
+void emu_cp_async_wait(int n) {
+    if (!g_fiber_mode) return;
+    int before = g_cur->groups - n;
+    land_groups_before(g_cur->copies, g_cur->linear, before);
+    for (auto& tracked : g_mbar_copies) land_groups_before(tracked.second, g_cur->linear, before);
+}
+// the arrival counts now; the thread's copies so far land with the phase's completion (the latest
+// moment the arrive-on can take effect is when it is the last one the phase waits for)
+void emu_cp_async_mbar_arrive(uint64_t* bar) {
+    MBar* m = mbar_of(bar);
+    if (m->expected == 0) die("kernel %s: cp.async.mbarrier.arrive on an mbarrier never initialised", g_kernel);
+    std::vector<AsyncCopy>& mine = g_cur->copies;
+    if (!mine.empty()) {
+        std::vector<AsyncCopy>& tracked = g_mbar_copies[bar];
+        tracked.insert(tracked.end(), mine.begin(), mine.end());
+        mine.clear();
+    }
+    emu_mbar_arrive(bar);
 }
 // the phase of `parity` has completed: the current phase has the other parity
 void emu_mbar_wait(uint64_t* bar, int parity) {
@@ -415,6 +472,8 @@ static void run_block_fibers(dim3 block) {
         f.done = false;
         f.linear = i;
         f.coll = 0;
+        f.copies.clear();
+        f.groups = 0;
         f.tid.x = i % block.x; f.tid.y = (i / block.x) % block.y; f.tid.z = i / (block.x * block.y);
         f.stack = g_stack_pool + (size_t)i * STACK;
         memcpy(f.stack, &STACK_CANARY, sizeof(STACK_CANARY));
@@ -524,6 +583,10 @@ void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, con
     g_fiber_mode = true;
     for (size_t bi = 0; bi < (size_t)grid.x * grid.y * grid.z; bi++) {
         emu_set_block(grid, bi);
+        // each block's shared memory fresh garbage: a copy read before it lands shows, not an
+        // earlier block's tile
+        if (bi > 0 && smem > 0) memset(g_dynamic_smem.data(), 0xFF, smem);
+        g_mbar_copies.clear();
         run_block_fibers(block);
     }
     g_fiber_mode = false;
