@@ -18,7 +18,8 @@
 #       once they are spent; a run stops after 60 s (fewer where fewer are left), and a commit
 #       whose run failed or hung is not run again
 #   REV...: commits (default: c950ed2, then each later commit of HEAD's history that changed
-#       llmc/flash_*.cuh or llmc/mma.cuh in more than comments and spacing). The working tree's
+#       llmc/flash_*.cuh or llmc/mma.cuh in more than comments, spacing and the code only dev/emu
+#       compiles). The working tree's
 #       uncommitted changes are not built.
 # On the GPU: carry DIR and the bundle (make gpu-bundle; its gpu_check.sh --env finds the CUDA
 # libraries), then: bash dev/bench_flash_commits.sh build/flash-commits
@@ -57,8 +58,15 @@ done
 # ---------------------------------------------------------------------------------------------
 # here: which commits, and their builds
 
-# does commit C change the kernel files against its parent in more than comments and spacing?
-strip_comments() { gcc -fpreprocessed -dD -E -P -x c++ - 2>/dev/null | tr -s ' \t\n' ' '; }
+# does commit C change the kernel files against its parent in more than comments, spacing and the
+# dev/emu branches (#elif defined(EMU_WARP_MMA) up to the next #elif, #else or #endif, which nvcc
+# never compiles)?
+strip_comments() {
+    gcc -fpreprocessed -dD -E -P -x c++ - 2>/dev/null |
+        awk '/^[ \t]*#[ \t]*elif[ \t]+defined[ \t]*\([ \t]*EMU_WARP_MMA[ \t]*\)/ { emu = 1; next }
+             emu && /^[ \t]*#[ \t]*(elif|else|endif)/ { emu = 0 }
+             !emu' | tr -s ' \t\n' ' '
+}
 changes_code() {
     local f
     for f in "${KERNEL_FILES[@]}"; do
@@ -85,7 +93,7 @@ commits() {
     local c
     for c in $(git -C "$ROOT" rev-list --reverse "$LAST_MEASURED..HEAD" -- "${KERNEL_FILES[@]}"); do
         if changes_code "$c"; then git -C "$ROOT" rev-parse --short=7 "$c"
-        else echo "left out: $(git -C "$ROOT" log -1 --format='%h %s' "$c" | cut -c1-100) (comments and spacing only)" >&2; fi
+        else echo "left out: $(git -C "$ROOT" log -1 --format='%h %s' "$c" | cut -c1-100) (comments, spacing or dev/emu branches only)" >&2; fi
     done
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_bench_flash_commits.sh — dev/bench_flash_commits.sh without a GPU:
 #   - bad flags and folders: one line naming what was expected and found, exit 1, nothing on stdout;
-#   - --list: c950ed2 first, the kernel commits after it, the comment-only ones left out with why;
+#   - --list: c950ed2 first, the kernel commits after it, the comment-only ones and one that changed
+#     only dev/emu branches left out with why;
 #   - --build with a stand-in nvcc at two commits (one named twice): each commit's own make rule,
 #     INDEX (commit, the -arch its rule passed, subject), the gzipped binary, that commit's
 #     dev/flash_model.py rows; a failed build writes nothing;
@@ -51,15 +52,16 @@ bad build_over_other_files "--build: '$TMP/user' holds files and no INDEX (expec
 check bench_flash_commits.usage_writes_nothing '[ ! -e "$TMP/never" ] && [ "$(cat "$TMP/user/notes.txt")" = "keep me" ] && [ -z "$(ls -A "$TMP" | grep "^\.bench_flash_commits")" ]' "$(ls -A "$TMP" 2>&1 | tr '\n' ' ')"
 
 # --- --list: the commits since the last one timed on a GPU
-if ! git rev-parse --verify --quiet "c950ed2^{commit}" >/dev/null || ! git rev-parse --verify --quiet "61c9c47^{commit}" >/dev/null; then
-    skip bench_flash_commits.list "c950ed2 or 61c9c47 is not in this checkout's history (a shallow clone)"
+if ! git rev-parse --verify --quiet "c950ed2^{commit}" >/dev/null || ! git rev-parse --verify --quiet "fcd5d3c^{commit}" >/dev/null; then
+    skip bench_flash_commits.list "c950ed2 or fcd5d3c is not in this checkout's history (a shallow clone)"
 else
     bash "$S" --list >"$TMP/list.out" 2>"$TMP/list.err"
     rc=$?
-    # 0805ce4 and 244d1c7 reflowed comments only; b1a8e12 and 61c9c47 changed the forward's code
-    check bench_flash_commits.list_kernel_commits '[ $rc = 0 ] && [ "$(head -1 "$TMP/list.out" | cut -d" " -f1)" = c950ed2 ] && grep -q "^b1a8e12 " "$TMP/list.out" && grep -q "^61c9c47 " "$TMP/list.out" && ! grep -q "^0805ce4\|^244d1c7" "$TMP/list.out"' \
+    # 0805ce4 and 244d1c7 reflowed comments only, fcd5d3c changed only mma.cuh's dev/emu branches
+    # (#elif defined(EMU_WARP_MMA)); b1a8e12 and 61c9c47 changed the forward's code
+    check bench_flash_commits.list_kernel_commits '[ $rc = 0 ] && [ "$(head -1 "$TMP/list.out" | cut -d" " -f1)" = c950ed2 ] && grep -q "^b1a8e12 " "$TMP/list.out" && grep -q "^61c9c47 " "$TMP/list.out" && ! grep -q "^0805ce4\|^244d1c7\|^fcd5d3c" "$TMP/list.out"' \
         "rc $rc: $(cut -c1-20 "$TMP/list.out" | tr '\n' ' ')"
-    check bench_flash_commits.list_comment_only_left_out 'grep -q "^left out: 0805ce4 .*(comments and spacing only)$" "$TMP/list.err" && grep -q "^left out: 244d1c7 .*(comments and spacing only)$" "$TMP/list.err"' \
+    check bench_flash_commits.list_comment_only_left_out '( for c in 0805ce4 244d1c7 fcd5d3c; do grep -q "^left out: $c .*(comments, spacing or dev/emu branches only)$" "$TMP/list.err" || exit 1; done )' \
         "$(cat "$TMP/list.err")"
 fi
 
