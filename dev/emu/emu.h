@@ -2,8 +2,9 @@
 // Force-included (g++ -include dev/emu/emu.h) into copies of the CUDA sources whose kernel launches
 // dev/emu/rewrite_launches.py has turned into EMU_LAUNCH calls. Kernels become plain functions run
 // once per thread: blocks one after another (EMU_BLOCK_ORDER=reverse: last first), the threads of
-// a block either in a loop ("plain" kernels) or as fibers that switch at __syncthreads and warp
-// collectives. Atomics are plain read-modify-writes (a fiber only switches at a barrier, so
+// a block either in a loop ("plain" kernels) or as fibers that switch at __syncthreads, warp
+// collectives and mbarrier waits (EMU_THREAD_ORDER=low: the first threads run ahead;
+// EMU_CP_ASYNC=early: copies land at issue, not at their wait; emu_runtime.cpp). Atomics are plain read-modify-writes (a fiber only switches at a barrier, so
 // nothing interleaves them).
 #pragma once
 #define __global__

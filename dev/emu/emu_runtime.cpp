@@ -212,14 +212,23 @@ static long long g_spins = 0;
 // entered only at the start and when the block's last thread finishes. A full lap of the ring in
 // which no barrier opened and no thread finished is idle; four in a row mean the threads wait at
 // barriers that can never open.
+// EMU_THREAD_ORDER=low, for kernels whose warps do not meet at every step (mbarrier pipelines, a
+// producer and its consumers): once a barrier has opened, a phase completed or a thread finished,
+// the ring starts again at thread 0, so the lowest-numbered threads run as far ahead as their waits
+// let them and the others lag. A wait that a kernel lacks then lets a fast thread reuse a buffer
+// that a slow one has not finished with (with EMU_CP_ASYNC=early, copies too), and the result
+// differs from the ring's (the default, EMU_THREAD_ORDER=ring).
 static int g_nfibers = 0;
-static long long g_progress = 0, g_progress_at_lap = 0;
+static long long g_progress = 0, g_progress_at_lap = 0, g_progress_at_switch = 0;
 static int g_idle_laps = 0;
+static int g_low_first = -1;  // EMU_THREAD_ORDER=low; -1 until read
 
 static Fiber* next_fiber() {
     int i = g_cur->linear;
+    if (g_low_first && g_progress != g_progress_at_switch) i = -1;  // start again at thread 0
+    g_progress_at_switch = g_progress;
     do {
-        if (++i == g_nfibers) {
+        if (++i == g_nfibers) {  // a lap of the ring is done
             i = 0;
             if (g_progress == g_progress_at_lap) {
                 if (++g_idle_laps > 3) die("kernel %s: deadlock (threads of a block wait at different barriers)", g_kernel);
@@ -325,10 +334,23 @@ void emu_mbar_arrive(uint64_t* bar) {
         m->arrived = 0; m->phase++; g_progress++;
     }
 }
+// EMU_CP_ASYNC=late (the default) lands each copy as late as the PTX ISA allows, so a read before
+// its wait sees the old bytes; early lands it at issue, as soon as a GPU might, so a copy into a
+// buffer that another thread has not finished reading (a missing wait for the buffer to be free)
+// overwrites what that thread reads next
+static bool cp_async_early() {
+    static int early = -1;
+    if (early < 0) {
+        const char* e = getenv("EMU_CP_ASYNC");
+        if (e && strcmp(e, "late") != 0 && strcmp(e, "early") != 0) die("EMU_CP_ASYNC: expected late or early, found '%s'", e);
+        early = e && strcmp(e, "early") == 0;
+    }
+    return early;
+}
 void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
     if (bytes != 16 && bytes != 8) die("kernel %s: cp.async of %lld bytes", g_kernel, (long long)bytes);
     if ((uintptr_t)dst % bytes != 0) die("kernel %s: cp.async destination 0x%llx not %lld-byte aligned", g_kernel, (long long)(uintptr_t)dst, (long long)bytes);
-    if (!g_fiber_mode) { if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes); return; }
+    if (!g_fiber_mode || cp_async_early()) { if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes); return; }
     AsyncCopy c;
     c.dst = dst; c.bytes = bytes; c.thread = g_cur->linear; c.group = -1;
     if (valid) memcpy(c.data, src, bytes); else memset(c.data, 0, bytes);
@@ -488,6 +510,12 @@ static void run_block_fibers(dim3 block) {
         f.sp = (void*)sp;
     }
     // the ring runs until its last thread finishes and switches back here
+    if (g_low_first < 0) {
+        const char* e = getenv("EMU_THREAD_ORDER");
+        if (e && strcmp(e, "ring") != 0 && strcmp(e, "low") != 0) die("EMU_THREAD_ORDER: expected ring or low, found '%s'", e);
+        g_low_first = e && strcmp(e, "low") == 0;
+    }
+    g_progress_at_switch = g_progress;
     g_cur = &g_fibers[0];
     threadIdx = g_cur->tid;
     emu_ctx_switch(&g_sched_sp, g_cur->sp);
