@@ -26,6 +26,15 @@ static void die(const char* fmt, const char* a = "", long long b = 0, long long 
     fprintf(stderr, "\n");
     abort();
 }
+// an EMU_* setting of two values: false where VAR is unset or OFF, true where it is ON; anything
+// else stops the program with one line naming VAR
+static bool env_choice(const char* var, const char* off, const char* on) {
+    const char* e = getenv(var);
+    if (!e || strcmp(e, off) == 0) return false;
+    if (strcmp(e, on) == 0) return true;
+    fprintf(stderr, "EMU FATAL: %s: expected %s or %s, found '%s'\n", var, off, on, e);
+    abort();
+}
 
 // ---------------------------------------------------------------- memory
 static std::map<uintptr_t, size_t> g_allocs;  // device allocations: base -> bytes
@@ -339,12 +348,7 @@ void emu_mbar_arrive(uint64_t* bar) {
 // buffer that another thread has not finished reading (a missing wait for the buffer to be free)
 // overwrites what that thread reads next
 static bool cp_async_early() {
-    static int early = -1;
-    if (early < 0) {
-        const char* e = getenv("EMU_CP_ASYNC");
-        if (e && strcmp(e, "late") != 0 && strcmp(e, "early") != 0) die("EMU_CP_ASYNC: expected late or early, found '%s'", e);
-        early = e && strcmp(e, "early") == 0;
-    }
+    static const bool early = env_choice("EMU_CP_ASYNC", "late", "early");
     return early;
 }
 void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
@@ -510,11 +514,7 @@ static void run_block_fibers(dim3 block) {
         f.sp = (void*)sp;
     }
     // the ring runs until its last thread finishes and switches back here
-    if (g_low_first < 0) {
-        const char* e = getenv("EMU_THREAD_ORDER");
-        if (e && strcmp(e, "ring") != 0 && strcmp(e, "low") != 0) die("EMU_THREAD_ORDER: expected ring or low, found '%s'", e);
-        g_low_first = e && strcmp(e, "low") == 0;
-    }
+    if (g_low_first < 0) g_low_first = env_choice("EMU_THREAD_ORDER", "ring", "low");
     g_progress_at_switch = g_progress;
     g_cur = &g_fibers[0];
     threadIdx = g_cur->tid;
@@ -592,12 +592,7 @@ void emu_launch_end(const char* name) {
 }
 // blocks in launch order (x fastest), or with EMU_BLOCK_ORDER=reverse last first
 void emu_set_block(dim3 grid, size_t i) {
-    static int reversed = -1;
-    if (reversed < 0) {
-        const char* e = getenv("EMU_BLOCK_ORDER");
-        if (e && strcmp(e, "reverse") != 0 && strcmp(e, "launch") != 0) die("EMU_BLOCK_ORDER: expected launch or reverse, found '%s'", e);
-        reversed = e && strcmp(e, "reverse") == 0;
-    }
+    static const bool reversed = env_choice("EMU_BLOCK_ORDER", "launch", "reverse");
     size_t n = (size_t)grid.x * grid.y * grid.z, j = reversed ? n - 1 - i : i;
     blockIdx.x = (unsigned)(j % grid.x);
     blockIdx.y = (unsigned)(j / grid.x % grid.y);
