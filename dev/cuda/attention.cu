@@ -45,13 +45,17 @@
 // The benchmark runs both paths at B=4 and each preset's T, and at HS=128, T=4096 (16 heads), and
 // prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
 // cuBLASLt bf16 GEMM.
-// Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--bench-only] [--dump FILE]
+// Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--dump FILE]
 //   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
 //   --flash-only: validate the flash path alone, at the same shapes and tolerances, without the
 //     cuBLAS path or the flash-against-cuBLAS comparisons: no cuBLAS kernel runs (for
 //     compute-sanitizer's racecheck, whose hazards inside cuBLAS's own kernels say nothing of ours;
 //     the cuBLAS path's own kernels use no shared memory, racecheck's only subject). Implies
 //     --validate-only.
+//   --racecheck: validate the flash path alone at four shapes (what dev/emu's --racecheck build runs,
+//     under ThreadSanitizer: 5 minutes for --small --flash-only there): HS 16, 32, 64 and 128, GQA
+//     groups of 1 to 3, T 300 or 400, where the forward's last query blocks wrap their ring of 4
+//     (K, V) stages and the backward's key blocks wrap their 2 dQ stages. Implies --flash-only.
 //   --dump FILE: the flash outputs of every validated shape, raw fp32 (for bitwise comparisons).
 #include <cstring>
 #include <string>
@@ -324,22 +328,30 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, bench_only = false, flash_only = false;
+    bool validate_only = false, small = false, bench_only = false, flash_only = false, racecheck = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
         else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
         else if (strcmp(argv[i], "--flash-only") == 0) flash_only = validate_only = true;
+        else if (strcmp(argv[i], "--racecheck") == 0) racecheck = flash_only = validate_only = true;
         else if (strcmp(argv[i], "--bench-only") == 0) bench_only = true;
         else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
             if (!(g_dump = fopen(argv[++i], "wb"))) { fprintf(stderr, "dev_attention: --dump: cannot create '%s'\n", argv[i]); return 2; }
-        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--bench-only] [--dump FILE]\n"); return 2; }
+        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--dump FILE]\n"); return 2; }
     }
-    if (flash_only && bench_only) { fprintf(stderr, "dev_attention: --flash-only validates, --bench-only benchmarks: give one of them\n"); return 2; }
+    if (flash_only && bench_only) { fprintf(stderr, "dev_attention: --flash-only and --racecheck validate, --bench-only benchmarks: give one of them\n"); return 2; }
     if (!cuda_device_present()) { printf("SKIP dev_attention: no CUDA device\n"); return 77; }
     matmul_init();
     AttentionKind kinds[2] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
     bool ok = true;
-    if (!bench_only) {
+    if (racecheck) {
+        struct { int B, T, NH, NKV, HS; } rc[] = {{1, 300, 6, 2, 32}, {1, 300, 2, 1, 64}, {1, 300, 4, 2, 128}, {1, 400, 3, 1, 16}};
+        for (auto& o : rc) {
+            std::string tag = "dev_attention.flash.racecheck_T" + std::to_string(o.T) + "_NH" + std::to_string(o.NH) + "_NKV" +
+                              std::to_string(o.NKV) + "_HS" + std::to_string(o.HS);
+            ok &= validate(tag.c_str(), ATTENTION_FLASH, o.B, o.T, o.NH, o.NKV, o.HS, true, 5);
+        }
+    } else if (!bench_only) {
         if (!flash_only) ok &= validate("dev_attention.cublas.odd_gqa3_HS24", ATTENTION_CUBLAS, 2, 37, 6, 2, 24, true, 3);
         // flash at odd T (tails of every tile kind), GQA groups of 1, 2 and 3, every head size
         // and T at a tile's edges (1, 63, 64, 65) and a long one (4096: 64 key tiles of the forward,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <vector>
+#include <deque>
 #include <functional>
 #include <sys/mman.h>
 #include "emu_float.h"
@@ -35,6 +36,50 @@ static bool env_choice(const char* var, const char* off, const char* on) {
     fprintf(stderr, "EMU FATAL: %s: expected %s or %s, found '%s'\n", var, off, on, e);
     abort();
 }
+
+// ---------------------------------------------------------------- racecheck
+// EMU_RACECHECK (dev/emu/build.sh --racecheck): the kernels' own code is built with
+// -fsanitize=thread, and this file, built without it, tells ThreadSanitizer what a GPU orders.
+// Each emulated thread of a block is a ThreadSanitizer fiber of its own (a switch between them
+// orders nothing), and only what the PTX ISA orders between threads counts as ordered: a release
+// by every thread that arrives and an acquire by every thread that goes on, at
+//   __syncthreads, a named barrier, a warp collective (shuffle, reduction, ldmatrix, mma: each
+//   .sync.aligned, the warp's lanes meet) and __syncwarp, per generation parity (a thread can be
+//   one generation ahead of one not yet resumed, never two);
+//   an mbarrier phase: arrive releases into the phase it counts in, a wait acquires the phase it
+//   waited for (mbarrier.arrive and its waits are release and acquire at block scope by default);
+//   the block's start and end: blocks run one after another, each after the host's work before
+//   the launch and before the host's work after it (racecheck too looks within one block).
+// A cp.async reads its source at issue, as the issuing thread, and writes its destination where it
+// lands (the issuer's wait_group, the completion of the mbarrier phase that tracks it, or the
+// block's end), as a fiber of the landing's own, ordered after the issue and before what waits for
+// the landing (land). An access to the destination that neither happens before the issue nor after
+// that wait is reported as a race, with both stacks. Without EMU_RACECHECK all of this is empty.
+#if defined(EMU_RACECHECK)
+#include <sanitizer/tsan_interface.h>
+// The runtime's own memory (its fibers, exchange slots, copies in flight: vectors and maps whose
+// memmove, new and delete ThreadSanitizer's interceptors would record as the calling thread's) is
+// not the kernel's: each entry point a kernel calls holds an Unseen for its whole body, and the
+// accesses it makes for the kernel (a cp.async's issue and its landing) a Seen.
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+struct Unseen { Unseen() { __tsan_ignore_thread_begin(); } ~Unseen() { __tsan_ignore_thread_end(); } };
+struct Seen { Seen() { __tsan_ignore_thread_end(); } ~Seen() { __tsan_ignore_thread_begin(); } };
+// what -fsanitize=thread calls at an 8- or 16-byte load (libtsan exports them; its header does not
+// declare them)
+extern "C" void __tsan_read8(void* addr);
+extern "C" void __tsan_read16(void* addr);
+static inline void hb_release(void* sync) { __tsan_release(sync); }
+static inline void hb_acquire(void* sync) { __tsan_acquire(sync); }
+#else
+struct Unseen {};
+struct Seen {};
+static inline void hb_release(void*) {}
+static inline void hb_acquire(void*) {}
+#endif
+// the synchronisation objects: addresses that stand for a barrier's generations or an mbarrier's phases
+struct SyncSlots { uint64_t slot[4]; };
+static SyncSlots g_sync_block_start, g_sync_block_end, g_sync_bar, g_sync_named[16];
 
 // ---------------------------------------------------------------- memory
 static std::map<uintptr_t, size_t> g_allocs;  // device allocations: base -> bytes
@@ -155,8 +200,9 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute a, int v) {
 
 // ---------------------------------------------------------------- scheduler
 // a cp.async in flight: its bytes, read at issue, and where they land; the issuing thread (linear
-// index in the block) and its group there, -1 until committed
-struct AsyncCopy { void* dst; int bytes, thread, group; unsigned char data[16]; };
+// index in the block) and its group there, -1 until committed; EMU_RACECHECK: the synchronisation
+// object its issue released to (NULL without)
+struct AsyncCopy { void* dst; int bytes, thread, group; void* issued; unsigned char data[16]; };
 struct Fiber {
     bool done;
     uint3 tid;
@@ -166,6 +212,8 @@ struct Fiber {
     void* sp;
     std::vector<AsyncCopy> copies;  // its cp.async copies not yet landed, in issue order
     int groups;                     // cp.async groups committed so far
+    void* batch;                    // EMU_RACECHECK: the synchronisation object of its copies since its last commit or arrive-on
+    void* tsan;                     // EMU_RACECHECK: its ThreadSanitizer fiber (made once, kept)
 };
 // Fiber stacks: one region for the largest block (1024 threads), STACK bytes each, on transparent
 // huge pages where the kernel allows: resuming a fiber reads the top of its stack, and with 4 KiB
@@ -211,7 +259,7 @@ static int g_alive = 0, g_bar_count = 0, g_bar_gen = 0;
 // A warp collective is one barrier: each lane writes its value into the exchange slot of the
 // collective's parity, waits for the warp, then reads. Slot p is written again two collectives
 // later, after every lane has passed the barrier in between, so after every lane has read it.
-struct Warp { int alive, count, gen; int op; double buf[2][32]; unsigned char bytes[2][32 * 64]; };
+struct Warp { int alive, count, gen; int op; double buf[2][32]; unsigned char bytes[2][32 * 64]; SyncSlots sync; };
 static std::vector<Warp> g_warps;
 static long long g_spins = 0;
 
@@ -249,10 +297,17 @@ static Fiber* next_fiber() {
     } while (g_fibers[i].done);
     return &g_fibers[i];
 }
+#if defined(EMU_RACECHECK)
+static void* g_sched_tsan = NULL;  // the scheduler's own (the host thread's) ThreadSanitizer context
+static void tsan_switch(void* to) { __tsan_switch_to_fiber(to, __tsan_switch_to_fiber_no_sync); }
+#else
+static void tsan_switch(void*) {}
+#endif
 static void switch_to(Fiber* f) {
     Fiber* from = g_cur;
     g_cur = f;
     threadIdx = f->tid;
+    tsan_switch(f->tsan);
     emu_ctx_switch(&from->sp, f->sp);
 }
 static void wait_for_next() { g_spins++; switch_to(next_fiber()); }
@@ -260,7 +315,9 @@ static void wait_for_next() { g_spins++; switch_to(next_fiber()); }
 // first code a fiber runs: the thread's body; then it leaves the ring for good (opening a
 // barrier its exit completes) and hands over to the next thread, or to the scheduler
 static void trampoline() {
+    hb_acquire(&g_sync_block_start);
     (*g_fn)();
+    hb_release(&g_sync_block_end);
     Fiber* f = g_cur;
     f->done = true;
     g_alive--;
@@ -269,16 +326,23 @@ static void trampoline() {
     w.alive--;
     if (g_bar_count > 0 && g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; }
     if (w.count > 0 && w.count == w.alive) { w.count = 0; w.gen++; }
-    if (g_alive == 0) emu_ctx_switch(&f->sp, g_sched_sp);
-    else switch_to(next_fiber());
+    if (g_alive == 0) {
+#if defined(EMU_RACECHECK)
+        tsan_switch(g_sched_tsan);
+#endif
+        emu_ctx_switch(&f->sp, g_sched_sp);
+    } else switch_to(next_fiber());
     abort();  // never resumed
 }
 
 void __syncthreads() {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s calls __syncthreads but was launched without fibers", g_kernel);
     int g = g_bar_gen;
-    if (++g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; g_progress++; return; }
-    while (g_bar_gen == g) wait_for_next();
+    hb_release(&g_sync_bar.slot[g & 1]);
+    if (++g_bar_count == g_alive) { g_bar_count = 0; g_bar_gen++; g_progress++; }
+    else while (g_bar_gen == g) wait_for_next();
+    hb_acquire(&g_sync_bar.slot[g & 1]);
 }
 
 // named barriers (bar.sync with an id and a thread count): per id, the threads counted in so far
@@ -287,6 +351,7 @@ void __syncthreads() {
 static const int NAMED_BARRIERS = 16;
 static int g_nbar_count[NAMED_BARRIERS], g_nbar_need[NAMED_BARRIERS], g_nbar_gen[NAMED_BARRIERS];
 void emu_bar_sync(int id, int threads) {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s uses a named barrier but was launched without fibers", g_kernel);
     if (id < 1 || id >= NAMED_BARRIERS || threads <= 0 || threads % 32 != 0 || threads > g_nfibers)
         die("kernel %s: named barrier %lld of %lld threads (ids 1..15, a multiple of 32 threads, at most the block)", g_kernel, id, threads);
@@ -294,8 +359,10 @@ void emu_bar_sync(int id, int threads) {
         die("kernel %s: named barrier %lld counted with different thread counts", g_kernel, id);
     int gen = g_nbar_gen[id];
     g_nbar_need[id] = threads;
-    if (++g_nbar_count[id] == threads) { g_nbar_count[id] = 0; g_nbar_gen[id]++; g_progress++; return; }
-    while (g_nbar_gen[id] == gen) wait_for_next();
+    hb_release(&g_sync_named[id].slot[gen & 1]);
+    if (++g_nbar_count[id] == threads) { g_nbar_count[id] = 0; g_nbar_gen[id]++; g_progress++; }
+    else while (g_nbar_gen[id] == gen) wait_for_next();
+    hb_acquire(&g_sync_named[id].slot[gen & 1]);
 }
 
 // setmaxnreg: per warpgroup of the block, the instruction its first warp executed and how many of
@@ -304,6 +371,7 @@ void emu_bar_sync(int id, int threads) {
 struct WarpGroupRegs { int count, inc, warps; };
 static std::vector<WarpGroupRegs> g_wg_regs;
 void emu_setmaxnreg(int count, int inc) {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s uses setmaxnreg but was launched without fibers", g_kernel);
     if (count % 8 != 0 || count < 24 || count > 256) die("kernel %s: setmaxnreg %lld (a multiple of 8 in 24..256)", g_kernel, count);
     int warp = g_cur->linear / 32, wg = warp / 4;
@@ -327,21 +395,77 @@ static MBar* mbar_of(uint64_t* bar) {
 // the copies each barrier's current phase lands when it completes (cp.async.mbarrier.arrive);
 // emptied at each block's start
 static std::map<uint64_t*, std::vector<AsyncCopy>> g_mbar_copies;
-static void land(const AsyncCopy& c) { memcpy(c.dst, c.data, c.bytes); }
+// EMU_RACECHECK: each barrier's synchronisation objects, phase % 4 (a waiter acquires the latest
+// completed phase of its parity; one the barrier has since moved past orders more, never less)
+static std::map<uint64_t*, SyncSlots> g_mbar_sync;
+// EMU_RACECHECK: synchronisation objects made as needed (a deque keeps their addresses). Each
+// block starts again at the first: what an earlier block left in one orders nothing that the
+// block's start does not order already.
+static std::deque<uint64_t> g_sync_pool;
+static size_t g_sync_used = 0;
+static void* new_sync() {
+    if (g_sync_used == g_sync_pool.size()) g_sync_pool.push_back(0);
+    return &g_sync_pool[g_sync_used++];
+}
+// Copies land: their bytes reach shared memory. EMU_RACECHECK: in a ThreadSanitizer fiber of the
+// landing's own, made from the host's context (so ordered after the block's start only), which
+// acquires each copy's issue, writes, and releases to `to` (what waits for the landing: the
+// issuer's wait_group, an mbarrier phase, the block's end). So a copy's write is ordered after
+// its issue and before what completes it, and after nothing else: not after the thread whose
+// arrival or wait happens to land it, which on a GPU does not write it.
+static void land(const std::vector<const AsyncCopy*>& copies, const std::vector<void*>& to) {
+    if (copies.empty()) return;
+#if defined(EMU_RACECHECK)
+    void* thread = __tsan_get_current_fiber();
+    if (thread != g_sched_tsan) tsan_switch(g_sched_tsan);
+    void* unit = __tsan_create_fiber(0);
+    __tsan_set_fiber_name(unit, "cp.async landing");
+    tsan_switch(unit);
+    for (const AsyncCopy* c : copies) hb_acquire(c->issued);
+    for (const AsyncCopy* c : copies) memcpy(c->dst, c->data, c->bytes);  // seen: a fresh fiber ignores nothing
+    for (void* sync : to) hb_release(sync);
+    tsan_switch(thread);
+    __tsan_destroy_fiber(unit);
+#else
+    (void)to;
+    for (const AsyncCopy* c : copies) memcpy(c->dst, c->data, c->bytes);
+#endif
+}
+// the synchronisation object of an mbarrier's current phase (EMU_RACECHECK; else NULL)
+static void* phase_sync(uint64_t* bar);
 void emu_mbar_init(uint64_t* bar, int count) {
+    Unseen unseen;
     if (count < 1 || count > 65535) die("kernel %s: mbarrier count %lld", g_kernel, count);
     MBar* m = mbar_of(bar);
     m->expected = (uint16_t)count; m->arrived = 0; m->phase = 0;
     g_mbar_copies.erase(bar);
 }
-void emu_mbar_arrive(uint64_t* bar) {
+static void* phase_sync(uint64_t* bar) {
+#if defined(EMU_RACECHECK)
+    return &g_mbar_sync[bar].slot[((MBar*)bar)->phase % 4];
+#else
+    (void)bar;
+    return NULL;
+#endif
+}
+static void mbar_arrive(uint64_t* bar) {
     MBar* m = mbar_of(bar);
     if (m->expected == 0) die("kernel %s: arrive on an mbarrier never initialised", g_kernel);
-    if (++m->arrived == m->expected) {
+    hb_release(phase_sync(bar));
+    if (++m->arrived == m->expected) {  // the copies the phase tracks land before its waiters go on
         auto it = g_mbar_copies.find(bar);
-        if (it != g_mbar_copies.end()) { for (const AsyncCopy& c : it->second) land(c); g_mbar_copies.erase(it); }
+        if (it != g_mbar_copies.end()) {
+            std::vector<const AsyncCopy*> copies;
+            for (const AsyncCopy& c : it->second) copies.push_back(&c);
+            land(copies, {phase_sync(bar)});
+            g_mbar_copies.erase(it);
+        }
         m->arrived = 0; m->phase++; g_progress++;
     }
+}
+void emu_mbar_arrive(uint64_t* bar) {
+    Unseen unseen;
+    mbar_arrive(bar);
 }
 // EMU_CP_ASYNC=late (the default) lands each copy as late as the PTX ISA allows, so a read before
 // its wait sees the old bytes; early lands it at issue, as soon as a GPU might, so a copy into a
@@ -352,38 +476,58 @@ static bool cp_async_early() {
     return early;
 }
 void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
+    Unseen unseen;
     if (bytes != 16 && bytes != 8) die("kernel %s: cp.async of %lld bytes", g_kernel, (long long)bytes);
     if ((uintptr_t)dst % bytes != 0) die("kernel %s: cp.async destination 0x%llx not %lld-byte aligned", g_kernel, (long long)(uintptr_t)dst, (long long)bytes);
-    if (!g_fiber_mode || cp_async_early()) { if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes); return; }
+    if (!g_fiber_mode || cp_async_early()) { Seen seen; if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes); return; }
     AsyncCopy c;
-    c.dst = dst; c.bytes = bytes; c.thread = g_cur->linear; c.group = -1;
+    c.dst = dst; c.bytes = bytes; c.thread = g_cur->linear; c.group = -1; c.issued = NULL;
+#if defined(EMU_RACECHECK)
+    if (!g_cur->batch) g_cur->batch = new_sync();
+    c.issued = g_cur->batch;
+    hb_release(c.issued);
+    if (valid) { Seen seen; if (bytes == 16) __tsan_read16((void*)src); else __tsan_read8((void*)src); }
+#endif
     if (valid) memcpy(c.data, src, bytes); else memset(c.data, 0, bytes);
     g_cur->copies.push_back(c);
 }
 void emu_cp_async_commit() {
+    Unseen unseen;
     if (!g_fiber_mode) return;
     for (AsyncCopy& c : g_cur->copies) if (c.group < 0) c.group = g_cur->groups;
     g_cur->groups++;  // an empty group is a group too
+    g_cur->batch = NULL;
 }
 // every copy of this thread's groups older than the n newest lands, those an mbarrier tracks too
-// (a copy belongs to its group whether or not an arrive-on follows it)
-static void land_groups_before(std::vector<AsyncCopy>& v, int thread, int before) {
-    size_t kept = 0;
-    for (size_t i = 0; i < v.size(); i++) {
-        if (v[i].thread == thread && v[i].group >= 0 && v[i].group < before) land(v[i]);
-        else v[kept++] = v[i];
-    }
-    v.resize(kept);
-}
+// (a copy belongs to its group whether or not an arrive-on follows it; such a landing is also
+// before that barrier's phase completes)
 void emu_cp_async_wait(int n) {
+    Unseen unseen;
     if (!g_fiber_mode) return;
-    int before = g_cur->groups - n;
-    land_groups_before(g_cur->copies, g_cur->linear, before);
-    for (auto& tracked : g_mbar_copies) land_groups_before(tracked.second, g_cur->linear, before);
+    int thread = g_cur->linear, before = g_cur->groups - n;
+    auto due = [&](const AsyncCopy& c) { return c.thread == thread && c.group >= 0 && c.group < before; };
+    std::vector<const AsyncCopy*> copies;
+    std::vector<void*> to;
+#if defined(EMU_RACECHECK)
+    void* waited = new_sync();
+    to.push_back(waited);
+#endif
+    for (const AsyncCopy& c : g_cur->copies) if (due(c)) copies.push_back(&c);
+    for (auto& tracked : g_mbar_copies) {
+        size_t n_before = copies.size();
+        for (const AsyncCopy& c : tracked.second) if (due(c)) copies.push_back(&c);
+        if (copies.size() > n_before && phase_sync(tracked.first)) to.push_back(phase_sync(tracked.first));
+    }
+    land(copies, to);
+    hb_acquire(to.empty() ? NULL : to[0]);
+    auto drop = [&](std::vector<AsyncCopy>& v) { v.erase(std::remove_if(v.begin(), v.end(), due), v.end()); };
+    drop(g_cur->copies);
+    for (auto& tracked : g_mbar_copies) drop(tracked.second);
 }
 // the arrival counts now; the thread's copies so far land with the phase's completion (the latest
 // moment the arrive-on can take effect is when it is the last one the phase waits for)
 void emu_cp_async_mbar_arrive(uint64_t* bar) {
+    Unseen unseen;
     MBar* m = mbar_of(bar);
     if (m->expected == 0) die("kernel %s: cp.async.mbarrier.arrive on an mbarrier never initialised", g_kernel);
     std::vector<AsyncCopy>& mine = g_cur->copies;
@@ -392,27 +536,34 @@ void emu_cp_async_mbar_arrive(uint64_t* bar) {
         tracked.insert(tracked.end(), mine.begin(), mine.end());
         mine.clear();
     }
-    emu_mbar_arrive(bar);
+    g_cur->batch = NULL;
+    mbar_arrive(bar);
 }
 // the phase of `parity` has completed: the current phase has the other parity
 void emu_mbar_wait(uint64_t* bar, int parity) {
+    Unseen unseen;
     MBar* m = mbar_of(bar);
     if (m->expected == 0) die("kernel %s: wait on an mbarrier never initialised", g_kernel);
     while ((int)(m->phase & 1) == (parity & 1)) wait_for_next();
+#if defined(EMU_RACECHECK)
+    if (m->phase >= 1) hb_acquire(&g_mbar_sync[bar].slot[(m->phase - 1) % 4]);  // phase - 1 has the parity waited for
+#endif
 }
 
 // last: run by the lane that completes the barrier, before the others go on
 static void warp_barrier(Warp& w, void (*last)(Warp&, int) = NULL, int slot = 0) {
     int g = w.gen;
+    hb_release(&w.sync.slot[g & 1]);
     if (++w.count == w.alive) {
         if (last) last(w, slot);
         w.count = 0; w.gen++; g_progress++;
-        return;
-    }
-    while (w.gen == g) wait_for_next();
+    } else
+        while (w.gen == g) wait_for_next();
+    hb_acquire(&w.sync.slot[g & 1]);
 }
 
 double emu_shfl_xor(double v, int o) {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s uses a warp shuffle but was launched without fibers", g_kernel);
     int nthreads = blockDim.x * blockDim.y * blockDim.z;
     if (nthreads % 32 != 0) die("kernel %s: warp shuffle with a block of %lld threads (not a multiple of 32)", g_kernel, nthreads);
@@ -445,6 +596,7 @@ static void butterfly_last(Warp& w, int slot) {
 }
 // op: emu.h's EMU_BUTTERFLY_*: 0 float sum, 1 float max (fmaxf), 2 double sum
 double emu_warp_butterfly(double v, int op) {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s uses a warp reduction but was launched without fibers", g_kernel);
     Warp& w = g_warps[g_cur->linear / 32];
     if (w.alive != 32) die("kernel %s: full-mask warp reduction with %lld live lanes", g_kernel, w.alive);
@@ -456,6 +608,7 @@ double emu_warp_butterfly(double v, int op) {
 }
 
 void __syncwarp(unsigned mask) {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s calls __syncwarp but was launched without fibers", g_kernel);
     if (mask != 0xffffffffu) die("kernel %s: __syncwarp with a partial mask", g_kernel);
     Warp& w = g_warps[g_cur->linear / 32];
@@ -464,6 +617,7 @@ void __syncwarp(unsigned mask) {
 }
 
 void emu_warp_gather(const void* mine, void* all, size_t bytes) {
+    Unseen unseen;
     if (!g_fiber_mode) die("kernel %s uses a warp collective but was launched without fibers", g_kernel);
     if (bytes > 64) die("kernel %s: warp gather of %lld bytes per lane (at most 64)", g_kernel, (long long)bytes);
     Warp& w = g_warps[g_cur->linear / 32];
@@ -500,6 +654,15 @@ static void run_block_fibers(dim3 block) {
         f.coll = 0;
         f.copies.clear();
         f.groups = 0;
+        f.batch = NULL;
+#if defined(EMU_RACECHECK)
+        if (!f.tsan) {
+            f.tsan = __tsan_create_fiber(0);
+            char name[32];
+            snprintf(name, sizeof(name), "thread %d", i);
+            __tsan_set_fiber_name(f.tsan, name);
+        }
+#endif
         f.tid.x = i % block.x; f.tid.y = (i / block.x) % block.y; f.tid.z = i / (block.x * block.y);
         f.stack = g_stack_pool + (size_t)i * STACK;
         memcpy(f.stack, &STACK_CANARY, sizeof(STACK_CANARY));
@@ -518,8 +681,20 @@ static void run_block_fibers(dim3 block) {
     g_progress_at_switch = g_progress;
     g_cur = &g_fibers[0];
     threadIdx = g_cur->tid;
+    hb_release(&g_sync_block_start);
+#if defined(EMU_RACECHECK)
+    g_sched_tsan = __tsan_get_current_fiber();
+#endif
+    tsan_switch(g_cur->tsan);
     emu_ctx_switch(&g_sched_sp, g_cur->sp);
     g_cur = NULL;
+    // copies no thread waited for land as the block ends (on a GPU they land at some point)
+    std::vector<const AsyncCopy*> left;
+    for (int i = 0; i < n; i++) for (const AsyncCopy& c : g_fibers[i].copies) left.push_back(&c);
+    for (auto& tracked : g_mbar_copies) for (const AsyncCopy& c : tracked.second) left.push_back(&c);
+    land(left, {&g_sync_block_end});
+    hb_acquire(&g_sync_block_end);
+    g_sync_used = 0;
     for (int i = 1; i < NAMED_BARRIERS; i++)
         if (g_nbar_count[i] != 0) die("kernel %s: named barrier %lld ends the block with %lld threads counted in", g_kernel, i, g_nbar_count[i]);
     for (size_t i = 0; i < g_wg_regs.size(); i++)
@@ -610,6 +785,7 @@ void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, con
         // earlier block's tile
         if (bi > 0 && smem > 0) memset(g_dynamic_smem.data(), 0xFF, smem);
         g_mbar_copies.clear();
+        g_mbar_sync.clear();
         run_block_fibers(block);
     }
     g_fiber_mode = false;
