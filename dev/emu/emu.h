@@ -5,7 +5,9 @@
 // a block either in a loop ("plain" kernels) or as fibers that switch at __syncthreads, warp
 // collectives and mbarrier waits (EMU_THREAD_ORDER=low: the first threads run ahead;
 // EMU_CP_ASYNC=early: copies land at issue, not at their wait; emu_runtime.cpp). Atomics are plain read-modify-writes (a fiber only switches at a barrier, so
-// nothing interleaves them).
+// nothing interleaves them). Built with EMU_RACECHECK (dev/emu/build.sh --racecheck), the kernels
+// run under ThreadSanitizer, which reports two threads of a block whose accesses the PTX ISA does
+// not order (emu_runtime.cpp says what orders them).
 #pragma once
 #define __global__
 #define __device__
