@@ -15,21 +15,26 @@
 #        OUT/test_fp8_device, OUT/test_mma_layout; run them from OUT/src (a rewritten copy of the
 #        sources, with data/ linked).
 #        bash dev/emu/build.sh --racecheck [OUT]   (default build/emu-racecheck) -> OUT/dev_attention,
-#        OUT/dev_crossentropy, OUT/test_mma_layout, OUT/emu_racecheck_cases: the kernels under ThreadSanitizer (g++
-#        -fsanitize=thread), with emu_runtime.cpp telling it what the GPU orders between the
-#        threads of a block (barriers, warp collectives, mbarrier phases, cp.async landings; see
-#        EMU_RACECHECK there). A race between two threads of a block, on shared or global memory,
-#        is reported with both stacks, and the program exits 66 (TSAN_OPTIONS exitcode). About 4x
-#        slower than the plain build (dev_attention --small --flash-only).
+#        OUT/dev_crossentropy, OUT/test_mma_layout, OUT/emu_racecheck_cases: the kernels under
+#        ThreadSanitizer (g++ -fsanitize=thread), with emu_runtime.cpp telling it what the GPU
+#        orders between the threads of a block (barriers, warp collectives, mbarrier phases,
+#        cp.async landings; see EMU_RACECHECK there). A race between two threads of a block, on
+#        shared or global memory, is reported with both stacks, and the program exits 66
+#        (TSAN_OPTIONS exitcode). About 25 times slower than the plain build (dev_attention
+#        --racecheck: 1.5 s plain, 37 s).
+#        bash dev/emu/build.sh --racecheck-all [OUT]   (default build/emu-racecheck-all): the same,
+#        and OUT/test_llama_gpu and OUT/dev_{rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}.
 # Nothing is rebuilt when OUT is newer than every source it is made from (OUT/BUILT records the
 # last complete build); a lock on OUT lets several tests ask for the same build at once.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-RACECHECK=0
-if [ "${1:-}" = --racecheck ]; then RACECHECK=1; shift; fi
-case "${1:-}" in -*) echo "dev/emu/build.sh: unknown option '$1' (expected --racecheck or an output folder)" >&2; exit 2;; esac
+RACECHECK=0  # 1: --racecheck, 2: --racecheck-all
 DEFAULT_OUT=$ROOT/build/emu
-[ $RACECHECK = 1 ] && DEFAULT_OUT=$ROOT/build/emu-racecheck
+case "${1:-}" in
+    --racecheck) RACECHECK=1; DEFAULT_OUT=$ROOT/build/emu-racecheck; shift ;;
+    --racecheck-all) RACECHECK=2; DEFAULT_OUT=$ROOT/build/emu-racecheck-all; shift ;;
+esac
+case "${1:-}" in -*) echo "dev/emu/build.sh: unknown option '$1' (expected --racecheck, --racecheck-all or an output folder)" >&2; exit 2;; esac
 OUT=$(mkdir -p "${1:-$DEFAULT_OUT}" && cd "${1:-$DEFAULT_OUT}" && pwd)
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
 if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || { [ ! -f "$CUDA_INC/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; }; then
@@ -54,7 +59,7 @@ python3 "$ROOT/dev/emu/rewrite_launches.py" "$ROOT" "$OUT/src" > "$OUT/kernels.t
 CXX=(mpicxx -std=c++17 -O3 -march=native -fopenmp -ffp-contract=off -ftrivial-auto-var-init=pattern -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas -I"$CUDA_INC")
 LIBS=(-lopenblas -llapacke -lm)
 PROG=()  # the programs' own flags, beside CXX's
-if [ $RACECHECK = 1 ]; then
+if [ $RACECHECK != 0 ]; then
     # the runtime knows of ThreadSanitizer but is not instrumented (its scheduler and exchange
     # slots are the emulator's, not the kernels'); -g1: file and line in the reports' stacks
     CXX+=(-DEMU_RACECHECK -g1)
@@ -73,16 +78,20 @@ build() {  # source -> binary
     "${CXX[@]}" "${PROG[@]}" -I"$ROOT/dev/cuda/blas_shim" -include "$ROOT/dev/emu/emu.h" -x c++ "$1" -x none "$OUT/emu_runtime.o" "$OUT/emu_libs.o" \
         "${LIBS[@]}" -o "$OUT/$2"
 }
-if [ $RACECHECK = 1 ]; then
+if [ $RACECHECK != 0 ]; then
     build dev/cuda/attention.cu dev_attention &
     build dev/cuda/crossentropy.cu dev_crossentropy &
     build test/test_mma_layout.cu test_mma_layout &
     build test/emu_racecheck_cases.cu emu_racecheck_cases &
+    if [ $RACECHECK = 2 ]; then
+        build test/test_llama_gpu.cu test_llama_gpu &
+        for op in rmsnorm rope muon matmul global_norm adamw geofp8; do build dev/cuda/$op.cu dev_$op & done
+    fi
     fail=0
     for job in $(jobs -p); do wait "$job" || fail=1; done
     [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
     touch "$OUT/BUILT"
-    echo "dev/emu: built $OUT/dev_attention, $OUT/dev_crossentropy, $OUT/test_mma_layout, $OUT/emu_racecheck_cases under ThreadSanitizer (run them from $OUT/src)"
+    echo "dev/emu: built $OUT/dev_attention, $OUT/dev_crossentropy, $OUT/test_mma_layout, $OUT/emu_racecheck_cases$([ $RACECHECK = 2 ] && echo ", $OUT/test_llama_gpu, $OUT/dev_{rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}") under ThreadSanitizer (run them from $OUT/src)"
     exit 0
 fi
 build train_llama.cu train_llama &
