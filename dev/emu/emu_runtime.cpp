@@ -52,9 +52,10 @@ static bool env_choice(const char* var, const char* off, const char* on) {
 //   the launch and before the host's work after it (racecheck too looks within one block).
 // A cp.async reads its source at issue, as the issuing thread, and writes its destination where it
 // lands (the issuer's wait_group, the completion of the mbarrier phase that tracks it, or the
-// block's end), as a fiber of the landing's own, ordered after the issue and before what waits for
-// the landing (land). An access to the destination that neither happens before the issue nor after
-// that wait is reported as a race, with both stacks. Without EMU_RACECHECK all of this is empty.
+// block's end), as a fiber that stands for the issuer's copies, ordered after the issue and before
+// what waits for the landing (land). An access to the destination that neither happens before the
+// issue nor after that wait is reported as a race, with both stacks. Without EMU_RACECHECK all of
+// this is empty.
 #if defined(EMU_RACECHECK)
 #include <sanitizer/tsan_interface.h>
 // The runtime's own memory (its fibers, exchange slots, copies in flight: vectors and maps whose
