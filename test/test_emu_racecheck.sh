@@ -10,8 +10,8 @@
 #   - test_mma_layout: the tensor-core and copy wrappers' checks, no report;
 #   - dev_attention --racecheck: the flash forward and backward (their mbarrier rings, the dQ
 #     writer warp) at four shapes that wrap every ring, no report and every check passing.
-# dev_crossentropy (its cp.async rows) is built too, for a run by hand (--small: 95 s, no
-# report); too long for make test, as are the other tools of --racecheck-all (docs/gpu.md). Prints "PASS name" / "FAIL name: detail" lines.
+# dev_crossentropy (its cp.async rows) and the other tools are too long for make test under it
+# (--racecheck-all, by hand: docs/gpu.md). Prints "PASS name" / "FAIL name: detail" lines.
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 export OMP_NUM_THREADS=1

@@ -15,7 +15,7 @@
 #        OUT/test_fp8_device, OUT/test_mma_layout; run them from OUT/src (a rewritten copy of the
 #        sources, with data/ linked).
 #        bash dev/emu/build.sh --racecheck [OUT]   (default build/emu-racecheck) -> OUT/dev_attention,
-#        OUT/dev_crossentropy, OUT/test_mma_layout, OUT/emu_racecheck_cases: the kernels under
+#        OUT/test_mma_layout, OUT/emu_racecheck_cases: the kernels under
 #        ThreadSanitizer (g++ -fsanitize=thread), with emu_runtime.cpp telling it what the GPU
 #        orders between the threads of a block (barriers, warp collectives, mbarrier phases,
 #        cp.async landings; see EMU_RACECHECK there). A race between two threads of a block, on
@@ -23,7 +23,7 @@
 #        (TSAN_OPTIONS exitcode). About 25 times slower than the plain build (dev_attention
 #        --racecheck: 1.5 s plain, 37 s).
 #        bash dev/emu/build.sh --racecheck-all [OUT]   (default build/emu-racecheck-all): the same,
-#        and OUT/test_llama_gpu and OUT/dev_{rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}.
+#        and OUT/test_llama_gpu and OUT/dev_{crossentropy,rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}.
 # Nothing is rebuilt when OUT is newer than every source it is made from (OUT/BUILT records the
 # last complete build); a lock on OUT lets several tests ask for the same build at once.
 set -euo pipefail
@@ -80,18 +80,17 @@ build() {  # source -> binary
 }
 if [ $RACECHECK != 0 ]; then
     build dev/cuda/attention.cu dev_attention &
-    build dev/cuda/crossentropy.cu dev_crossentropy &
     build test/test_mma_layout.cu test_mma_layout &
     build test/emu_racecheck_cases.cu emu_racecheck_cases &
     if [ $RACECHECK = 2 ]; then
         build test/test_llama_gpu.cu test_llama_gpu &
-        for op in rmsnorm rope muon matmul global_norm adamw geofp8; do build dev/cuda/$op.cu dev_$op & done
+        for op in crossentropy rmsnorm rope muon matmul global_norm adamw geofp8; do build dev/cuda/$op.cu dev_$op & done
     fi
     fail=0
     for job in $(jobs -p); do wait "$job" || fail=1; done
     [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
     touch "$OUT/BUILT"
-    echo "dev/emu: built $OUT/dev_attention, $OUT/dev_crossentropy, $OUT/test_mma_layout, $OUT/emu_racecheck_cases$([ $RACECHECK = 2 ] && echo ", $OUT/test_llama_gpu, $OUT/dev_{rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}") under ThreadSanitizer (run them from $OUT/src)"
+    echo "dev/emu: built $OUT/dev_attention, $OUT/test_mma_layout, $OUT/emu_racecheck_cases$([ $RACECHECK = 2 ] && echo ", $OUT/test_llama_gpu, $OUT/dev_{crossentropy,rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}") under ThreadSanitizer (run them from $OUT/src)"
     exit 0
 fi
 build train_llama.cu train_llama &
