@@ -82,27 +82,26 @@ if [ $RACECHECK != 0 ]; then
     build dev/cuda/attention.cu dev_attention &
     build test/test_mma_layout.cu test_mma_layout &
     build test/emu_racecheck_cases.cu emu_racecheck_cases &
+    built="$OUT/dev_attention, $OUT/test_mma_layout, $OUT/emu_racecheck_cases"
     if [ $RACECHECK = 2 ]; then
         build test/test_llama_gpu.cu test_llama_gpu &
         for op in crossentropy rmsnorm rope muon matmul global_norm adamw geofp8; do build dev/cuda/$op.cu dev_$op & done
+        built+=", $OUT/test_llama_gpu, $OUT/dev_{crossentropy,rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}"
     fi
-    fail=0
-    for job in $(jobs -p); do wait "$job" || fail=1; done
-    [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
-    touch "$OUT/BUILT"
-    echo "dev/emu: built $OUT/dev_attention, $OUT/test_mma_layout, $OUT/emu_racecheck_cases$([ $RACECHECK = 2 ] && echo ", $OUT/test_llama_gpu, $OUT/dev_{crossentropy,rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}") under ThreadSanitizer (run them from $OUT/src)"
-    exit 0
+    built+=" under ThreadSanitizer"
+else
+    build train_llama.cu train_llama &
+    build test/test_llama_gpu.cu test_llama_gpu &
+    build dev/cuda/geofp8.cu dev_geofp8 &
+    build dev/cuda/attention.cu dev_attention &
+    for op in rmsnorm crossentropy rope muon matmul global_norm adamw; do build dev/cuda/$op.cu dev_$op & done
+    build test/test_blas_shim.cu test_blas_shim &
+    build test/test_fp8_device.cu test_fp8_device &
+    build test/test_mma_layout.cu test_mma_layout &
+    built="$OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_{geofp8,attention,rmsnorm,crossentropy,rope,muon,matmul,global_norm,adamw}, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout"
 fi
-build train_llama.cu train_llama &
-build test/test_llama_gpu.cu test_llama_gpu &
-build dev/cuda/geofp8.cu dev_geofp8 &
-build dev/cuda/attention.cu dev_attention &
-for op in rmsnorm crossentropy rope muon matmul global_norm adamw; do build dev/cuda/$op.cu dev_$op & done
-build test/test_blas_shim.cu test_blas_shim &
-build test/test_fp8_device.cu test_fp8_device &
-build test/test_mma_layout.cu test_mma_layout &
 fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
 [ $fail = 0 ] || { echo "dev/emu/build.sh: a build failed" >&2; exit 1; }
 touch "$OUT/BUILT"
-echo "dev/emu: built $OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_{geofp8,attention,rmsnorm,crossentropy,rope,muon,matmul,global_norm,adamw}, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout (run them from $OUT/src)"
+echo "dev/emu: built $built (run them from $OUT/src)"

@@ -80,7 +80,7 @@ static inline void hb_acquire(void*) {}
 #endif
 // the synchronisation objects: addresses that stand for a barrier's generations or an mbarrier's phases
 struct SyncSlots { uint64_t slot[4]; };
-static SyncSlots g_sync_block_start, g_sync_block_end, g_sync_bar, g_sync_named[16];
+static SyncSlots g_sync_block_start, g_sync_block_end, g_sync_bar;
 
 // ---------------------------------------------------------------- memory
 static std::map<uintptr_t, size_t> g_allocs;  // device allocations: base -> bytes
@@ -352,6 +352,7 @@ void __syncthreads() {
 // block ends is a mismatch of the kernel's barriers.
 static const int NAMED_BARRIERS = 16;
 static int g_nbar_count[NAMED_BARRIERS], g_nbar_need[NAMED_BARRIERS], g_nbar_gen[NAMED_BARRIERS];
+static SyncSlots g_sync_named[NAMED_BARRIERS];
 void emu_bar_sync(int id, int threads) {
     Unseen unseen;
     if (!g_fiber_mode) die("kernel %s uses a named barrier but was launched without fibers", g_kernel);
@@ -439,8 +440,6 @@ static void land(const std::vector<const AsyncCopy*>& copies, const std::vector<
     for (const AsyncCopy* c : copies) memcpy(c->dst, c->data, c->bytes);
 #endif
 }
-// the synchronisation object of an mbarrier's current phase (EMU_RACECHECK; else NULL)
-static void* phase_sync(uint64_t* bar);
 void emu_mbar_init(uint64_t* bar, int count) {
     Unseen unseen;
     if (count < 1 || count > 65535) die("kernel %s: mbarrier count %lld", g_kernel, count);
@@ -448,6 +447,7 @@ void emu_mbar_init(uint64_t* bar, int count) {
     m->expected = (uint16_t)count; m->arrived = 0; m->phase = 0;
     g_mbar_copies.erase(bar);
 }
+// the synchronisation object of an mbarrier's current phase (EMU_RACECHECK; else NULL)
 static void* phase_sync(uint64_t* bar) {
 #if defined(EMU_RACECHECK)
     return &g_mbar_sync[bar].slot[((MBar*)bar)->phase % 4];
@@ -516,8 +516,9 @@ void emu_cp_async_wait(int n) {
     auto due = [&](const AsyncCopy& c) { return c.thread == thread && c.group >= 0 && c.group < before; };
     std::vector<const AsyncCopy*> copies;
     std::vector<void*> to;
+    void* waited = NULL;  // EMU_RACECHECK: what this wait acquires from the landing
 #if defined(EMU_RACECHECK)
-    void* waited = new_sync();
+    waited = new_sync();
     to.push_back(waited);
 #endif
     for (const AsyncCopy& c : g_cur->copies) if (due(c)) copies.push_back(&c);
@@ -527,7 +528,7 @@ void emu_cp_async_wait(int n) {
         if (copies.size() > n_before && phase_sync(tracked.first)) to.push_back(phase_sync(tracked.first));
     }
     land(copies, to);
-    hb_acquire(to.empty() ? NULL : to[0]);
+    hb_acquire(waited);
     auto drop = [&](std::vector<AsyncCopy>& v) { v.erase(std::remove_if(v.begin(), v.end(), due), v.end()); };
     drop(g_cur->copies);
     for (auto& tracked : g_mbar_copies) drop(tracked.second);
