@@ -969,14 +969,11 @@ int main(int argc, char** argv) {
     SchedulerKind sched = SCHEDULER_COSINE;
     scheduler_from_name(tc.schedule.c_str(), &sched);
 
-    // data (validated before anything is written)
-    // (one of each per logical rank: logical rank grid.rank * V + v reads train_loaders[v])
+    // data (validated before anything is written): one train and one val loader per logical rank,
+    // logical rank 0's here, the others' once their memory is known to fit
     std::vector<DataLoader> train_loaders(V), val_loaders(V);
     bool do_val = tc.val_every > 0;
-    for (int v = 0; v < V; v++) {
-        dataloader_init(&train_loaders[v], tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank * V + v, N, lc.V);
-        if (do_val) dataloader_init(&val_loaders[v], tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank * V + v, N, lc.V);
-    }
+    run_open_loaders(&tc, lc.V, grid.rank * V, N, 0, 1, &train_loaders, &val_loaders);
     DataLoader& train_loader = train_loaders[0];
     DataLoader& val_loader = val_loaders[0];
     run_resolve_steps(&tc, &train_loader);
@@ -1014,6 +1011,7 @@ int main(int argc, char** argv) {
     LocalRanksGPU local = llama_local_ranks_single(&model, &grid, &train_loaders[0], &gc);
     if (V > 1) {
         run_agree(&ranks, llama_virtual_memory_problem(&tc, &lc, V));
+        run_open_loaders(&tc, lc.V, grid.rank * V, N, 1, V, &train_loaders, &val_loaders);
         comm_virtual_init(&vgroup, V, grid.nccl.device, model.stream);
         local = LocalRanksGPU{V, grid.rank * V, N, {}, {}, {}, {}, &vgroup};
         for (int v = 0; v < V; v++) {

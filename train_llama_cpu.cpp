@@ -629,13 +629,11 @@ int main(int argc, char** argv) {
     SchedulerKind sched = SCHEDULER_COSINE;
     scheduler_from_name(tc.schedule.c_str(), &sched);
 
-    // data (validated before anything is written): one train and one val loader per logical rank
+    // data (validated before anything is written): one train and one val loader per logical rank,
+    // logical rank 0's here, the others' once their memory is known to fit
     std::vector<DataLoader> train_loaders(V), val_loaders(V);
     bool do_val = tc.val_every > 0;
-    for (int v = 0; v < V; v++) {
-        dataloader_init(&train_loaders[v], tc.train_data.c_str(), "-i", tc.B, tc.T, grid.rank * V + v, N, lc.V);
-        if (do_val) dataloader_init(&val_loaders[v], tc.val_data.c_str(), "-j", tc.B, tc.T, grid.rank * V + v, N, lc.V);
-    }
+    run_open_loaders(&tc, lc.V, grid.rank * V, N, 0, 1, &train_loaders, &val_loaders);
     DataLoader& train_loader = train_loaders[0];
     DataLoader& val_loader = val_loaders[0];
     run_resolve_steps(&tc, &train_loader);
@@ -648,6 +646,7 @@ int main(int argc, char** argv) {
     blas_select_agree(&ranks);
     run_check_same_settings(&ranks, run_settings(&tc, &lc, N, &train_loader, do_val ? &val_loader : NULL, true));
     if (V > 1) run_agree(&ranks, run_virtual_memory_problem(&lc, &tc, train_loader, do_val ? &val_loader : NULL, V, N, &grid));
+    run_open_loaders(&tc, lc.V, grid.rank * V, N, 1, V, &train_loaders, &val_loaders);
     GradComm gc;
     gradcomm_init(&gc, &tc, &lc, &grid, V);
     uint32_t file_crc = 0;

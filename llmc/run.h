@@ -78,6 +78,19 @@ static inline std::vector<float> run_read_model_file(const TrainConfig* tc, cons
     return params;
 }
 
+// The train and (with -v) val loaders of this process's logical ranks `first` to `last` - 1
+// (logical rank rank0 + v reads train[v]), every one over the same files. Logical rank 0's are made
+// first and alone: the start-up checks read them, and the others (each a copy of the current
+// shard) only once --virtual-ranks' memory check has passed, so that a count too large for the
+// node is refused at once instead of after V loaders have filled its memory.
+static inline void run_open_loaders(const TrainConfig* tc, int vocab, int rank0, int N, int first, int last,
+                                    std::vector<DataLoader>* train, std::vector<DataLoader>* val) {
+    for (int v = first; v < last; v++) {
+        dataloader_init(&(*train)[v], tc->train_data.c_str(), "-i", tc->B, tc->T, rank0 + v, N, vocab);
+        if (tc->val_every > 0) dataloader_init(&(*val)[v], tc->val_data.c_str(), "-j", tc->B, tc->T, rank0 + v, N, vocab);
+    }
+}
+
 // -x -1 (one epoch) and -u -1 (1% of the steps), once the data is known.
 static inline void run_resolve_steps(TrainConfig* tc, const DataLoader* train) {
     if (tc->steps == -1) tc->steps = (int)std::max(1LL, (long long)(train->total_tokens / tc->total_batch));
