@@ -113,7 +113,8 @@ np=$(grep -c '^PASS dev_attention' "$TMP/attn.out")
 # at issue (EMU_CP_ASYNC=early): the flash outputs bitwise those of launch order (the backward's
 # dQ sums follow its tickets, not the order blocks start in; no stage is reused before every
 # thread is done with it). Without one of the pipelines' waits (the forward's wait for a free
-# stage, the backward's for a drained dQ stage, or the writer's for a full one) this run fails.
+# stage, the backward's for its query tile's copies or for a drained dQ stage, or the writer's
+# for a full one) this run fails.
 EMU_BLOCK_ORDER=reverse EMU_THREAD_ORDER=low EMU_CP_ASYNC=early timeout 600 "$EMU/dev_attention" --small --flash-only --dump "$TMP/attn_reverse.bin" >"$TMP/attn_reverse.out" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/attn_launch.bin" ] && cmp -s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin"; then

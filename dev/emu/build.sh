@@ -59,6 +59,7 @@ python3 "$ROOT/dev/emu/rewrite_launches.py" "$ROOT" "$OUT/src" > "$OUT/kernels.t
 CXX=(mpicxx -std=c++17 -O3 -march=native -fopenmp -ffp-contract=off -ftrivial-auto-var-init=pattern -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas -I"$CUDA_INC")
 LIBS=(-lopenblas -llapacke -lm)
 PROG=()  # the programs' own flags, beside CXX's
+TOOLS=(rmsnorm crossentropy rope muon matmul global_norm adamw)  # dev/cuda/<op>.cu -> OUT/dev_<op> (and geofp8, attention)
 if [ $RACECHECK != 0 ]; then
     # the runtime knows of ThreadSanitizer but is not instrumented (its scheduler and exchange
     # slots are the emulator's, not the kernels'); -g1: file and line in the reports' stacks
@@ -85,8 +86,8 @@ if [ $RACECHECK != 0 ]; then
     built="$OUT/dev_attention, $OUT/test_mma_layout, $OUT/emu_racecheck_cases"
     if [ $RACECHECK = 2 ]; then
         build test/test_llama_gpu.cu test_llama_gpu &
-        for op in crossentropy rmsnorm rope muon matmul global_norm adamw geofp8; do build dev/cuda/$op.cu dev_$op & done
-        built+=", $OUT/test_llama_gpu, $OUT/dev_{crossentropy,rmsnorm,rope,muon,matmul,global_norm,adamw,geofp8}"
+        for op in "${TOOLS[@]}" geofp8; do build dev/cuda/$op.cu dev_$op & done
+        built+=", $OUT/test_llama_gpu, $OUT/dev_{$(IFS=,; echo "${TOOLS[*]}"),geofp8}"
     fi
     built+=" under ThreadSanitizer"
 else
@@ -94,11 +95,11 @@ else
     build test/test_llama_gpu.cu test_llama_gpu &
     build dev/cuda/geofp8.cu dev_geofp8 &
     build dev/cuda/attention.cu dev_attention &
-    for op in rmsnorm crossentropy rope muon matmul global_norm adamw; do build dev/cuda/$op.cu dev_$op & done
+    for op in "${TOOLS[@]}"; do build dev/cuda/$op.cu dev_$op & done
     build test/test_blas_shim.cu test_blas_shim &
     build test/test_fp8_device.cu test_fp8_device &
     build test/test_mma_layout.cu test_mma_layout &
-    built="$OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_{geofp8,attention,rmsnorm,crossentropy,rope,muon,matmul,global_norm,adamw}, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout"
+    built="$OUT/train_llama, $OUT/test_llama_gpu, $OUT/dev_{geofp8,attention,$(IFS=,; echo "${TOOLS[*]}")}, $OUT/test_blas_shim, $OUT/test_fp8_device, $OUT/test_mma_layout"
 fi
 fail=0
 for job in $(jobs -p); do wait "$job" || fail=1; done
