@@ -273,7 +273,9 @@ static void llama_upload_ints(LlamaModel* m, int kind, int* dst, const int* src,
     CUDA_CHECK(cudaEventRecord(h->done[kind][k], m->stream));
 }
 
-static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
+// last_only (the sampler): the final norm and the logits of the last position only, in row 0 of
+// acts.logits (as train_llama_cpu.cpp).
+static void llama_forward(LlamaModel* m, const int* tokens, int B, int T, bool last_only = false) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
     int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
@@ -310,8 +312,11 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
         swiglu_forward(sw, fc1, N, FF, s);
         matmul_forward_fp32(out, mid, sw, w.fc2w + (size_t)l * C * FF, N, FF, C, s);
     }
-    rmsnorm_forward(a->lnf, a->lnf_rstd, a->residual + (size_t)L * N * C, p.lnfw, N, C, s);
-    matmul_forward_fp32(a->logits, NULL, a->lnf, w.lm_head, N, C, c->Vp, s);
+    const float* xf = a->residual + (size_t)L * N * C;  // the last layer's output
+    int rows = last_only ? 1 : N;
+    if (last_only) xf += (size_t)(N - 1) * C;
+    rmsnorm_forward(a->lnf, a->lnf_rstd, xf, p.lnfw, rows, C, s);
+    matmul_forward_fp32(a->logits, NULL, a->lnf, w.lm_head, rows, C, c->Vp, s);
 }
 
 // Hands the inputs of the linear units to the gradient communication (factor refresh steps of
@@ -918,8 +923,8 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, const TrainConfig*
     for (int k = 0; k < tc->gen_tokens; k++) {
         int len = std::min((int)seq.size(), T);
         const int* window = seq.data() + seq.size() - len;
-        llama_forward(m, window, 1, len);
-        CUDA_CHECK(cudaMemcpyAsync(row.data(), m->acts.logits + (size_t)(len - 1) * c->Vp, c->Vp * sizeof(float),
+        llama_forward(m, window, 1, len, true);
+        CUDA_CHECK(cudaMemcpyAsync(row.data(), m->acts.logits, c->Vp * sizeof(float),
                                    cudaMemcpyDeviceToHost, m->stream));
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
         int next = run_sample_token(row.data(), c->V, rand_uniform(&rng), tc->temperature, tc->top_k);

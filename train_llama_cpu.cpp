@@ -176,7 +176,10 @@ static LayerActs llama_layer_acts(LlamaModel* m, int l, int N) {
 // ----------------------------------------------------------------------------
 // forward: tokens (B, T) -> logits (B, T, Vp)
 
-static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
+// last_only (the sampler): the final norm and the logits of the last position only, in row 0 of
+// acts.logits (the lm_head is most of a small model's forward: 6.4M of the 7.2M weights tiny's
+// matmuls read).
+static void llama_forward(LlamaModel* m, const int* tokens, int B, int T, bool last_only = false) {
     const LlamaConfig* c = &m->config;
     int C = c->C, L = c->L, NH = c->NH, NKV = c->NKV, FF = c->FF, HS = llama_head_size(c);
     int QKV = llama_qkv_channels(c), HSNH = HS * NH, N = B * T;
@@ -204,8 +207,11 @@ static void llama_forward(LlamaModel* m, const int* tokens, int B, int T) {
         matmul_forward_cpu(a->branch, sw, p.fc2w + (size_t)l * C * FF, N, FF, C);
         residual_forward_cpu(out, mid, a->branch, (size_t)N * C);
     }
-    rmsnorm_forward_cpu(a->lnf, a->lnf_rstd, a->residual + (size_t)L * N * C, p.lnfw, N, C);
-    matmul_forward_cpu(a->logits, a->lnf, p.lm_head, N, C, c->Vp);
+    const float* xf = a->residual + (size_t)L * N * C;  // the last layer's output
+    int rows = last_only ? 1 : N;
+    if (last_only) xf += (size_t)(N - 1) * C;
+    rmsnorm_forward_cpu(a->lnf, a->lnf_rstd, xf, p.lnfw, rows, C);
+    matmul_forward_cpu(a->logits, a->lnf, p.lm_head, rows, C, c->Vp);
 }
 
 // Hands the inputs of the linear units to the gradient communication (factor refresh steps
@@ -521,8 +527,8 @@ static void llama_sample(LlamaModel* m, const Tokenizer* tok, const TrainConfig*
     for (int k = 0; k < tc->gen_tokens; k++) {
         int len = std::min((int)seq.size(), T);
         const int* window = seq.data() + seq.size() - len;
-        llama_forward(m, window, 1, len);
-        int next = run_sample_token(m->acts.logits + (size_t)(len - 1) * c->Vp, c->V, rand_uniform(&rng), tc->temperature, tc->top_k);
+        llama_forward(m, window, 1, len, true);
+        int next = run_sample_token(m->acts.logits, c->V, rand_uniform(&rng), tc->temperature, tc->top_k);
         seq.push_back(next);
         if (tok->ok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)next)); else printf("%d ", next);
         fflush(stdout);

@@ -176,6 +176,12 @@ int main(int argc, char** argv) {
     const int* targets = fx.i("targets");
     size_t NV = (size_t)B * T * lc.Vp;
 
+    // the sampler's forward: sequence 0 alone, the logits of its last position only (row 0)
+    llama_forward(&m, inputs, 1, T, true);
+    std::vector<float> last = cuda_download(m.acts.logits, lc.Vp);
+    test_bound("gpu_model_last_position_logits_vs_hf", test_rel_err(last.data(), fx.f("logits") + (size_t)(T - 1) * lc.Vp, lc.Vp),
+               TOL_LOGITS);
+
     // forward: logits and loss
     llama_forward(&m, inputs, B, T);
     std::vector<float> logits = cuda_download(m.acts.logits, NV);

@@ -93,6 +93,11 @@ int main(void) {
     const int* targets = fx.i("targets");
     size_t NV = (size_t)B * T * lc.Vp;
 
+    // the sampler's forward: sequence 0 alone, the logits of its last position only (row 0)
+    llama_forward(&m, inputs, 1, T, true);
+    test_bound("model_last_position_logits_vs_hf", test_rel_err(m.acts.logits, fx.f("logits") + (size_t)(T - 1) * lc.Vp, lc.Vp),
+               TOL_LOGITS);
+
     // forward: logits and loss
     llama_forward(&m, inputs, B, T);
     double e_logits = test_rel_err(m.acts.logits, fx.f("logits"), NV);
