@@ -16,7 +16,8 @@
 // 8 * (l / 16); and the C fragments of two neighbouring n8 tiles of a product are, packed to bf16,
 // the A fragment of the next product's k16 step (mma_pack_a).
 //
-// Also the warpgroup register budgets of a warp-specialized kernel (setmaxnreg, sm_90a only).
+// Also the warpgroup register budgets of a warp-specialized kernel (setmaxnreg, sm_90a only), and,
+// for the Hopper kernels, the warpgroup MMA (wgmma, sm_90a only; at the end of this file).
 // dev/emu runs the same functions through emu_warp_mma / emu_warp_ldmatrix (dev/emu/emu.h), which
 // gather the warp's registers and hand each lane what the tables above say; cp.async there is a
 // plain copy (a copy that has completed before the wait is one the wait allows).
@@ -227,3 +228,192 @@ __device__ __forceinline__ void red_add_f32x4(float* p, float4 v) {
     emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y); emu_red_add_f32(p + 2, v.z); emu_red_add_f32(p + 3, v.w);
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// Warpgroup MMA (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": wgmma,
+// sm_90a): D (64 x N, fp32) = A (64 x 16, bf16) B (16 x N, bf16) + D, issued together by the 128
+// threads of a warpgroup (four warps, the first a multiple of 4) and run asynchronously: the
+// thread goes on, and D's registers may be read or written only after a wgmma_wait that covers
+// the group (wgmma_commit) the instruction belongs to. wgmma_fence comes before the first wgmma
+// and again before any wgmma that follows a register access to its D or A (after a wait). A comes
+// from shared memory (ss) or registers (rs), B from shared memory, each described by a 64-bit
+// matrix descriptor (wgmma_desc); shared memory written by ordinary stores needs
+// fence.proxy.async before the wgmma that reads it (wgmma_fence_smem, then a barrier).
+// Fragments, per thread of the warpgroup: warp w = (thread % 128) / 32 holds rows 16 w .. 16 w + 15,
+// g = lane / 4, c = lane % 4:
+//   D (fp32), N / 2 floats: d[4 j + i] for the n8 block j: i = 0, 1 -> D[16 w + g][8 j + 2 c + i],
+//                           i = 2, 3 -> D[16 w + g + 8][8 j + 2 c + i - 2]   (mma.m16n8's D, per block)
+//   A in registers, 4: as mma.m16n8k16's A fragment, for the warp's 16 rows
+// Shared-memory layouts (PTX ISA, "Shared Memory Matrix Layout", "Matrix Descriptor"): a K-major
+// operand (A, or B with TRANS_B 0: K contiguous, as Kᵀ for Q Kᵀ) or an MN-major one (B with
+// TRANS_B 1: N contiguous, as V for P V), element (x, k) of the 64 x 16 A (x = m) or the
+// 16 x N B (x = n), bf16, at byte start + off, then swizzled:
+//   K-major,  no swizzle: off = (x % 8) 16 + (x / 8) SBO + (k % 8) 2 + (k / 8) LBO
+//   K-major,  swizzle S:  off = (x % 8) S + (x / 8) SBO + 2 k              (LBO unused)
+//   MN-major, no swizzle: off = (x % 8) 2 + (x / 8) SBO + (k % 8) 16 + (k / 8) LBO
+//   MN-major, swizzle S:  off = (x % (S / 2)) 2 + (x / (S / 2)) LBO + (k % 8) S + (k / 8) SBO
+// with S = 32, 64 or 128 bytes; the swizzle XORs the shared address's bits 4.. (the 16-byte chunk)
+// with its bits 7.. (the 128-byte row), 1, 2 or 3 of them for S = 32, 64, 128: an atom (8 rows of
+// S bytes) starts on a multiple of 1024 bytes (the descriptor's base offset is 0), and the k16
+// steps of a swizzled K-major tile advance start by 32 bytes within it.
+// test_mma_layout checks these tables on the GPU element by element; dev/emu implements them
+// (emu_wgmma) with the asynchrony made visible: D's registers change only at the thread's wait,
+// the operands are read from shared memory at the first wait of the warpgroup that covers them.
+#if (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || (!defined(__CUDA_ARCH__) && defined(EMU_WARP_MMA))
+#define MMA_WGMMA 1
+#else
+#define MMA_WGMMA 0
+#endif
+enum WgmmaSwizzle { WGMMA_NO_SWIZZLE = 0, WGMMA_SWIZZLE_128B = 1, WGMMA_SWIZZLE_64B = 2, WGMMA_SWIZZLE_32B = 3 };
+
+// the shared-memory address of p (cvta; under dev/emu its offset in the block's dynamic shared memory)
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+#if defined(__CUDA_ARCH__)
+    return (uint32_t)__cvta_generic_to_shared(p);
+#elif defined(EMU_WARP_MMA)
+    return emu_smem_address(p);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+// the matrix descriptor: start address, leading and stride byte offsets (multiples of 16), swizzle
+__device__ __forceinline__ uint64_t wgmma_desc(const void* start, uint32_t lbo, uint32_t sbo, WgmmaSwizzle swizzle) {
+    return (uint64_t)((smem_address(start) & 0x3FFFF) >> 4) | (uint64_t)((lbo & 0x3FFFF) >> 4) << 16 |
+           (uint64_t)((sbo & 0x3FFFF) >> 4) << 32 | (uint64_t)swizzle << 62;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH__) && MMA_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_wgmma_fence();
+#endif
+}
+// this thread's ordinary shared-memory stores made visible to the async proxy (wgmma, bulk copies)
+__device__ __forceinline__ void wgmma_fence_smem() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// closes the group of wgmma issued since the last commit
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH__) && MMA_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_wgmma_commit();
+#endif
+}
+// waits until at most N committed groups are still in flight; d (n floats) are accumulators the
+// compiler must not read before it (their registers are written by the hardware, unseen by it)
+template <int N>
+__device__ __forceinline__ void wgmma_wait(float* d, int n) {
+#if defined(__CUDA_ARCH__) && MMA_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#pragma unroll
+    for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
+#elif defined(EMU_WARP_MMA)
+    (void)d; (void)n;
+    emu_wgmma_wait(N);
+#endif
+}
+
+// D (N / 2 floats of this thread) = A B + (accumulate ? D : 0), m64nNk16 bf16 -> fp32, N 64 or 128;
+// ss: A from shared memory (desc_a, K-major), rs: A in registers (a, 4); B at desc_b, K-major
+// (TRANS_B 0) or N-major (TRANS_B 1)
+template <int N>
+struct Wgmma;
+#if defined(__CUDA_ARCH__) && MMA_WGMMA
+template <>
+struct Wgmma<64> {
+    template <int TRANS_B>
+    __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+    }
+    template <int TRANS_B>
+    __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+    }
+};
+template <>
+struct Wgmma<128> {
+    template <int TRANS_B>
+    __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+    }
+    template <int TRANS_B>
+    __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                     "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+    }
+};
+#else
+template <int N>
+struct Wgmma {
+    static_assert(N == 64 || N == 128, "Wgmma: N is 64 or 128");
+    template <int TRANS_B>
+    __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#if defined(EMU_WARP_MMA)
+        emu_wgmma(N, TRANS_B, NULL, desc_a, desc_b, d, accumulate);
+#else
+        (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
+#endif
+    }
+    template <int TRANS_B>
+    __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
+#if defined(EMU_WARP_MMA)
+        emu_wgmma(N, TRANS_B, a, 0, desc_b, d, accumulate);
+#else
+        (void)d; (void)a; (void)desc_b; (void)accumulate;
+#endif
+    }
+};
+#endif

@@ -20,9 +20,14 @@
 //   cp_async_own  as cp_async, one thread reading its own copy (no barrier needed: the wait is)
 //   cp_async_mbar each thread of warp 0 copies 16 bytes and arrives by cp.async.mbarrier.arrive on a
 //                 barrier of count 32; warp 1 waits, reads
+//   wgmma         (128 threads, one warpgroup; "wgmma.mma_async", "wgmma.wait_group") each thread
+//                 stores 16 bytes of B, __syncthreads, the warpgroup's wgmma reads all of B
+//   wgmma_reuse   as wgmma, then each thread stores new bytes over its part of B after the wait
 // Without: barrier_no_barrier, mbarrier_no_wait, ring_no_empty_wait (a stage refilled while the
 // other warp may still read it), cp_async_no_wait (the barrier but not the wait_group: the copies
-// may land after it), cp_async_own_no_wait, cp_async_mbar_no_wait.
+// may land after it), cp_async_own_no_wait, cp_async_mbar_no_wait, wgmma_no_barrier (B read by
+// the wgmma while other threads' stores are not ordered before it), wgmma_reuse_no_wait (B
+// stored over before the wgmma that reads it has been waited for).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -113,6 +118,40 @@ __global__ void cp_async_mbar_kernel(uint32_t* out, const uint32_t* src, bool or
     }
 }
 
+// B (16 x 64, K-major, no swizzle: core matrices 128 bytes apart along n, 1024 along k) from the
+// threads' 16 bytes each; A zero in registers; out: thread 0's first D element
+static const int WG_THREADS = 128, WG_SMEM = 2048 + 1024;
+__global__ void wgmma_kernel(uint32_t* out, bool ordered) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    int t = threadIdx.x;
+    reinterpret_cast<uint4*>(b)[t] = make_uint4(t, t, t, t);
+    if (ordered) __syncthreads();
+    float d[32];
+    uint32_t a[4] = {0, 0, 0, 0};
+    wgmma_fence();
+    Wgmma<64>::rs<0>(d, a, wgmma_desc(b, 1024, 128, WGMMA_NO_SWIZZLE), 0);
+    wgmma_commit();
+    wgmma_wait<0>(d, 32);
+    if (t == 0) out[0] = (uint32_t)d[0];
+}
+__global__ void wgmma_reuse_kernel(uint32_t* out, bool ordered) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    int t = threadIdx.x;
+    reinterpret_cast<uint4*>(b)[t] = make_uint4(t, t, t, t);
+    __syncthreads();
+    float d[32];
+    uint32_t a[4] = {0, 0, 0, 0};
+    wgmma_fence();
+    Wgmma<64>::rs<0>(d, a, wgmma_desc(b, 1024, 128, WGMMA_NO_SWIZZLE), 0);
+    wgmma_commit();
+    if (ordered) wgmma_wait<0>(d, 32);
+    reinterpret_cast<uint4*>(b)[t] = make_uint4(0, t, 0, t);  // the next tile
+    if (!ordered) wgmma_wait<0>(d, 32);
+    if (t == 0) out[0] = (uint32_t)d[0];
+}
+
 static bool run_case(const char* name, bool ordered, uint32_t* d_out, const uint32_t* d_src) {
     if (strcmp(name, "barrier") == 0) barrier_kernel<<<1, THREADS>>>(d_out, ordered);
     else if (strcmp(name, "mbarrier") == 0) mbarrier_kernel<<<1, THREADS>>>(d_out, ordered);
@@ -120,6 +159,8 @@ static bool run_case(const char* name, bool ordered, uint32_t* d_out, const uint
     else if (strcmp(name, "cp_async") == 0) cp_async_kernel<<<1, THREADS>>>(d_out, d_src, ordered);
     else if (strcmp(name, "cp_async_own") == 0) cp_async_own_kernel<<<1, THREADS>>>(d_out, d_src, ordered);
     else if (strcmp(name, "cp_async_mbar") == 0) cp_async_mbar_kernel<<<1, THREADS>>>(d_out, d_src, ordered);
+    else if (strcmp(name, "wgmma") == 0) wgmma_kernel<<<1, WG_THREADS, WG_SMEM>>>(d_out, ordered);
+    else if (strcmp(name, "wgmma_reuse") == 0) wgmma_reuse_kernel<<<1, WG_THREADS, WG_SMEM>>>(d_out, ordered);
     else return false;
     KERNEL_CHECK();
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -127,9 +168,10 @@ static bool run_case(const char* name, bool ordered, uint32_t* d_out, const uint
 }
 
 int main(int argc, char** argv) {
-    static const char* cases[] = {"barrier", "mbarrier", "ring", "cp_async", "cp_async_own", "cp_async_mbar"};
+    static const char* cases[] = {"barrier", "mbarrier", "ring", "cp_async", "cp_async_own", "cp_async_mbar", "wgmma", "wgmma_reuse"};
     static const char* without[] = {"barrier_no_barrier", "mbarrier_no_wait", "ring_no_empty_wait", "cp_async_no_wait",
-                                    "cp_async_own_no_wait", "cp_async_mbar_no_wait"};
+                                    "cp_async_own_no_wait", "cp_async_mbar_no_wait", "wgmma_no_barrier", "wgmma_reuse_no_wait"};
+    const int n_cases = sizeof(cases) / sizeof(cases[0]);
     uint32_t *d_out, *d_src, src[THREADS * 4];
     for (int i = 0; i < THREADS * 4; i++) src[i] = 5000u + i;
     CUDA_CHECK(cudaMalloc(&d_out, 8 * THREADS * sizeof(uint32_t)));
@@ -139,7 +181,7 @@ int main(int argc, char** argv) {
         for (const char* c : cases) { run_case(c, true, d_out, d_src); printf("ran %s\n", c); }
         return 0;
     }
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < n_cases; i++)
         if (argc == 2 && strcmp(argv[1], without[i]) == 0) {
             run_case(cases[i], false, d_out, d_src);
             printf("ran %s\n", without[i]);

@@ -94,12 +94,13 @@ else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(why "$TMP/geof
 # the instructions of llmc/mma.cuh as dev/emu runs them, against the PTX ISA (mma.m16n8k16 bf16
 # and ldmatrix x4 and .trans against its fragment tables, cp.async of 16 and 8 bytes with zero
 # fill, red.global.add.v4.f32 and its flush to zero, bar.sync of part of a block, mbarrier
-# parity); the warp reductions; a NaN from emu's own float operations is the GPU's 0x7fffffff;
-# and, here only, that a cp.async lands no earlier than its wait_group or its mbarrier's phase
+# parity, wgmma with its shared-memory layouts); the warp reductions; a NaN from emu's own float
+# operations is the GPU's 0x7fffffff; and, here only, that a cp.async lands no earlier than its
+# wait_group or its mbarrier's phase, and a wgmma's D no earlier than its wait
 timeout 300 "$EMU/test_mma_layout" >"$TMP/mma.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/mma.out"
-[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 28 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
+[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 46 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
 # both attention paths (flash: llmc/flash_attention.cuh on the instructions above; cublas) against
 # llmc/attention.h and against each other: odd T at every head size, GQA groups 1-3, tiny (~5 s)
 timeout 600 "$EMU/dev_attention" --small --dump "$TMP/attn_launch.bin" >"$TMP/attn.out" 2>&1
@@ -120,6 +121,15 @@ rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/attn_launch.bin" ] && cmp -s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin"; then
     pass emu.flash_bitwise_blocks_reversed_low_threads_ahead_copies_early
 else fail emu.flash_bitwise_blocks_reversed_low_threads_ahead_copies_early "rc=$rc, $(stat -c %s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | tr '\n' ' ')$(cmp "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | head -1) $(why "$TMP/attn_reverse.out")"; fi
+
+# dev/emu's checks of a kernel's wgmma: one without a wgmma.fence before it, a thread that ends
+# without waiting for its wgmma
+for misuse in "no-fence|a wgmma without a wgmma.fence" "no-wait|a thread ends with 1 wgmma not waited for"; do
+    { timeout 60 "$EMU/test_mma_layout" "--emu-wgmma-${misuse%%|*}" >"$TMP/misuse.out" 2>&1; } 2>/dev/null
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel wgmma_misuse_kernel: ${misuse#*|}" "$TMP/misuse.out"; then pass "emu.wgmma_${misuse%%|*}_stops"
+    else fail "emu.wgmma_${misuse%%|*}_stops" "rc=$rc: $(why "$TMP/misuse.out")"; fi
+done
 
 # dev/emu's orders and landing named wrong: one line naming the variable, a failed exit
 for var in EMU_BLOCK_ORDER EMU_THREAD_ORDER EMU_CP_ASYNC; do

@@ -2,9 +2,10 @@
 # test_emu_racecheck.sh — races between the threads of a block, found without a GPU: dev/emu's
 # racecheck build (dev/emu/build.sh --racecheck: the kernels under ThreadSanitizer, told what the
 # PTX ISA orders between threads: barriers, warp collectives, mbarrier phases, cp.async landings),
-#   - test/emu_racecheck_cases.cu: six ways to hand shared memory between threads (__syncthreads,
+#   - test/emu_racecheck_cases.cu: eight ways to hand shared memory between threads (__syncthreads,
 #     an mbarrier, a ring of full / empty mbarriers, cp.async with wait_group, a thread's own
-#     cp.async, cp.async.mbarrier.arrive), each with its ordering (no report) and without its one
+#     cp.async, cp.async.mbarrier.arrive, a wgmma's operand after a barrier, and that operand
+#     stored over after the wgmma's wait), each with its ordering (no report) and without its one
 #     wait or barrier (a report naming the case's kernel; exit 66): the checker can fail, and only
 #     on what a GPU does not order;
 #   - test_mma_layout: the tensor-core and copy wrappers' checks, no report;
@@ -49,10 +50,11 @@ first_race() { grep -m1 -A12 '^WARNING: ThreadSanitizer' "$1" | grep -E '^  [A-Z
 timeout 120 "$RC/emu_racecheck_cases" >"$TMP/cases.out" 2>&1
 rc=$?
 n=$(races "$TMP/cases.out")
-if [ $rc -eq 0 ] && [ "$n" -eq 0 ] && [ "$(grep -c '^ran ' "$TMP/cases.out")" -eq 6 ]; then pass emu_racecheck.cases_ordered_no_report
+if [ $rc -eq 0 ] && [ "$n" -eq 0 ] && [ "$(grep -c '^ran ' "$TMP/cases.out")" -eq 8 ]; then pass emu_racecheck.cases_ordered_no_report
 else fail emu_racecheck.cases_ordered_no_report "rc=$rc, $n reports: $(first_race "$TMP/cases.out")"; fi
 # each without its wait or barrier: a report, and the report names the case's kernel
-for c in barrier_no_barrier mbarrier_no_wait ring_no_empty_wait cp_async_no_wait cp_async_own_no_wait cp_async_mbar_no_wait; do
+for c in barrier_no_barrier mbarrier_no_wait ring_no_empty_wait cp_async_no_wait cp_async_own_no_wait cp_async_mbar_no_wait \
+         wgmma_no_barrier wgmma_reuse_no_wait; do
     kernel=${c%_no_*}_kernel
     timeout 120 "$RC/emu_racecheck_cases" "$c" >"$TMP/$c.out" 2>&1
     rc=$?

@@ -39,7 +39,10 @@
 // ("setmaxnreg": a multiple of 8 in 24..256, the same instruction by every warp of a warpgroup)
 // in three warpgroups that then finish and write; under dev/emu only (on a GPU the reads race),
 // a cp.async's bytes absent until its wait_group, or its mbarrier's phase, completes; ex2.approx.ftz (llmc/flash_common.cuh's
-// flash_exp2: "ex2", subnormal results flushed to +0) against 2^x in double. A failure names the first lane /
+// flash_exp2: "ex2", subnormal results flushed to +0) against 2^x in double; wgmma (sm_90a; its tables
+// are above test_wgmma, from the ISA's wgmma sections): where it reads every element of A and B
+// in 14 shared-memory layouts, three products, and under dev/emu only that D changes at the wait.
+// A failure names the first lane /
 // register that differs. Exits 77 after printing a SKIP line without a CUDA device.
 // Build: nvcc -O2 -arch=sm_90a -std=c++17 test/test_mma_layout.cu -o build/test_mma_layout
 // (on the CPU: through dev/emu, as dev/emu/build.sh builds test_fp8_device). Run from the repo root.
@@ -726,7 +729,308 @@ static void test_nan_results(void) {
     test_check("mma_layout.nan_is_the_gpus.mma", !first[0], "%s", first);
 }
 
-int main(void) {
+// ---- wgmma .m64nNk16 .bf16 -> .f32 (sm_90a), from the PTX ISA's sections "Register Fragments and
+// Shared Memory Matrix Layouts" for wgmma (the D fragment, A in registers, the K-major and
+// MN-major shared-memory layouts with their swizzle modes) and "Matrix Descriptor Format" (start
+// address, leading and stride byte offsets, swizzle mode; every address >> 4). Thread t of the
+// warpgroup, register i of D (64 x N): row 16 (t / 32) + (t % 32) / 4 + 8 ((i % 4) / 2), column
+// 8 (i / 4) + 2 (t % 4) + i % 2; A in registers: warp t / 32's 16 rows as mma.m16n8k16's A (ptx_a).
+__host__ __device__ static inline void ptx_wg_d(int t, int i, int* row, int* col) {
+    *row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i % 4) / 2);
+    *col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+}
+// An operand's layout in its shared region (1024-byte aligned): element (x, k), x the row m of A or
+// the column n of B, at byte start + off of the region, then swizzled (the 16-byte chunk, bits 4..,
+// XOR the 128-byte row, bits 7.., over log2(swizzle / 16) bits):
+//   K-major,  no swizzle: off = 16 (x % 8) + sbo (x / 8) + 2 (k % 8) + lbo (k / 8)
+//   K-major,  swizzle S:  off = S (x % 8) + sbo (x / 8) + 2 k
+//   MN-major, no swizzle: off = 2 (x % 8) + sbo (x / 8) + 16 (k % 8) + lbo (k / 8)
+//   MN-major, swizzle S:  off = 2 (x % (S / 2)) + lbo (x / (S / 2)) + S (k % 8) + sbo (k / 8)
+struct WgLayout { bool mn_major; int swizzle; uint32_t start, lbo, sbo; };  // swizzle: 0, 32, 64 or 128 bytes
+static uint32_t wg_offset(const WgLayout& L, int x, int k) {
+    int S = L.swizzle;
+    uint32_t o;
+    if (!L.mn_major) o = S ? S * (x % 8) + L.sbo * (x / 8) + 2 * k : 16 * (x % 8) + L.sbo * (x / 8) + 2 * (k % 8) + L.lbo * (k / 8);
+    else o = S ? 2 * (x % (S / 2)) + L.lbo * (x / (S / 2)) + S * (k % 8) + L.sbo * (k / 8)
+               : 2 * (x % 8) + L.sbo * (x / 8) + 16 * (k % 8) + L.lbo * (k / 8);
+    uint32_t a = L.start + o;
+    return S ? a ^ (((a >> 7) & (uint32_t)(S / 16 - 1)) << 4) : a;
+}
+static int wg_mode(int swizzle) { return swizzle == 128 ? WGMMA_SWIZZLE_128B : swizzle == 64 ? WGMMA_SWIZZLE_64B : swizzle == 32 ? WGMMA_SWIZZLE_32B : WGMMA_NO_SWIZZLE; }
+
+static const int WG_REGION = 16 << 10;  // bytes of each operand's shared region: A's, then B's
+struct WgRun { uint32_t a_start, a_lbo, a_sbo, b_start, b_lbo, b_sbo; int a_mode, b_mode, accumulate; };
+// out (128 x N / 2): each thread's D after one wgmma (A from the image's A region when A_SMEM, else
+// from a_frag, 128 x 4), C from c (128 x N / 2); img: the two regions, copied to shared memory;
+// has_wgmma: whether this build's device code has the instruction (sm_90a)
+template <int N, int TRANS_B, bool A_SMEM>
+__global__ void __launch_bounds__(128) wgmma_kernel(float* out, int* has_wgmma, const uint4* img, const uint32_t* a_frag, const float* c,
+                                                    WgRun r) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* base = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    int t = threadIdx.x;
+    for (int i = t; i < 2 * WG_REGION / 16; i += 128) reinterpret_cast<uint4*>(base)[i] = img[i];
+    wgmma_fence_smem();
+    __syncthreads();
+    float d[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) d[i] = c[t * (N / 2) + i];
+    uint64_t db = wgmma_desc(base + WG_REGION + r.b_start, r.b_lbo, r.b_sbo, (WgmmaSwizzle)r.b_mode);
+    wgmma_fence();
+    if (A_SMEM) {
+        Wgmma<N>::template ss<TRANS_B>(d, wgmma_desc(base + r.a_start, r.a_lbo, r.a_sbo, (WgmmaSwizzle)r.a_mode), db, r.accumulate);
+    } else {
+        uint32_t a[4] = {a_frag[4 * t], a_frag[4 * t + 1], a_frag[4 * t + 2], a_frag[4 * t + 3]};
+        Wgmma<N>::template rs<TRANS_B>(d, a, db, r.accumulate);
+    }
+    wgmma_commit();
+    wgmma_wait<0>(d, N / 2);
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) out[t * (N / 2) + i] = d[i];
+    if (t == 0) *has_wgmma = MMA_WGMMA;
+}
+
+#if defined(EMU_WARP_MMA) && !defined(EMU_RACECHECK)
+// dev/emu only (on a GPU the read before the wait is undefined): D as a thread reads it between
+// the wgmma and its wait (before, 128 x 32) and after the wait (after); C = -1, B from the image
+__global__ void wgmma_late_kernel(float* before, float* after, const uint4* img, const uint32_t* a_frag, WgRun r) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* base = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    int t = threadIdx.x;
+    for (int i = t; i < 2 * WG_REGION / 16; i += 128) reinterpret_cast<uint4*>(base)[i] = img[i];
+    __syncthreads();
+    float d[32];
+    for (int i = 0; i < 32; i++) d[i] = -1.0f;
+    uint32_t a[4] = {a_frag[4 * t], a_frag[4 * t + 1], a_frag[4 * t + 2], a_frag[4 * t + 3]};
+    wgmma_fence();
+    Wgmma<64>::rs<0>(d, a, wgmma_desc(base + WG_REGION + r.b_start, r.b_lbo, r.b_sbo, (WgmmaSwizzle)r.b_mode), 1);
+    wgmma_commit();
+    for (int i = 0; i < 32; i++) before[t * 32 + i] = d[i];
+    wgmma_wait<0>(d, 32);
+    for (int i = 0; i < 32; i++) after[t * 32 + i] = d[i];
+}
+#endif
+
+static float* wg_out;
+static int* wg_flag;
+static uint4* wg_img;
+static uint32_t* wg_afrag;
+static float* wg_c;
+static const size_t WG_SMEM_BYTES = 2 * WG_REGION + 1024;  // the two regions and the alignment's slack
+
+// runs wgmma_kernel on a shared-memory image (2 x WG_REGION bytes), A fragments (128 x 4) and C
+// (128 x N / 2); out: D (128 x N / 2). False where the build has no wgmma (no sm_90a code).
+template <int N, int TRANS_B, bool A_SMEM>
+static bool wg_run(float* out, const uint16_t* image, const uint32_t* afrag, const float* c, WgRun r) {
+    CUDA_CHECK(cudaMemcpy(wg_img, image, 2 * WG_REGION, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(wg_afrag, afrag, 128 * 4 * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(wg_c, c, 128 * (N / 2) * sizeof(float), cudaMemcpyHostToDevice));
+    wgmma_kernel<N, TRANS_B, A_SMEM><<<1, 128, WG_SMEM_BYTES>>>(wg_out, wg_flag, wg_img, wg_afrag, wg_c, r);
+    KERNEL_CHECK();
+    int has = 0;
+    to_host(out, wg_out, 128 * (N / 2));
+    to_host(&has, wg_flag, 1);
+    return has != 0;
+}
+// the A fragments (128 x 4) of a 64 x 16 matrix given as bf16 bits, row-major
+static void wg_afrag_of(uint32_t* af, const uint16_t* A) {
+    for (int t = 0; t < 128; t++)
+        for (int j = 0; j < 4; j++) af[4 * t + j] = frag(A + 256 * (t / 32), 16, t % 32, j, false);
+}
+static const uint16_t BF16_ONE = 0x3f80;
+static bool g_wgmma_absent = false;
+
+// Where the GPU reads an operand: the operand's region holds, at element e (byte 2 e), the bf16
+// integer e % 256 in one run and e / 256 in another, the other operand is one-hot (A[m][k] = 1 at
+// k = m % 16 in registers, or B[k][n] = 1 at k = n % 16 in the K-major no-swizzle layout), so that D
+// holds the element the hardware read for each (x, k); compared with the layout table above.
+template <int N, int TRANS_B, bool PROBE_A>
+static void wg_probe(const char* name, WgLayout L) {
+    if (g_wgmma_absent) return;
+    static uint16_t image[2 * WG_REGION / 2];
+    static float out[128 * 64];
+    uint16_t A[64 * 16] = {0};
+    uint32_t af[512];
+    float c[128 * 64] = {0};
+    WgLayout onehot_b = {false, 0, 0, 128, 256};  // B[k][n] (K-major, no swizzle): core matrices (n / 8, k / 8) at 256 (n / 8) + 128 (k / 8)
+    for (int m = 0; m < 64; m++) A[16 * m + m % 16] = BF16_ONE;
+    wg_afrag_of(af, A);
+    WgRun r = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (PROBE_A) r.a_start = L.start, r.a_lbo = L.lbo, r.a_sbo = L.sbo, r.a_mode = wg_mode(L.swizzle);
+    else r.b_start = L.start, r.b_lbo = L.lbo, r.b_sbo = L.sbo, r.b_mode = wg_mode(L.swizzle);
+    if (PROBE_A) r.b_start = onehot_b.start, r.b_lbo = onehot_b.lbo, r.b_sbo = onehot_b.sbo;
+    const int X = PROBE_A ? 64 : N;
+    static int code[2][256][16];  // [run][x][k]
+    char first[200] = "";
+    for (int run = 0; run < 2; run++) {
+        memset(image, 0, sizeof(image));
+        uint16_t* probed = image + (PROBE_A ? 0 : WG_REGION / 2);
+        for (int e = 0; e < WG_REGION / 2; e++) probed[e] = to_bf16((float)(run ? e / 256 : e % 256));
+        if (PROBE_A)
+            for (int n = 0; n < N; n++) image[WG_REGION / 2 + wg_offset(onehot_b, n, n % 16) / 2] = BF16_ONE;
+        if (!wg_run<N, TRANS_B, PROBE_A>(out, image, af, c, r)) {
+            g_wgmma_absent = true;
+            test_skip("mma_layout.wgmma", "this build's device code has no wgmma (it needs sm_90a)");
+            return;
+        }
+        for (int x = 0; x < X; x++)
+            for (int k = 0; k < 16; k++) code[run][x][k] = -1;
+        for (int t = 0; t < 128; t++)
+            for (int i = 0; i < N / 2; i++) {
+                int row, col;
+                ptx_wg_d(t, i, &row, &col);
+                int x = PROBE_A ? row : col, k = PROBE_A ? col % 16 : row % 16;  // D[m][n] = A[m][n % 16] or B[m % 16][n]
+                float v = out[t * (N / 2) + i];
+                int iv = v == floorf(v) && v >= 0 && v < 256 ? (int)v : -2;
+                if (code[run][x][k] == -1) code[run][x][k] = iv;
+                else if (code[run][x][k] != iv && !first[0])
+                    snprintf(first, sizeof first, "run %d: D[%d][%d] = %g, another row or column read %d for the same element", run, row, col, v, code[run][x][k]);
+            }
+    }
+    for (int x = 0; x < X && !first[0]; x++)
+        for (int k = 0; k < 16 && !first[0]; k++) {
+            uint32_t want = wg_offset(L, x, k);
+            long got = code[0][x][k] < 0 || code[1][x][k] < 0 ? -1 : 2L * (code[1][x][k] * 256 + code[0][x][k]);
+            if (got != (long)want)
+                snprintf(first, sizeof first, "%s(%s %d, k %d): wgmma read byte %ld of the region, the table says %u", PROBE_A ? "A" : "B",
+                         PROBE_A ? "m" : "n", x, k, got, want);
+        }
+    test_check(name, !first[0], "%s", first);
+}
+
+// D = A B + C with bf16 fractions, against double within 2^-14 of the terms' magnitude (fp32
+// accumulation of 17 terms), every element; A in registers or at LA, B at LB (N-major with TRANS_B)
+template <int N, int TRANS_B, bool A_SMEM>
+static void wg_product(const char* name, WgLayout LA, WgLayout LB, bool accumulate) {
+    if (g_wgmma_absent) return;
+    static uint16_t image[2 * WG_REGION / 2];
+    static float out[128 * 64], c[128 * 64];
+    uint16_t A[64 * 16], B[16 * 128];
+    uint32_t af[512];
+    uint32_t s = 4242u;
+    auto next = [&s]() { s = s * 1664525u + 1013904223u; return (float)((s >> 8) * (2.0 / 16777216.0) - 1.0); };
+    memset(image, 0xff, sizeof(image));  // NaN bf16 everywhere the layout does not put an element
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < 16; k++) {
+            A[16 * m + k] = to_bf16(next());
+            if (A_SMEM) image[wg_offset(LA, m, k) / 2] = A[16 * m + k];
+        }
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < N; n++) B[N * k + n] = to_bf16(next()), image[WG_REGION / 2 + wg_offset(LB, n, k) / 2] = B[N * k + n];
+    for (int i = 0; i < 128 * (N / 2); i++) c[i] = next();
+    wg_afrag_of(af, A);
+    WgRun r = {LA.start, LA.lbo, LA.sbo, LB.start, LB.lbo, LB.sbo, wg_mode(LA.swizzle), wg_mode(LB.swizzle), accumulate};
+    if (!wg_run<N, TRANS_B, A_SMEM>(out, image, af, c, r)) {
+        g_wgmma_absent = true;
+        test_skip("mma_layout.wgmma", "this build's device code has no wgmma (it needs sm_90a)");
+        return;
+    }
+    char first[200] = "";
+    for (int t = 0; t < 128 && !first[0]; t++)
+        for (int i = 0; i < N / 2 && !first[0]; i++) {
+            int row, col;
+            ptx_wg_d(t, i, &row, &col);
+            double want = accumulate ? c[t * (N / 2) + i] : 0.0, mag = fabs(want);
+            for (int k = 0; k < 16; k++) {
+                double p = (double)from_bf16(A[16 * row + k]) * from_bf16(B[N * k + col]);
+                want += p, mag += fabs(p);
+            }
+            double got = out[t * (N / 2) + i];
+            if (!(fabs(got - want) <= mag / 16384))
+                snprintf(first, sizeof first, "thread %d d%d (D[%d][%d]): expected %.9g, got %.9g", t, i, row, col, want, got);
+        }
+    test_check(name, !first[0], "%s", first);
+}
+
+static void test_wgmma(void) {
+    CUDA_CHECK(cudaMalloc(&wg_out, 128 * 64 * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&wg_flag, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&wg_img, 2 * WG_REGION));
+    CUDA_CHECK(cudaMalloc(&wg_afrag, 128 * 4 * sizeof(uint32_t)));
+    CUDA_CHECK(cudaMalloc(&wg_c, 128 * 64 * sizeof(float)));
+    // B K-major (Kᵀ of Q Kᵀ): without swizzle, the k halves 1152 bytes apart and the n groups 128 (so
+    // that swapping the two offsets reads elsewhere); swizzled, 8 rows of S bytes an atom, k16 steps
+    // within it by 32 bytes
+    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_no_swizzle", {false, 0, 0, 1152, 128});
+    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_32b", {false, 32, 0, 16, 256});
+    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_64b", {false, 64, 0, 16, 512});
+    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b", {false, 128, 0, 16, 1024});
+    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_k_step_1", {false, 128, 32, 16, 1024});
+    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_k_step_3", {false, 128, 96, 16, 1024});
+    wg_probe<128, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_n128", {false, 128, 64, 16, 1024});
+    // B N-major (V of P V): without swizzle, n groups 256 bytes apart and k halves 128; swizzled,
+    // k rows of 128 bytes (64 n), k halves 1024 apart, the second 64 n (N 128) 2048 on
+    wg_probe<64, 1, false>("mma_layout.wgmma_b_n_major_no_swizzle", {true, 0, 0, 128, 256});
+    wg_probe<64, 1, false>("mma_layout.wgmma_b_n_major_swizzle_128b", {true, 128, 0, 2048, 1024});
+    wg_probe<128, 1, false>("mma_layout.wgmma_b_n_major_no_swizzle_n128", {true, 0, 0, 128, 256});
+    wg_probe<128, 1, false>("mma_layout.wgmma_b_n_major_swizzle_128b_n128", {true, 128, 0, 2048, 1024});
+    // A from shared memory, K-major (Q of Q Kᵀ)
+    wg_probe<64, 0, true>("mma_layout.wgmma_a_k_major_no_swizzle", {false, 0, 0, 1152, 128});
+    wg_probe<64, 0, true>("mma_layout.wgmma_a_k_major_swizzle_128b", {false, 128, 0, 16, 1024});
+    wg_probe<64, 0, true>("mma_layout.wgmma_a_k_major_swizzle_128b_k_step_2", {false, 128, 64, 16, 1024});
+    // the arithmetic, with and without C
+    WgLayout none = {false, 0, 0, 0, 0};
+    wg_product<128, 1, false>("mma_layout.wgmma_rs_n128_fractions_plus_c", none, {true, 128, 0, 2048, 1024}, true);
+    wg_product<128, 0, true>("mma_layout.wgmma_ss_n128_fractions", {false, 128, 32, 16, 1024}, {false, 128, 0, 16, 1024}, false);
+    wg_product<64, 1, true>("mma_layout.wgmma_ss_n64_fractions_plus_c", {false, 0, 0, 1152, 128}, {true, 0, 0, 128, 256}, true);
+#if defined(EMU_WARP_MMA) && !defined(EMU_RACECHECK)
+    if (!g_wgmma_absent) {  // D's registers change at the wait, not at the wgmma
+        static uint16_t image[2 * WG_REGION / 2];
+        uint16_t A[64 * 16] = {0};
+        uint32_t af[512];
+        static float before[128 * 32], after[128 * 32];
+        for (int m = 0; m < 64; m++) A[16 * m + m % 16] = BF16_ONE;
+        wg_afrag_of(af, A);
+        for (int e = 0; e < WG_REGION / 2; e++) image[WG_REGION / 2 + e] = to_bf16(2.0f);
+        float *dbefore = wg_out, *dafter = wg_c;
+        CUDA_CHECK(cudaMemcpy(wg_img, image, 2 * WG_REGION, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(wg_afrag, af, sizeof(af), cudaMemcpyHostToDevice));
+        WgRun r = {0, 0, 0, 0, 1152, 128, 0, 0, 1};
+        wgmma_late_kernel<<<1, 128, WG_SMEM_BYTES>>>(dbefore, dafter, wg_img, wg_afrag, r);
+        KERNEL_CHECK();
+        to_host(before, dbefore, 128 * 32);
+        to_host(after, dafter, 128 * 32);
+        bool ok = true;
+        for (int i = 0; i < 128 * 32; i++) ok &= before[i] == -1.0f && after[i] == 1.0f;  // -1 + 1 x 2
+        test_check("mma_layout.emu_wgmma_d_changes_at_its_wait_not_before", ok, "before the wait %g, after %g (want -1, 1)", before[0], after[0]);
+    }
+#endif
+    CUDA_CHECK(cudaFree(wg_out));
+    CUDA_CHECK(cudaFree(wg_flag));
+    CUDA_CHECK(cudaFree(wg_img));
+    CUDA_CHECK(cudaFree(wg_afrag));
+    CUDA_CHECK(cudaFree(wg_c));
+}
+
+#if defined(EMU_WARP_MMA)
+// dev/emu's own checks of a kernel's wgmma (test_cuda_emulated.sh runs them; each stops the
+// program with an EMU FATAL line): a wgmma without a wgmma.fence before it (fence 0), a thread
+// that ends without waiting for its wgmma (wait 0)
+__global__ void wgmma_misuse_kernel(int fence, int wait) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    float d[32] = {0};
+    uint32_t a[4] = {0, 0, 0, 0};
+    if (fence) wgmma_fence();
+    Wgmma<64>::rs<0>(d, a, wgmma_desc(b, 1024, 128, WGMMA_NO_SWIZZLE), 0);
+    wgmma_commit();
+    if (wait) wgmma_wait<0>(d, 32);
+}
+#endif
+
+int main(int argc, char** argv) {
+#if defined(EMU_WARP_MMA)
+    if (argc == 2 && (strcmp(argv[1], "--emu-wgmma-no-fence") == 0 || strcmp(argv[1], "--emu-wgmma-no-wait") == 0)) {
+        bool fence = strcmp(argv[1], "--emu-wgmma-no-fence") != 0;
+        wgmma_misuse_kernel<<<1, 128, 4096>>>(fence, !fence);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return 0;
+    }
+#endif
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_mma_layout (no arguments)\n");
+        return 2;
+    }
     if (!cuda_device_present()) {
         test_skip("mma_layout", "no CUDA device");
         return 77;
@@ -750,6 +1054,7 @@ int main(void) {
     test_setmaxnreg();
     test_warp_reductions();
     test_nan_results();
+    test_wgmma();
     CUDA_CHECK(cudaFree(arena));
     return test_exit_code();
 }

@@ -66,8 +66,9 @@ extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
 struct Unseen { Unseen() { __tsan_ignore_thread_begin(); } ~Unseen() { __tsan_ignore_thread_end(); } };
 struct Seen { Seen() { __tsan_ignore_thread_end(); } ~Seen() { __tsan_ignore_thread_begin(); } };
-// what -fsanitize=thread calls at an 8- or 16-byte load (libtsan exports them; its header does not
+// what -fsanitize=thread calls at a 2-, 8- or 16-byte load (libtsan exports them; its header does not
 // declare them)
+extern "C" void __tsan_read2(void* addr);
 extern "C" void __tsan_read8(void* addr);
 extern "C" void __tsan_read16(void* addr);
 static inline void hb_release(void* sync) { __tsan_release(sync); }
@@ -216,6 +217,9 @@ struct Fiber {
     void* batch;                    // EMU_RACECHECK: the synchronisation object of its copies since its last commit or arrive-on
     void* tsan;                     // EMU_RACECHECK: its ThreadSanitizer fiber (made once, kept)
     void* tsan_copies;              // EMU_RACECHECK: the fiber its cp.async copies land as (land)
+    long long wg_issued, wg_covered;  // wgmma issued so far, and how many of them its waits covered
+    std::vector<long long> wg_group_end;  // per committed wgmma group: wg_issued at its commit
+    bool wg_fenced;                 // a wgmma.fence since the start or the last wgmma wait
 };
 // Fiber stacks: one region for the largest block (1024 threads), STACK bytes each, on transparent
 // huge pages where the kernel allows: resuming a fiber reads the top of its stack, and with 4 KiB
@@ -255,6 +259,9 @@ static Fiber* g_cur = NULL;
 static const std::function<void()>* g_fn = NULL;
 static bool g_fiber_mode = false;
 static const char* g_kernel = "";
+// the launch's dynamic shared memory (emu_dynamic_smem)
+static std::vector<unsigned char> g_dynamic_smem;
+static size_t g_dynamic_smem_bytes = 0;
 // block barrier
 static int g_alive = 0, g_bar_count = 0, g_bar_gen = 0;
 // warps
@@ -321,6 +328,8 @@ static void trampoline() {
     (*g_fn)();
     hb_release(&g_sync_block_end);
     Fiber* f = g_cur;
+    if (f->wg_covered < f->wg_issued)
+        die("kernel %s: a thread ends with %lld wgmma not waited for (wgmma.wait_group)", g_kernel, f->wg_issued - f->wg_covered);
     f->done = true;
     g_alive--;
     g_progress++;
@@ -386,6 +395,164 @@ void emu_setmaxnreg(int count, int inc) {
     else if (r.count != count || r.inc != inc)
         die("kernel %s: the warps of warpgroup %lld execute different setmaxnreg instructions (one of them to %lld registers)", g_kernel, wg, count);
     if (++r.warps == 4) r.warps = 0;
+}
+
+// wgmma: per warpgroup of the block, its instructions in issue order from index `base` on (each
+// thread counts its own issues; the k-th of every thread is one instruction), each kept until all
+// 128 threads' waits have covered it
+struct WgmmaOp {
+    int n, trans_b, accumulate, group, issued, released;
+    bool a_regs, computed;
+    uint64_t desc_a, desc_b;
+    void* issue_sync;      // EMU_RACECHECK: what the first thread's issue releases to (NULL without)
+    void* done_sync;       // EMU_RACECHECK: what the operands' read releases to, each wait acquires
+    float* d[128];         // each thread's D registers, written at its own wait
+    uint32_t a[128][4];    // each thread's A fragment (a_regs)
+    float acc[128][128];   // each thread's C at issue (0 without accumulate), then its D
+};
+struct WarpGroupMma { std::deque<WgmmaOp> ops; long long base; };
+static std::vector<WarpGroupMma> g_wg_mma;
+static void* new_sync();
+static WarpGroupMma& wgmma_group() {
+    if (!g_fiber_mode) die("kernel %s uses wgmma but was launched without fibers", g_kernel);
+    int wg = g_cur->linear / 128;
+    if (128 * (wg + 1) > g_nfibers)
+        die("kernel %s: wgmma in warpgroup %lld, which a block of %lld threads holds only in part", g_kernel, wg, g_nfibers);
+    return g_wg_mma[wg];
+}
+uint32_t emu_smem_address(const void* p) {
+    const unsigned char* b = g_dynamic_smem.data();
+    if (g_dynamic_smem_bytes == 0 || (const unsigned char*)p < b || (const unsigned char*)p >= b + g_dynamic_smem_bytes)
+        die("kernel %s: the shared-memory address of a pointer outside the block's dynamic shared memory", g_kernel);
+    return (uint32_t)((const unsigned char*)p - b);
+}
+// element (x, k) of an operand at desc (x: A's row m or B's column n), bf16 as float, by the layout
+// tables of llmc/mma.cuh: K-major or MN-major, no swizzle or a swizzle of 32, 64 or 128 bytes
+static float wgmma_element(uint64_t desc, bool mn_major, int x, int k) {
+    uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
+    uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
+    int mode = (int)(desc >> 62), S = mode == 0 ? 0 : mode == 1 ? 128 : mode == 2 ? 64 : 32;
+    if ((desc >> 49) & 7) die("kernel %s: a wgmma descriptor with a base offset (not modelled)", g_kernel);
+    uint32_t off;
+    if (!mn_major) off = S == 0 ? (x % 8) * 16 + (x / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo : (x % 8) * S + (x / 8) * sbo + 2 * k;
+    else off = S == 0 ? (x % 8) * 2 + (x / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                      : (x % (S / 2)) * 2 + (x / (S / 2)) * lbo + (k % 8) * S + (k / 8) * sbo;
+    uint32_t a = start + off;
+    if (S) a ^= ((a >> 7) & (uint32_t)(S / 16 - 1)) << 4;
+    if ((size_t)a + 2 > g_dynamic_smem_bytes) die("kernel %s: a wgmma operand reads past the dynamic shared memory", g_kernel);
+#if defined(EMU_RACECHECK)
+    __tsan_read2(g_dynamic_smem.data() + a);
+#endif
+    uint16_t h;
+    memcpy(&h, g_dynamic_smem.data() + a, 2);
+    float f;
+    uint32_t u = (uint32_t)h << 16;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// D = A B + C of every thread of the warpgroup, A and B read now; C added first, then the 16
+// products in k order (each exact in fp32), as emu_warp_mma; a NaN is the GPU's. EMU_RACECHECK:
+// the operands are read by a ThreadSanitizer fiber of their own (the tensor cores), ordered after
+// the issue of the warpgroup's first thread and before every thread's wait: a store by another
+// thread must reach that issue through a barrier (the ISA orders nothing between the warps'
+// issues), so a store not ordered before it (a missing barrier) or made before the wait (a buffer
+// reused too early) is reported.
+static void wgmma_compute(WgmmaOp& op) {
+#if defined(EMU_RACECHECK)
+    static void* tensor_cores = NULL;
+    if (!tensor_cores) { tensor_cores = __tsan_create_fiber(0); __tsan_set_fiber_name(tensor_cores, "wgmma operand reads"); }
+    void* current = __tsan_get_current_fiber();
+    tsan_switch(tensor_cores);
+    hb_acquire(op.issue_sync);
+#endif
+    float A[64][16], B[16][256];
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < 16; k++) {
+            if (op.a_regs) {  // mma.m16n8k16's A fragment of warp m / 16
+                int r = m % 16, t = 32 * (m / 16) + 4 * (r % 8) + (k % 8) / 2;
+                uint32_t reg = op.a[t][r / 8 + 2 * (k / 8)], u = ((reg >> (16 * (k % 2))) & 0xffff) << 16;
+                memcpy(&A[m][k], &u, 4);
+            } else A[m][k] = wgmma_element(op.desc_a, false, m, k);
+        }
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < op.n; n++) B[k][n] = wgmma_element(op.desc_b, op.trans_b != 0, n, k);
+    for (int t = 0; t < 128; t++) {
+        int w = t / 32, g = (t % 32) / 4, c = t % 4;
+        for (int i = 0; i < op.n / 2; i++) {
+            int row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * c + i % 2;
+            float acc = op.acc[t][i];
+            for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+            op.acc[t][i] = emu_gpu_f32(acc);
+        }
+    }
+    op.computed = true;
+#if defined(EMU_RACECHECK)
+    hb_release(op.done_sync);
+    tsan_switch(current);
+#endif
+}
+void emu_wgmma(int n, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, float* d, int accumulate) {
+    Unseen unseen;
+    WarpGroupMma& g = wgmma_group();
+    Fiber* f = g_cur;
+    if (!f->wg_fenced) die("kernel %s: a wgmma without a wgmma.fence since the thread's start or its last wgmma wait", g_kernel);
+    long long idx = f->wg_issued++;
+    if (idx - g.base == (long long)g.ops.size()) {
+        g.ops.emplace_back();
+        WgmmaOp& op = g.ops.back();
+        op.n = n; op.trans_b = trans_b; op.accumulate = accumulate != 0; op.group = -1; op.issued = op.released = 0;
+        op.a_regs = a_regs != NULL; op.computed = false; op.desc_a = desc_a; op.desc_b = desc_b;
+        op.issue_sync = op.done_sync = NULL;
+#if defined(EMU_RACECHECK)
+        op.issue_sync = new_sync(); op.done_sync = new_sync();
+#endif
+    }
+    WgmmaOp& op = g.ops[idx - g.base];
+    if (op.n != n || op.trans_b != trans_b || op.a_regs != (a_regs != NULL) || op.accumulate != (accumulate != 0) ||
+        (!a_regs && op.desc_a != desc_a) || op.desc_b != desc_b)
+        die("kernel %s: the threads of a warpgroup issue different wgmma instructions (the %lld-th of a thread)", g_kernel, idx + 1);
+    int t = f->linear % 128;
+    if (a_regs) memcpy(op.a[t], a_regs, sizeof(op.a[t]));
+    for (int i = 0; i < n / 2; i++) op.acc[t][i] = accumulate ? d[i] : 0.0f;
+    op.d[t] = d;
+    op.issued++;
+    if (t == 0) hb_release(op.issue_sync);  // EMU_RACECHECK: see wgmma_compute
+}
+void emu_wgmma_fence() {
+    Unseen unseen;
+    wgmma_group();
+    g_cur->wg_fenced = true;
+}
+void emu_wgmma_commit() {
+    Unseen unseen;
+    WarpGroupMma& g = wgmma_group();
+    Fiber* f = g_cur;
+    int group = (int)f->wg_group_end.size();
+    long long from = group ? f->wg_group_end.back() : 0;
+    for (long long idx = std::max(from, g.base); idx < f->wg_issued; idx++) {
+        WgmmaOp& op = g.ops[idx - g.base];
+        if (op.group < 0) op.group = group;
+        else if (op.group != group) die("kernel %s: the threads of a warpgroup commit their wgmma in different groups", g_kernel);
+    }
+    f->wg_group_end.push_back(f->wg_issued);  // an empty group is a group too
+}
+void emu_wgmma_wait(int n) {
+    Unseen unseen;
+    WarpGroupMma& g = wgmma_group();
+    Fiber* f = g_cur;
+    int groups = (int)f->wg_group_end.size(), t = f->linear % 128;
+    long long upto = groups - n > 0 ? f->wg_group_end[groups - n - 1] : 0;
+    for (long long idx = f->wg_covered; idx < upto; idx++) {
+        WgmmaOp& op = g.ops[idx - g.base];  // kept until this thread releases it
+        while (op.issued < 128) wait_for_next();
+        if (!op.computed) { wgmma_compute(op); g_progress++; }
+        memcpy(op.d[t], op.acc[t], (size_t)op.n / 2 * sizeof(float));
+        hb_acquire(op.done_sync);
+        op.released++;
+    }
+    if (upto > f->wg_covered) f->wg_covered = upto;
+    while (!g.ops.empty() && g.ops.front().released == 128) { g.ops.pop_front(); g.base++; }
+    f->wg_fenced = false;
 }
 
 // mbarriers: bits 0-15 the expected arrivals, 16-31 the arrivals so far, 32-63 the phase
@@ -655,6 +822,8 @@ static void run_block_fibers(dim3 block) {
     g_alive = n; g_bar_count = 0; g_bar_gen = 0;
     for (int i = 0; i < NAMED_BARRIERS; i++) g_nbar_count[i] = g_nbar_gen[i] = 0;
     g_wg_regs.assign(nw / 4 + 1, WarpGroupRegs{0, 0, 0});
+    g_wg_mma.resize(nw / 4 + 1);
+    for (WarpGroupMma& g : g_wg_mma) { g.ops.clear(); g.base = 0; }
     g_idle_laps = 0; g_progress_at_lap = g_progress;
     for (int i = 0; i < n; i++) {
         Fiber& f = g_fibers[i];
@@ -664,6 +833,9 @@ static void run_block_fibers(dim3 block) {
         f.copies.clear();
         f.groups = 0;
         f.batch = NULL;
+        f.wg_issued = f.wg_covered = 0;
+        f.wg_group_end.clear();
+        f.wg_fenced = false;
 #if defined(EMU_RACECHECK)
         if (!f.tsan) {
             char name[48];
@@ -734,8 +906,6 @@ static void emu_prof_dump() {
     }
 }
 struct EmuProfAtExit { ~EmuProfAtExit() { if (g_prof_on) emu_prof_dump(); } } g_prof_at_exit;
-static std::vector<unsigned char> g_dynamic_smem;
-static size_t g_dynamic_smem_bytes = 0;
 static const size_t EMU_MAX_DYNAMIC_SMEM = 227 * 1024;  // sm_90's opt-in limit per block
 void* emu_dynamic_smem() {
     if (g_dynamic_smem_bytes == 0) die("kernel %s uses dynamic shared memory but was launched with 0 bytes of it", g_kernel);

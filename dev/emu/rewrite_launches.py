@@ -7,14 +7,15 @@ into
 
 (smem 0 when the launch gives none) and every `extern __shared__ T name[];` into
 `T* name = (T*)emu_dynamic_smem();`, where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
-__syncthreads, a named barrier, an mbarrier, a warp collective or setmaxnreg, so dev/emu runs its threads as fibers. data/ and
+__syncthreads, a named barrier, an mbarrier, a warp collective, setmaxnreg or wgmma, so dev/emu runs its threads as fibers. data/ and
 test/fixtures are linked, not copied. Prints one line per kernel with its launch style."""
 import os
 import re
 import shutil
 import sys
 
-SYNC_TOKENS = ["__syncthreads", "__syncwarp", "bar_sync", "mbar_", "__shfl", "__reduce_", "emu_warp_", "warpgroup_registers_"]
+SYNC_TOKENS = ["__syncthreads", "__syncwarp", "bar_sync", "mbar_", "__shfl", "__reduce_", "emu_warp_", "warpgroup_registers_",
+               "wgmma_", "Wgmma<"]
 
 
 def block_after(text, start, opening="{", closing="}"):
