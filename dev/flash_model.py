@@ -83,6 +83,9 @@ from cli_util import die  # noqa: E402
 H200 = dict(sms=132, clock_ghz=1.98, regs_per_sm=65536, smem_per_sm=228 * 1024, max_blocks_per_sm=32)
 MMA_TFLOPS = 620.0
 LDSM_BYTES_PER_CLK = 127.7
+# wgmma's rate (llmc/flash_forward_sm90.cuh's products), not measured on its own: the rate of the
+# 8192³ cuBLASLt bf16 GEMM dev_attention measured beside the kernels (a wgmma kernel)
+WGMMA_TFLOPS = 818.2
 EXP_PER_CLK = 15.8
 # FP32 instructions (FMUL, FADD, FFMA, FMNMX, FSETP, FSEL, F2FP) per clock per SM: one warp
 # instruction per sub-partition per clock, the issue rate (the architecture; not measured)
@@ -301,8 +304,9 @@ def mma_clk(hw):
 
 
 def pipe_clk(w, hw):
-    """{pipe: SM clocks} of the work w at each pipe's rate."""
-    return dict(mma=w.get("mma", 0) * mma_clk(hw), ldsm=w.get("ldsm", 0) * 512 / LDSM_BYTES_PER_CLK,
+    """{pipe: SM clocks} of the work w at each pipe's rate (wgmma: its FLOPs, on the mma pipe)."""
+    wgmma = w.get("wgmma", 0) / (WGMMA_TFLOPS * 1e12 / (hw["sms"] * hw["clock_ghz"] * 1e9))
+    return dict(mma=w.get("mma", 0) * mma_clk(hw) + wgmma, ldsm=w.get("ldsm", 0) * 512 / LDSM_BYTES_PER_CLK,
                 exp=w.get("exp", 0) / EXP_PER_CLK, fp32=w.get("fp32", 0) / FP32_WARP_INSTR_PER_CLK,
                 smem=w.get("smem", 0) / SMEM_BYTES_PER_CLK)
 
@@ -500,10 +504,59 @@ def tail_clk(blocks, sms, slots):
 def model_forward(f, hs, shape, hw=H200, regs=None, launch_order="head"):
     """The modelled forward call: ms, blocks per SM, ms without the tail (every slot busy to the
     end). launch_order: "head" or "tile" (AS_BUILT_FWD_ORDER)."""
-    B, T, NH, NKV, _ = shape
     n = blocks_per_sm(32 * f["WARPS"], regs, fwd_smem(f, hs), hw, f["MIN_BLOCKS"])
-    per = forward_blocks(f, hs, T, hw, n)
-    nqt = -(-T // f["BQ"])
+    return forward_call(forward_blocks(f, hs, shape[1], hw, n), n, f["BQ"], shape, hw, launch_order)
+
+
+# The wgmma forward (llmc/flash_forward_sm90.cuh; not yet measured): per key tile a warpgroup's 64
+# rows, its products on the tensor cores at WGMMA_TFLOPS with their operands (its rows of Q, the K
+# and V tiles) read from shared memory, no ldmatrix, and its four warps' softmax as the mma.sync
+# forward's (one row tile each); the pipes added, as for mma.sync (the model credits none of the
+# asynchrony: a warpgroup's exponentials under the other's products), so its figure is a floor.
+SM90_FIELDS = ("BQ", "WARPGROUPS", "BK", "STAGES", "MIN_BLOCKS")
+
+
+def sm90_wg_tile(f, hs):
+    """One warpgroup's work on one key tile: FLOPs of S = Q Kᵀ and O += P V, the bytes they read
+    from shared memory, the exp and FP32 of its warps' softmax."""
+    BK, sm = f["BK"], SOFTMAX[AS_BUILT_SOFTMAX]
+    return dict(wgmma=2 * 2 * 64 * BK * hs, smem=(64 + 2 * BK) * hs * BF16, exp=4 * 32 * (BK // 2 + 2),
+                fp32=4 * (sm["fwd_score"] * BK / 2 + sm["fwd_rescale"] * FWD_FP32_PER_OUT * hs / 2 + 2 * sm["fwd_row_half"]))
+
+
+def sm90_smem(f, hs):
+    return 1024 + (f["BQ"] + 2 * f["STAGES"] * f["BK"]) * hs * BF16
+
+
+def model_forward_sm90(f, hs, shape, hw=H200, regs=None):
+    """The modelled wgmma forward call (blocks launched as flash_forward_sm90: every head's last
+    query tile first), as model_forward."""
+    T, G, BQ, BK = shape[1], f["WARPGROUPS"], f["BQ"], f["BK"]
+    n = blocks_per_sm(128 * G, regs, sm90_smem(f, hs), hw, f["MIN_BLOCKS"])
+    per_wg = pipes_added(sm90_wg_tile(f, hs), hw, n)
+    fill = pipe_clk(dict(smem=2 * BK * hs * BF16), hw)["smem"]  # the K and V tiles cp.async writes
+    per = {}
+    for qt in range(-(-T // BQ)):
+        q0 = qt * BQ
+        active = [sum(1 for g in range(G) if kt * BK <= q0 + 64 * g + 63) for kt in range(min(-(-T // BK), (q0 + BQ) // BK))]
+        per[qt] = (sum(a * per_wg + fill for a in active), BLOCK_START_CLK + len(active) * STAGE_WAIT_CLK)
+    return forward_call(per, n, BQ, shape, hw, "tile")
+
+
+def read_sm90_tiles(header_path, hs):
+    """FlashFwdSm90Tile at head size hs from flash_forward_sm90.cuh beside the header, or None
+    (no such file, or a head size it does not take)."""
+    path = os.path.join(os.path.dirname(header_path), "flash_forward_sm90.cuh")
+    if hs not in (64, 128) or not os.path.isfile(path):
+        return None
+    return read_tiles(open(path).read(), "FlashFwdSm90Tile", SM90_FIELDS, hs)
+
+
+def forward_call(per, n, BQ, shape, hw, launch_order):
+    """ms, blocks per SM and ms without the tail of a forward call whose block rows qt take
+    per[qt] = (work, latency), n blocks an SM."""
+    B, T, NH, NKV, _ = shape
+    nqt = -(-T // BQ)
     if launch_order == "head":
         order = [per[nqt - 1 - x] for _ in range(B * NH) for x in range(nqt)]  # blockIdx.x 0: the last query rows
     else:
@@ -677,11 +730,16 @@ def full_tile(phase, t, hs, spill=0, hw=H200):
 # the kernels as built
 
 
-def as_built(cfg, ptxas, hs):
+def as_built(cfg, ptxas, hs, header=None):
     """The as-built kernels at head size hs: [(kernel, phase, tiles, threads, launch bound, smem,
-    registers, spill bytes)]."""
+    registers, spill bytes)]; with header, the wgmma forward's too (where it takes hs)."""
     f, b = cfg[hs]
     out = []
+    sm90 = read_sm90_tiles(header, hs) if header else None
+    if sm90:
+        regs, spill = ptxas.get(("flash_forward_sm90_kernel", hs), (None, None))
+        out.append(dict(kernel="flash_forward_sm90_kernel", phase="forward_sm90", tiles=sm90, threads=128 * sm90["WARPGROUPS"],
+                        min_blocks=sm90["MIN_BLOCKS"], smem=sm90_smem(sm90, hs), regs=regs, spill=spill))
     for kernel, phase, t, threads, smem in (("flash_forward_kernel", "forward", f, 32 * f["WARPS"], fwd_smem(f, hs)),
                                             ("flash_backward_kernel", "backward", b, 32 * (b["WARPS"] + b.get("WRITER_WARPS", 1)),
                                              bwd_smem(b, hs))):
@@ -690,14 +748,14 @@ def as_built(cfg, ptxas, hs):
     return out
 
 
-def check(cfg, ptxas, hw):
+def check(cfg, ptxas, hw, header=None):
     """Lines for --check: every as-built kernel is in the ptxas report and its registers and
     shared memory give the blocks per SM its launch bound asks (the backward block: (WARPS +
     WRITER_WARPS) x 32 threads); spills are a WARN line (the model counts them as L1 traffic every tile).
     (lines, all ok)."""
     lines, ok = [], True
     for hs in sorted(cfg):
-        for k in as_built(cfg, ptxas, hs):
+        for k in as_built(cfg, ptxas, hs, header):
             name = f"{k['kernel']}<{hs}>"
             if k["regs"] is None:
                 lines.append(f"FAIL {name}: not in the ptxas report (make ptxas-report)")
@@ -759,7 +817,7 @@ def main(argv=None):
     if a.check:
         if not os.path.isfile(a.ptxas):
             die(f"--ptxas: cannot read '{a.ptxas}' (make ptxas-report writes it)")
-        lines, ok = check(read_config(a.header, hss), read_ptxas(a.ptxas), H200)
+        lines, ok = check(read_config(a.header, hss), read_ptxas(a.ptxas), H200, a.header)
         print("\n".join(lines))
         return 0 if ok else 1
     shapes = parse_shapes(a.shape)
@@ -770,6 +828,18 @@ def main(argv=None):
     rows = []
     for name, shape in shapes:
         hs = shape[4]
+        sm90 = read_sm90_tiles(a.header, hs)
+        if sm90:  # the wgmma forward, beside the mma.sync kernels (not measured: a prediction)
+            regs = ptxas.get(("flash_forward_sm90_kernel", hs), (None, None))[0]
+            r = model_forward_sm90(sm90, hs, shape, H200, regs)
+            w = {k: v * sm90["WARPGROUPS"] for k, v in sm90_wg_tile(sm90, hs).items()}
+            w["smem"] += 2 * sm90["BK"] * hs * BF16
+            p = pipe_clk(w, H200)
+            total, largest = sum(p.values()), max(p.values())
+            scale = (total - OVERLAP_TWO_BLOCKS * (total - largest)) / total if r["blocks_per_sm"] >= 2 else 1.0
+            p = {k: v * scale for k, v in p.items()}
+            sm90_row = [name, "forward_sm90", hs, r["blocks_per_sm"]] + ["%.0f" % p[x] for x in ("mma", "ldsm", "exp", "fp32", "smem")] + \
+                       ["%.0f" % STAGE_WAIT_CLK, "%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, "forward") / r["ms"] / 1e9)]
         for k in as_built(cfg, ptxas, hs):
             t = k["tiles"]
             if k["phase"] == "forward":
@@ -779,6 +849,8 @@ def main(argv=None):
             p = full_tile(k["phase"], t, hs, k["spill"] or 0)
             rows.append([name, k["phase"], hs, r["blocks_per_sm"]] + ["%.0f" % p[x] for x in ("mma", "ldsm", "exp", "fp32", "smem", "waits")] +
                         ["%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, k["phase"]) / r["ms"] / 1e9)])
+            if sm90 and k["phase"] == "forward":
+                rows.append(sm90_row)
     if a.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(head)
@@ -787,7 +859,9 @@ def main(argv=None):
     print(f"the kernels as built ({os.path.relpath(a.header, REPO)}), modelled on an H200 ({H200['sms']} SMs at {H200['clock_ghz']} GHz, "
           f"mma.sync {MMA_TFLOPS:g} TFLOP/s, ldmatrix.x4 {LDSM_BYTES_PER_CLK} B/clk/SM, exp {EXP_PER_CLK}/clk/SM: measured). "
           "clk: SM clocks of one block on one tile below the diagonal, per pipe (added, less the two-block overlap) "
-          "and its waits; the forward's with the SM to itself. --calibration compares the model with the measured times.")
+          "and its waits; the forward's with the SM to itself. --calibration compares the model with the measured times. "
+          f"forward_sm90: the wgmma forward (llmc/flash_forward_sm90.cuh, not yet measured), its products at {WGMMA_TFLOPS:g} TFLOP/s "
+          "(the measured cuBLASLt GEMM's rate) on the mma column, no ldmatrix, the asynchrony not credited: a floor.")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:

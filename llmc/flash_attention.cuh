@@ -1,7 +1,9 @@
 // flash_attention.cuh — fused causal attention with grouped-query heads on tensor cores: the
 // launch choice of the kernels in flash_forward.cuh and flash_backward.cuh (their tiles in
 // flash_common.cuh), the scratch they need and the checks of their inputs. A kernel for another
-// architecture lives beside them in a file of its own and is chosen here.
+// architecture lives beside them in a file of its own and is chosen here: flash_forward_sm90.cuh's
+// forward on Hopper's wgmma (flash_forward_sm90, HS 64 and 128), not yet the trainer's (not yet
+// measured on a GPU; dev_attention validates and times it).
 //
 // Shapes as attention.cuh: qkv (B, T, (NH + 2*NKV) * HS) bf16 read in place (columns [NH q heads |
 // NKV k heads | NKV v heads], q and k already rotated), out and dout (B, T, NH * HS), lse (B, NH, T)
@@ -12,6 +14,7 @@
 #pragma once
 #include "flash_forward.cuh"
 #include "flash_backward.cuh"
+#include "flash_forward_sm90.cuh"
 
 // Shared memory above 48 KB must be opted into, once per kernel.
 template <int HS>
@@ -63,6 +66,55 @@ static inline void flash_backward_hs(bf16* dqkv, float* dq_accum, int* order, co
     size_t chunks = (size_t)B * NH * T * HS / 8;
     flash_dq_to_bf16_kernel<<<cuda_ceil_div(chunks, (size_t)256), 256, 0, stream>>>(dqkv, dq_accum, B, T, NH, NKV, HS);
     KERNEL_CHECK();
+}
+
+// Whether flash_forward_sm90 runs here: head size 64 or 128, a GPU of compute capability 9.0 and
+// device code with wgmma (an sm_90a build; asked of the device once)
+static inline bool flash_sm90_available(int HS) {
+    static int has = -1;
+    if (has < 0) {
+        int dev = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        has = 0;
+        if (major == 9) {
+            int* d = NULL;
+            CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+            flash_sm90_probe_kernel<<<1, 1>>>(d);
+            KERNEL_CHECK();
+            CUDA_CHECK(cudaMemcpy(&has, d, sizeof(int), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaFree(d));
+        }
+    }
+    return has == 1 && flash_sm90_head_size(HS);
+}
+
+template <int HS>
+static inline void flash_forward_sm90_hs(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, cudaStream_t stream) {
+    static bool limits = false;
+    if (!limits) {
+        CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_forward_sm90_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)flash_forward_sm90_smem<HS>()));
+        limits = true;
+    }
+    dim3 grid(NH * B, cuda_ceil_div(T, FlashFwdSm90Tile<HS>::BQ));
+    float scale_log2 = FLASH_LOG2E / sqrtf((float)HS);
+    flash_forward_sm90_kernel<HS><<<grid, FlashFwdSm90Tile<HS>::WARPGROUPS * 128, flash_forward_sm90_smem<HS>(), stream>>>(
+        out, lse, qkv, T, NH, NKV, scale_log2);
+    KERNEL_CHECK();
+}
+
+// flash_attention_forward on Hopper's wgmma (flash_forward_sm90.cuh): the same outputs; only where
+// flash_sm90_available(HS)
+static inline void flash_attention_forward_sm90(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, int HS,
+                                                cudaStream_t stream) {
+    flash_check(qkv, out, HS);
+    if (!flash_sm90_available(HS)) {
+        fprintf(stderr, "flash attention (wgmma): needs head size 64 or 128 (got %d), a GPU of compute capability 9.0 and an sm_90a build\n", HS);
+        exit(1);
+    }
+    if (HS == 64) flash_forward_sm90_hs<64>(out, lse, qkv, B, T, NH, NKV, stream);
+    else flash_forward_sm90_hs<128>(out, lse, qkv, B, T, NH, NKV, stream);
 }
 
 // out (B, T, NH*HS), lse (B, NH, T) from qkv (B, T, (NH + 2*NKV)*HS)

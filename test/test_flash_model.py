@@ -119,7 +119,7 @@ def main():
         # bound asks 2) and a missing kernel fail
         committed = open(REPORT).read()
         rc, out = run_check(REPORT)
-        check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 8, f"rc {rc} {out.strip()}")
+        check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 10, f"rc {rc} {out.strip()}")
         cases = [("spill", lambda l: l if "flash_forward_kernel<128>" not in l else "251   0      0      8       8       " + l.split(None, 5)[5],
                   0, "WARN flash_forward_kernel<128>: 16 spill bytes"),
                  ("registers", lambda l: l if "flash_forward_kernel<32>" not in l else "255   0      0      0       0       " + l.split(None, 5)[5],
@@ -140,7 +140,7 @@ def main():
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
             lines = lambda text: [l for l in text.splitlines() if l and not l.startswith("#")]  # noqa: E731
             now = open(fresh).read() if os.path.exists(fresh) else ""
-            ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 8
+            ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 10
             diff = [l for l in lines(now) if l not in lines(committed)][:3]
             check("flash_model_ptxas_report_current", ok, f"rc {r.returncode}; new lines {diff}; {r.stdout.strip()[-300:]}")
 

@@ -42,9 +42,13 @@
 // T (tails of every tile kind) at each head size 16..128 and GQA groups of 1 to 3; each of those
 // shapes and the B=4 real shapes also compare flash against the cuBLAS path on the GPU (same
 // tolerances) and run the flash backward twice, bitwise equal.
+// Flash's forward on Hopper's wgmma (flash_attention_forward_sm90, head sizes 64 and 128; where the
+// GPU and the build have it, else one SKIP line) is validated at every flash shape of those head
+// sizes (tags dev_attention.flash_sm90.*), with the flash backward run on its out and lse, under
+// the same tolerances, and in --racecheck.
 // The benchmark runs both paths at B=4 and each preset's T, and at HS=128, T=4096 (16 heads), and
 // prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
-// cuBLASLt bf16 GEMM.
+// cuBLASLt bf16 GEMM; with the flash path also the wgmma forward (flash_sm90) and its speed-up.
 // Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--dump FILE]
 //   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
 //   --flash-only: validate the flash path alone, at the same shapes and tolerances, without the
@@ -126,8 +130,10 @@ static SliceRef slice_reference(const Slice& s, const float* qkv, const float* d
     return r;
 }
 
-// all_slices: compare the whole outputs; otherwise the slices of slices_of(B, NKV, false).
-static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, int NKV, int HS, bool all_slices, uint64_t seed) {
+// all_slices: compare the whole outputs; otherwise the slices of slices_of(B, NKV, false). sm90:
+// the forward by flash_attention_forward_sm90 (wgmma), the backward the flash path's on its out and lse.
+static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, int NKV, int HS, bool all_slices, uint64_t seed,
+                     bool sm90 = false) {
     std::string t = tag;
     int QKV = (NH + 2 * NKV) * HS, group = NH / NKV, GO = group * HS;
     size_t nqkv = (size_t)B * T * QKV, nout = (size_t)B * T * NH * HS, nlse = (size_t)B * NH * T;
@@ -149,7 +155,8 @@ static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, 
     CUDA_CHECK(cudaMemset(d_out, 0xff, nout * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(d_lse, 0xff, nlse * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(bf16)));
-    attention_forward(d_out, d_lse, d_qkv, &s, B, T, NH, NKV, HS, 0);
+    if (sm90) flash_attention_forward_sm90(d_out, d_lse, d_qkv, B, T, NH, NKV, HS, 0);
+    else attention_forward(d_out, d_lse, d_qkv, &s, B, T, NH, NKV, HS, 0);
     attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, &s, B, T, NH, NKV, HS, 0);
     std::vector<float> g_out = cuda_download_float(d_out, nout);
     std::vector<float> g_lse = cuda_download(d_lse, nlse);
@@ -316,6 +323,13 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
     cuda_print_bench(what, ms_out[0], 0, flops);
     printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling\n", flops / (ms_out[0] * 1e-3) / 1e12,
            100.0 * flops / (ms_out[0] * 1e-3) / ceiling);
+    if (kind == ATTENTION_FLASH && flash_sm90_available(HS)) {  // the wgmma forward beside it
+        float ms = cuda_bench_ms([&] { flash_attention_forward_sm90(out, lse, qkv, B, T, NH, NKV, HS, 0); }, 2, 10);
+        snprintf(what, sizeof(what), "%s flash_sm90 forward B=%d T=%d NH=%d HS=%d", preset, B, T, NH, HS);
+        cuda_print_bench(what, ms, 0, flops);
+        printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling; flash / flash_sm90 time %.2fx\n", flops / (ms * 1e-3) / 1e12,
+               100.0 * flops / (ms * 1e-3) / ceiling, ms_out[0] / ms);
+    }
     ms_out[1] = cuda_bench_ms([&] { attention_backward(dqkv, dout, qkv, out, lse, &s, B, T, NH, NKV, HS, 0); }, 2, 10);
     snprintf(what, sizeof(what), "%s %s backward", preset, name);
     cuda_print_bench(what, ms_out[1], 0, 2.5 * flops);
@@ -325,6 +339,22 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
     void* bufs[] = {qkv, out, dout, dqkv, lse};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     attention_scratch_free(&s);
+}
+
+// The wgmma forward's rows (flash_attention_forward_sm90) at head sizes 64 and 128, where the GPU
+// and the build have it; once, a SKIP line saying why not
+static bool sm90_rows(int HS) {
+    if (!flash_sm90_head_size(HS)) return false;
+    static bool told = false;
+    if (!flash_sm90_available(HS)) {
+        if (!told) printf("SKIP dev_attention.flash_sm90: the wgmma forward needs a GPU of compute capability 9.0 and an sm_90a build\n");
+        told = true;
+        return false;
+    }
+    return true;
+}
+static std::string sm90_tag(const std::string& flash_tag) {  // dev_attention.flash.X -> dev_attention.flash_sm90.X
+    return "dev_attention.flash_sm90" + flash_tag.substr(strlen("dev_attention.flash"));
 }
 
 int main(int argc, char** argv) {
@@ -350,6 +380,7 @@ int main(int argc, char** argv) {
             std::string tag = "dev_attention.flash.racecheck_T" + std::to_string(o.T) + "_NH" + std::to_string(o.NH) + "_NKV" +
                               std::to_string(o.NKV) + "_HS" + std::to_string(o.HS);
             ok &= validate(tag.c_str(), ATTENTION_FLASH, o.B, o.T, o.NH, o.NKV, o.HS, true, 5);
+            if (sm90_rows(o.HS)) ok &= validate(sm90_tag(tag).c_str(), ATTENTION_FLASH, o.B, o.T, o.NH, o.NKV, o.HS, true, 5, true);
         }
     } else if (!bench_only) {
         if (!flash_only) ok &= validate("dev_attention.cublas.odd_gqa3_HS24", ATTENTION_CUBLAS, 2, 37, 6, 2, 24, true, 3);
@@ -365,6 +396,7 @@ int main(int argc, char** argv) {
             std::string tag = "dev_attention.flash.odd_B" + std::to_string(o.B) + "_T" + std::to_string(o.T) + "_NH" + std::to_string(o.NH) +
                               "_NKV" + std::to_string(o.NKV) + "_HS" + std::to_string(o.HS);
             ok &= validate(tag.c_str(), ATTENTION_FLASH, o.B, o.T, o.NH, o.NKV, o.HS, true, 3);
+            if (sm90_rows(o.HS)) ok &= validate(sm90_tag(tag).c_str(), ATTENTION_FLASH, o.B, o.T, o.NH, o.NKV, o.HS, true, 3, true);
             if (!flash_only) ok &= flash_vs_cublas((tag + ".vs_cublas").c_str(), o.B, o.T, o.NH, o.NKV, o.HS, 4);
         }
         const char* presets[] = {"tiny", "d12", "llama600m"};
@@ -376,6 +408,8 @@ int main(int argc, char** argv) {
                 if (flash_only && k != ATTENTION_FLASH) continue;
                 std::string tag = std::string("dev_attention.") + attention_kind_name(k) + "." + name;
                 ok &= validate(tag.c_str(), k, 1, c.T, c.NH, c.NKV, llama_head_size(&c), true, 60);
+                if (k == ATTENTION_FLASH && sm90_rows(llama_head_size(&c)))
+                    ok &= validate(sm90_tag(tag).c_str(), k, 1, c.T, c.NH, c.NKV, llama_head_size(&c), true, 60, true);
             }
         }
         // the real shapes, B=4 at the preset's T, on slices
@@ -388,6 +422,8 @@ int main(int argc, char** argv) {
                 if (flash_only && k != ATTENTION_FLASH) continue;
                 std::string tag = std::string("dev_attention.") + attention_kind_name(k) + "." + name + "_B4_T" + std::to_string(c.T);
                 ok &= validate(tag.c_str(), k, 4, c.T, c.NH, c.NKV, llama_head_size(&c), false, 70);
+                if (k == ATTENTION_FLASH && sm90_rows(llama_head_size(&c)))
+                    ok &= validate(sm90_tag(tag).c_str(), k, 4, c.T, c.NH, c.NKV, llama_head_size(&c), false, 70, true);
             }
             if (flash_only) continue;
             std::string tag = std::string("dev_attention.flash.") + name + "_B4_T" + std::to_string(c.T) + ".vs_cublas";

@@ -407,6 +407,8 @@ struct WgmmaOp {
     void* issue_sync;      // EMU_RACECHECK: what the first thread's issue releases to (NULL without)
     void* done_sync;       // EMU_RACECHECK: what the operands' read releases to, each wait acquires
     float* d[128];         // each thread's D registers, written at its own wait
+    long long chain[128];  // per thread: the earlier wgmma in flight whose D is this one's C (same
+                           // registers: the ISA orders such a chain), or -1 (C from the registers)
     uint32_t a[128][4];    // each thread's A fragment (a_regs)
     float acc[128][128];   // each thread's C at issue (0 without accumulate), then its D
 };
@@ -457,7 +459,7 @@ static float wgmma_element(uint64_t desc, bool mn_major, int x, int k) {
 // thread must reach that issue through a barrier (the ISA orders nothing between the warps'
 // issues), so a store not ordered before it (a missing barrier) or made before the wait (a buffer
 // reused too early) is reported.
-static void wgmma_compute(WgmmaOp& op) {
+static void wgmma_compute(WarpGroupMma& g, WgmmaOp& op) {
 #if defined(EMU_RACECHECK)
     static void* tensor_cores = NULL;
     if (!tensor_cores) { tensor_cores = __tsan_create_fiber(0); __tsan_set_fiber_name(tensor_cores, "wgmma operand reads"); }
@@ -477,10 +479,10 @@ static void wgmma_compute(WgmmaOp& op) {
     for (int k = 0; k < 16; k++)
         for (int n = 0; n < op.n; n++) B[k][n] = wgmma_element(op.desc_b, op.trans_b != 0, n, k);
     for (int t = 0; t < 128; t++) {
-        int w = t / 32, g = (t % 32) / 4, c = t % 4;
+        int w = t / 32, r = (t % 32) / 4, c = t % 4;
         for (int i = 0; i < op.n / 2; i++) {
-            int row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * c + i % 2;
-            float acc = op.acc[t][i];
+            int row = 16 * w + r + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * c + i % 2;
+            float acc = op.chain[t] >= 0 ? g.ops[op.chain[t] - g.base].acc[t][i] : op.acc[t][i];
             for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
             op.acc[t][i] = emu_gpu_f32(acc);
         }
@@ -513,6 +515,12 @@ void emu_wgmma(int n, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint
         die("kernel %s: the threads of a warpgroup issue different wgmma instructions (the %lld-th of a thread)", g_kernel, idx + 1);
     int t = f->linear % 128;
     if (a_regs) memcpy(op.a[t], a_regs, sizeof(op.a[t]));
+    op.chain[t] = -1;
+    for (long long j = idx - 1; accumulate && j >= f->wg_covered && op.chain[t] < 0; j--)
+        if (g.ops[j - g.base].d[t] == d) {
+            if (g.ops[j - g.base].n != n) die("kernel %s: wgmma in flight into the same registers with another N", g_kernel);
+            op.chain[t] = j;
+        }
     for (int i = 0; i < n / 2; i++) op.acc[t][i] = accumulate ? d[i] : 0.0f;
     op.d[t] = d;
     op.issued++;
@@ -545,8 +553,13 @@ void emu_wgmma_wait(int n) {
     for (long long idx = f->wg_covered; idx < upto; idx++) {
         WgmmaOp& op = g.ops[idx - g.base];  // kept until this thread releases it
         while (op.issued < 128) wait_for_next();
-        if (!op.computed) { wgmma_compute(op); g_progress++; }
+        if (!op.computed) { wgmma_compute(g, op); g_progress++; }
         memcpy(op.d[t], op.acc[t], (size_t)op.n / 2 * sizeof(float));
+        for (size_t j = (size_t)(idx - g.base) + 1; j < g.ops.size(); j++)  // a later one chained to it, not yet run, takes its D now
+            if (!g.ops[j].computed && g.ops[j].chain[t] == idx) {
+                memcpy(g.ops[j].acc[t], op.acc[t], (size_t)op.n / 2 * sizeof(float));
+                g.ops[j].chain[t] = -1;
+            }
         hb_acquire(op.done_sync);
         op.released++;
     }

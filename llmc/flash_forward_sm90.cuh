@@ -1,0 +1,153 @@
+// flash_forward_sm90.cuh — the fused causal attention forward on Hopper's warpgroup MMA (wgmma,
+// sm_90a; llmc/mma.cuh), beside flash_forward.cuh's mma.sync kernel: the same algorithm (key tiles
+// up to the causal diagonal, the online softmax in registers, flash_forward_softmax), the same
+// (K, V) ring of cp.async stages with a full and an empty mbarrier each, and the same outputs, but
+// the products read K and V straight from shared memory (no ldmatrix) and run asynchronously on a
+// warpgroup's tensor cores. Launched by flash_attention.cuh's flash_forward_sm90 for head sizes 64
+// and 128; not yet the default anywhere (not yet measured on a GPU): dev_attention validates and
+// times it beside the mma.sync kernel.
+//
+// Block: 128 queries of one q head (FlashFwdSm90Tile), two warpgroups of 64 rows; warp w of a
+// warpgroup holds rows 16 w .. 16 w + 15 of its 64 (the wgmma D fragment: per n8 block the
+// mma.m16n8 C fragment, so flash_forward_softmax takes it as one row tile). Per key tile of 64:
+//   S = Q Kᵀ    wgmma m64n64k16, A = the warpgroup's 64 rows of Q, B = K (K-major), HS / 16 steps
+//   softmax     flash_forward_softmax on S (the causal mask on the diagonal tiles only)
+//   O += P V    wgmma m64nHSk16, A = P in registers (S's fragments packed to bf16, mma_pack_a), B = V
+//               (N-major), 4 steps of 16 keys
+// Shared memory: Q, K and V as rows of 64 bf16 (128 bytes) in 128-byte-swizzled atoms of 8 rows
+// (flash_load_tile_sw128), the layout the descriptors name (mma.cuh's tables: K-major for Q and K,
+// N-major for V, the same bytes); a tile of HS 128 is two such column blocks, one after the other.
+// The copies land through the mbarriers (generic proxy); each consumer fences to the async proxy
+// (fence.proxy.async) after its wait, before the wgmma that reads them. A warpgroup skips the tiles
+// whose keys all lie above its 64 rows (the branch is uniform in the warpgroup, as wgmma needs).
+// Precision as flash_forward.cuh: bf16 operands, fp32 accumulation and softmax, P rounded to bf16.
+#pragma once
+#include "flash_forward.cuh"
+
+template <int HS>
+struct FlashFwdSm90Tile {
+    static const int BQ = 128, WARPGROUPS = 2, BK = 64, STAGES = HS == 64 ? 3 : 2, MIN_BLOCKS = HS == 64 ? 2 : 1;
+};
+static inline bool flash_sm90_head_size(int HS) { return HS == 64 || HS == 128; }
+
+// rows [r0, r0 + ROWS) of the (T, ld) bf16 matrix at src (HS columns), zeros from row T on, into
+// the swizzled tile s (1024-byte aligned): column block cb = column / 64 at s + cb ROWS 64, row r at
+// + 64 r, its 16-byte chunk c (8 columns) at chunk c ^ (r % 8) of the row
+template <int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void flash_load_tile_sw128(bf16* s, const bf16* src, int ld, int r0, int T) {
+    const int CH = HS / 8, CHUNKS = ROWS * CH;
+#pragma unroll
+    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; it++) {
+        int i = threadIdx.x + it * THREADS;
+        if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
+        int r = i / CH, ch = i % CH;
+        bool valid = r0 + r < T;
+        bf16* dst = s + (ch / 8) * ROWS * 64 + r * 64 + ((ch % 8) ^ (r % 8)) * 8;
+        cp_async16(dst, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
+    }
+}
+// the K-major operand of k step st (columns 16 st ..) for rows row0 .. (a multiple of 8) of a
+// swizzled tile of ROWS rows: Q (A) or K (B of S = Q Kᵀ)
+template <int ROWS>
+__device__ __forceinline__ uint64_t flash_desc_k_major(const bf16* tile, int row0, int st) {
+    return wgmma_desc(tile + (st / 4) * ROWS * 64 + row0 * 64 + (st % 4) * 16, 16, 1024, WGMMA_SWIZZLE_128B);
+}
+// the N-major operand of k step st (rows 16 st .. 16 st + 15, all HS columns) of a swizzled tile of
+// ROWS rows: V (B of O = P V; the next 64 columns ROWS 128 bytes on)
+template <int ROWS>
+__device__ __forceinline__ uint64_t flash_desc_n_major(const bf16* tile, int st) {
+    return wgmma_desc(tile + st * 16 * 64, ROWS * 128, 1024, WGMMA_SWIZZLE_128B);
+}
+
+// grid (NH·B, ceil(T/128)), 256 threads; shared memory: 1024 bytes of alignment slack, Q, the
+// (K, V) stages, their full and empty barriers. Where the device code has no wgmma (not sm_90a) the
+// body is empty: flash_forward_sm90 refuses to launch it there.
+template <int HS>
+__global__ void __launch_bounds__(FlashFwdSm90Tile<HS>::WARPGROUPS * 128, FlashFwdSm90Tile<HS>::MIN_BLOCKS)
+flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
+#if MMA_WGMMA
+    typedef FlashFwdSm90Tile<HS> F;
+    const int BQ = F::BQ, BK = F::BK, S = F::STAGES, THREADS = F::WARPGROUPS * 128;
+    extern __shared__ __align__(16) bf16 flash_smem[];
+    bf16* sQ = flash_smem + (1024 - smem_address(flash_smem) % 1024) % 1024 / sizeof(bf16);  // swizzle atoms on 1024 bytes
+    bf16* sKV = sQ + BQ * HS;  // stage i: K at sKV + 2 i BK HS, V at sKV + (2 i + 1) BK HS
+    uint64_t* full = (uint64_t*)(sKV + 2 * S * BK * HS);
+    uint64_t* empty = full + S;
+    int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows first, of every (b, h)
+    int h = blockIdx.x % NH, b = blockIdx.x / NH, kvh = h / (NH / NKV);
+    int ld = (NH + 2 * NKV) * HS, q0 = qt * BQ;
+    const bf16* q = qkv + (size_t)b * T * ld + h * HS;
+    const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
+    const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
+    int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    int r0 = q0 + 16 * warp;                   // this warp's first row
+    int wg_last = q0 + 64 * wg + 63;           // its warpgroup's last
+    int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
+    auto issue = [&](int kt) {
+        bf16* st = sKV + 2 * (kt % S) * BK * HS;
+        flash_load_tile_sw128<HS, BK, THREADS>(st, k, ld, kt * BK, T);
+        flash_load_tile_sw128<HS, BK, THREADS>(st + BK * HS, v, ld, kt * BK, T);
+        cp_async_mbar_arrive(&full[kt % S]);
+    };
+    if (threadIdx.x == 0)
+        for (int st = 0; st < S; st++) { mbar_init(&full[st], THREADS); mbar_init(&empty[st], THREADS); }
+    __syncthreads();
+
+    flash_load_tile_sw128<HS, BQ, THREADS>(sQ, q, ld, q0, T);  // Q lands with key tile 0
+    for (int kt = 0; kt < S - 1 && kt < nkt; kt++) issue(kt);
+    float o[1][HS / 8][4];
+    flash_zero<HS / 8>(o[0]);
+    float mrow[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+    // the ring as flash_forward.cuh's: tile kt in stage kt % S, the (kt / S)-th use of that stage
+#pragma unroll 1
+    for (int kt = 0; kt < nkt; kt++) {
+        const bf16* sK = sKV + 2 * (kt % S) * BK * HS;
+        mbar_wait(&full[kt % S], (kt / S) & 1);
+        if (kt * BK <= wg_last) {
+            wgmma_fence_smem();  // the landed copies, seen by the tensor cores
+            float s[1][BK / 8][4];
+            wgmma_fence();
+#pragma unroll
+            for (int st = 0; st < HS / 16; st++)
+                Wgmma<BK>::template ss<0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st), flash_desc_k_major<BK>(sK, 0, st), st > 0);
+            wgmma_commit();
+            wgmma_wait<0>(&s[0][0][0], BK / 2);
+            if (kt * BK + BK - 1 > r0) flash_forward_softmax<true, HS, BK, 1>(s, o, mrow, l, kt * BK, r0, scale_log2);
+            else flash_forward_softmax<false, HS, BK, 1>(s, o, mrow, l, kt * BK, r0, scale_log2);
+            uint32_t p[BK / 16][4];
+#pragma unroll
+            for (int st = 0; st < BK / 16; st++) mma_pack_a(p[st], s[0][2 * st], s[0][2 * st + 1]);
+            wgmma_fence();
+#pragma unroll
+            for (int st = 0; st < BK / 16; st++) Wgmma<HS>::template rs<1>(&o[0][0][0], p[st], flash_desc_n_major<BK>(sK + BK * HS, st), 1);
+            wgmma_commit();
+            wgmma_wait<0>(&o[0][0][0], HS / 2);
+        }
+        mbar_arrive(&empty[kt % S]);  // this thread's reads of the stage are done (its wgmma waited for)
+        if (kt + S - 1 < nkt) {
+            if (kt >= 1) mbar_wait(&empty[(kt - 1) % S], ((kt - 1) / S) & 1);
+            issue(kt + S - 1);
+        }
+    }
+
+    float inv[2];
+    for (int half = 0; half < 2; half++) {
+        int row = r0 + g + 8 * half;
+        float sum = flash_row_sum(l[0][half]);
+        inv[half] = 1.0f / sum;
+        if (c == 0 && row < T) lse[((size_t)b * NH + h) * T + row] = (mrow[0][half] + log2f(sum)) / FLASH_LOG2E;
+    }
+    flash_store_rows<HS>(out + (size_t)b * T * NH * HS + h * HS, NH * HS, r0, T, o[0], inv[0], inv[1]);
+#else
+    (void)out; (void)lse; (void)qkv; (void)T; (void)NH; (void)NKV; (void)scale_log2;
+#endif
+}
+
+// its dynamic shared memory: the alignment slack, Q, the (K, V) stages and their barriers
+template <int HS> static inline size_t flash_forward_sm90_smem() {
+    typedef FlashFwdSm90Tile<HS> F;
+    return 1024 + (size_t)(F::BQ + 2 * F::STAGES * F::BK) * HS * sizeof(bf16) + 2 * F::STAGES * sizeof(uint64_t);
+}
+
+// 1 where this build's device code carries the wgmma kernels (an sm_90a build, or dev/emu)
+__global__ void flash_sm90_probe_kernel(int* has) { *has = MMA_WGMMA; }
