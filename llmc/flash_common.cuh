@@ -43,8 +43,11 @@ struct FlashBwdTile {
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on;
 // by threads [0, THREADS), thread t taking the 16-byte chunks t, t + THREADS, ... of the tile. The
 // trip count is a constant, so the loop unrolls into its copies (a loop from threadIdx.x compiles
-// to a general one, with its remainder and index arithmetic, at every key tile).
-template <int HS, int ROWS, int THREADS>
+// to a general one, with its remainder and index arithmetic, at every key tile). SW128 (the wgmma
+// kernels' layout, flash_forward_sm90.cuh; s 1024-byte aligned): rows of 64 bf16 in 128-byte-
+// swizzled atoms instead, column block cb = column / 64 at s + cb ROWS 64, row r at + 64 r, its
+// 16-byte chunk c (8 columns) at chunk c ^ (r % 8) of the row.
+template <int HS, int ROWS, int THREADS, bool SW128 = false>
 __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld, int r0, int T) {
     const int CH = HS / 8, CHUNKS = ROWS * CH;  // 16-byte chunks per row, per tile
 #pragma unroll
@@ -53,7 +56,8 @@ __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld
         if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
         int r = i / CH, ch = i % CH;
         bool valid = r0 + r < T;
-        cp_async16(s + r * (HS + 8) + ch * 8, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
+        bf16* dst = SW128 ? s + (ch / 8) * ROWS * 64 + r * 64 + ((ch % 8) ^ (r % 8)) * 8 : s + r * (HS + 8) + ch * 8;
+        cp_async16(dst, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
     }
 }
 

@@ -15,7 +15,7 @@
 //   O += P V    wgmma m64nHSk16, A = P in registers (S's fragments packed to bf16, mma_pack_a), B = V
 //               (N-major), 4 steps of 16 keys
 // Shared memory: Q, K and V as rows of 64 bf16 (128 bytes) in 128-byte-swizzled atoms of 8 rows
-// (flash_load_tile_sw128), the layout the descriptors name (mma.cuh's tables: K-major for Q and K,
+// (flash_load_tile's SW128), the layout the descriptors name (mma.cuh's tables: K-major for Q and K,
 // N-major for V, the same bytes); a tile of HS 128 is two such column blocks, one after the other.
 // The copies land through the mbarriers (generic proxy); each consumer fences to the async proxy
 // (fence.proxy.async) after its wait, before the wgmma that reads them. A warpgroup skips the tiles
@@ -30,22 +30,6 @@ struct FlashFwdSm90Tile {
 };
 static inline bool flash_sm90_head_size(int HS) { return HS == 64 || HS == 128; }
 
-// rows [r0, r0 + ROWS) of the (T, ld) bf16 matrix at src (HS columns), zeros from row T on, into
-// the swizzled tile s (1024-byte aligned): column block cb = column / 64 at s + cb ROWS 64, row r at
-// + 64 r, its 16-byte chunk c (8 columns) at chunk c ^ (r % 8) of the row
-template <int HS, int ROWS, int THREADS>
-__device__ __forceinline__ void flash_load_tile_sw128(bf16* s, const bf16* src, int ld, int r0, int T) {
-    const int CH = HS / 8, CHUNKS = ROWS * CH;
-#pragma unroll
-    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; it++) {
-        int i = threadIdx.x + it * THREADS;
-        if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
-        int r = i / CH, ch = i % CH;
-        bool valid = r0 + r < T;
-        bf16* dst = s + (ch / 8) * ROWS * 64 + r * 64 + ((ch % 8) ^ (r % 8)) * 8;
-        cp_async16(dst, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
-    }
-}
 // the K-major operand of k step st (columns 16 st ..) for rows row0 .. (a multiple of 8) of a
 // swizzled tile of ROWS rows: Q (A) or K (B of S = Q Kᵀ)
 template <int ROWS>
@@ -85,15 +69,15 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
     int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
     auto issue = [&](int kt) {
         bf16* st = sKV + 2 * (kt % S) * BK * HS;
-        flash_load_tile_sw128<HS, BK, THREADS>(st, k, ld, kt * BK, T);
-        flash_load_tile_sw128<HS, BK, THREADS>(st + BK * HS, v, ld, kt * BK, T);
+        flash_load_tile<HS, BK, THREADS, true>(st, k, ld, kt * BK, T);
+        flash_load_tile<HS, BK, THREADS, true>(st + BK * HS, v, ld, kt * BK, T);
         cp_async_mbar_arrive(&full[kt % S]);
     };
     if (threadIdx.x == 0)
         for (int st = 0; st < S; st++) { mbar_init(&full[st], THREADS); mbar_init(&empty[st], THREADS); }
     __syncthreads();
 
-    flash_load_tile_sw128<HS, BQ, THREADS>(sQ, q, ld, q0, T);  // Q lands with key tile 0
+    flash_load_tile<HS, BQ, THREADS, true>(sQ, q, ld, q0, T);  // Q lands with key tile 0
     for (int kt = 0; kt < S - 1 && kt < nkt; kt++) issue(kt);
     float o[1][HS / 8][4];
     flash_zero<HS / 8>(o[0]);

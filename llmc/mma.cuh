@@ -160,8 +160,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
 #if defined(__CUDA_ARCH__)
     unsigned int s = (unsigned int)__cvta_generic_to_shared(bar), done;
     do {
+#if __CUDA_ARCH__ >= 900
         asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done) : "r"(s), "r"(parity) : "memory");
+#else  // sm_80: test_wait (no suspend), the same acquire on success
+        asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(s), "r"(parity) : "memory");
+#endif
     } while (!done);
 #elif defined(EMU_WARP_MMA)
     emu_mbar_wait(bar, parity);
@@ -221,9 +226,14 @@ __device__ __forceinline__ void warpgroup_registers_dec() {
 // rounds to nearest even and, without .noftz (PTX 9.4 and later only), flushes subnormal inputs
 // and results to sign-preserving zero on global memory.
 __device__ __forceinline__ void red_add_f32x4(float* p, float4 v) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                  : "memory");
+#elif defined(__CUDA_ARCH__)  // sm_80: the four elements one by one (each add rounds and flushes as above)
+    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v.x) : "memory");
+    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p + 1), "f"(v.y) : "memory");
+    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p + 2), "f"(v.z) : "memory");
+    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p + 3), "f"(v.w) : "memory");
 #elif defined(EMU_WARP_MMA)
     emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y); emu_red_add_f32(p + 2, v.z); emu_red_add_f32(p + 3, v.w);
 #endif
@@ -293,7 +303,7 @@ __device__ __forceinline__ void wgmma_fence() {
 }
 // this thread's ordinary shared-memory stores made visible to the async proxy (wgmma, bulk copies)
 __device__ __forceinline__ void wgmma_fence_smem() {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
