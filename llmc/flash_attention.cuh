@@ -2,8 +2,8 @@
 // launch choice of the kernels in flash_forward.cuh and flash_backward.cuh (their tiles in
 // flash_common.cuh), the scratch they need and the checks of their inputs. A kernel for another
 // architecture lives beside them in a file of its own and is chosen here: flash_forward_sm90.cuh's
-// forward on Hopper's wgmma (flash_forward_sm90, HS 64 and 128), not yet the trainer's (not yet
-// measured on a GPU; dev_attention validates and times it).
+// forward on Hopper's wgmma (flash_attention_forward_sm90, HS 64 and 128), not yet the trainer's
+// (not yet measured on a GPU; dev_attention validates and times it).
 //
 // Shapes as attention.cuh: qkv (B, T, (NH + 2*NKV) * HS) bf16 read in place (columns [NH q heads |
 // NKV k heads | NKV v heads], q and k already rotated), out and dout (B, T, NH * HS), lse (B, NH, T)

@@ -3,9 +3,9 @@
 // up to the causal diagonal, the online softmax in registers, flash_forward_softmax), the same
 // (K, V) ring of cp.async stages with a full and an empty mbarrier each, and the same outputs, but
 // the products read K and V straight from shared memory (no ldmatrix) and run asynchronously on a
-// warpgroup's tensor cores. Launched by flash_attention.cuh's flash_forward_sm90 for head sizes 64
-// and 128; not yet the default anywhere (not yet measured on a GPU): dev_attention validates and
-// times it beside the mma.sync kernel.
+// warpgroup's tensor cores. Launched by flash_attention.cuh's flash_attention_forward_sm90 for
+// head sizes 64 and 128; not yet the default anywhere (not yet measured on a GPU): dev_attention
+// validates and times it beside the mma.sync kernel.
 //
 // Block: 128 queries of one q head (FlashFwdSm90Tile), two warpgroups of 64 rows; warp w of a
 // warpgroup holds rows 16 w .. 16 w + 15 of its 64 (the wgmma D fragment: per n8 block the
@@ -45,7 +45,7 @@ __device__ __forceinline__ uint64_t flash_desc_n_major(const bf16* tile, int st)
 
 // grid (NH·B, ceil(T/128)), 256 threads; shared memory: 1024 bytes of alignment slack, Q, the
 // (K, V) stages, their full and empty barriers. Where the device code has no wgmma (not sm_90a) the
-// body is empty: flash_forward_sm90 refuses to launch it there.
+// body is empty: flash_attention_forward_sm90 refuses to launch it there.
 template <int HS>
 __global__ void __launch_bounds__(FlashFwdSm90Tile<HS>::WARPGROUPS * 128, FlashFwdSm90Tile<HS>::MIN_BLOCKS)
 flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
