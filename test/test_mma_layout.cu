@@ -759,13 +759,14 @@ static uint32_t wg_offset(const WgLayout& L, int x, int k) {
 static int wg_mode(int swizzle) { return swizzle == 128 ? WGMMA_SWIZZLE_128B : swizzle == 64 ? WGMMA_SWIZZLE_64B : swizzle == 32 ? WGMMA_SWIZZLE_32B : WGMMA_NO_SWIZZLE; }
 
 static const int WG_REGION = 16 << 10;  // bytes of each operand's shared region: A's, then B's
-// steps: wgmma into the same registers one after another without a wait (the ISA orders such a
-// chain), step j's operands a_step and b_step bytes on from the first's (A from shared memory)
-struct WgRun { uint32_t a_start, a_lbo, a_sbo, b_start, b_lbo, b_sbo; int a_mode, b_mode, accumulate, steps, a_step, b_step; };
+// STEPS (wgmma_kernel's): wgmma into the same registers one after another without a wait (the ISA
+// orders such a chain), step j's operands a_step and b_step bytes on from the first's (A from
+// shared memory; a constant, so that the accumulators stay in their registers between them)
+struct WgRun { uint32_t a_start, a_lbo, a_sbo, b_start, b_lbo, b_sbo; int a_mode, b_mode, accumulate, a_step, b_step; };
 // out (128 x N / 2): each thread's D after one wgmma (A from the image's A region when A_SMEM, else
 // from a_frag, 128 x 4), C from c (128 x N / 2); img: the two regions, copied to shared memory;
 // has_wgmma: whether this build's device code has the instruction (sm_90a)
-template <int N, int TRANS_B, bool A_SMEM>
+template <int N, int TRANS_B, bool A_SMEM, int STEPS>
 __global__ void __launch_bounds__(128) wgmma_kernel(float* out, int* has_wgmma, const uint4* img, const uint32_t* a_frag, const float* c,
                                                     WgRun r) {
     extern __shared__ __align__(16) uint8_t wg_smem[];
@@ -780,7 +781,8 @@ __global__ void __launch_bounds__(128) wgmma_kernel(float* out, int* has_wgmma, 
     uint64_t db = wgmma_desc(base + WG_REGION + r.b_start, r.b_lbo, r.b_sbo, (WgmmaSwizzle)r.b_mode);
     wgmma_fence();
     if (A_SMEM) {
-        for (int j = 0; j < r.steps; j++)
+#pragma unroll
+        for (int j = 0; j < STEPS; j++)
             Wgmma<N>::template ss<TRANS_B>(d, wgmma_desc(base + r.a_start + j * r.a_step, r.a_lbo, r.a_sbo, (WgmmaSwizzle)r.a_mode),
                                            wgmma_desc(base + WG_REGION + r.b_start + j * r.b_step, r.b_lbo, r.b_sbo, (WgmmaSwizzle)r.b_mode),
                                            j > 0 || r.accumulate);
@@ -825,12 +827,12 @@ static const size_t WG_SMEM_BYTES = 2 * WG_REGION + 1024;  // the two regions an
 
 // runs wgmma_kernel on a shared-memory image (2 x WG_REGION bytes), A fragments (128 x 4) and C
 // (128 x N / 2); out: D (128 x N / 2). False where the build has no wgmma (no sm_90a code).
-template <int N, int TRANS_B, bool A_SMEM>
+template <int N, int TRANS_B, bool A_SMEM, int STEPS = 1>
 static bool wg_run(float* out, const uint16_t* image, const uint32_t* afrag, const float* c, WgRun r) {
     CUDA_CHECK(cudaMemcpy(wg_img, image, 2 * WG_REGION, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(wg_afrag, afrag, 128 * 4 * sizeof(uint32_t), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(wg_c, c, 128 * (N / 2) * sizeof(float), cudaMemcpyHostToDevice));
-    wgmma_kernel<N, TRANS_B, A_SMEM><<<1, 128, WG_SMEM_BYTES>>>(wg_out, wg_flag, wg_img, wg_afrag, wg_c, r);
+    wgmma_kernel<N, TRANS_B, A_SMEM, STEPS><<<1, 128, WG_SMEM_BYTES>>>(wg_out, wg_flag, wg_img, wg_afrag, wg_c, r);
     KERNEL_CHECK();
     int has = 0;
     to_host(out, wg_out, 128 * (N / 2));
@@ -860,7 +862,7 @@ static void wg_probe(const char* name, WgLayout L) {
     WgLayout onehot_b = {false, 0, 0, 128, 256};  // B[k][n] (K-major, no swizzle): core matrices (n / 8, k / 8) at 256 (n / 8) + 128 (k / 8)
     for (int m = 0; m < 64; m++) A[16 * m + m % 16] = BF16_ONE;
     wg_afrag_of(af, A);
-    WgRun r = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
+    WgRun r = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (PROBE_A) r.a_start = L.start, r.a_lbo = L.lbo, r.a_sbo = L.sbo, r.a_mode = wg_mode(L.swizzle);
     else r.b_start = L.start, r.b_lbo = L.lbo, r.b_sbo = L.sbo, r.b_mode = wg_mode(L.swizzle);
     if (PROBE_A) r.b_start = onehot_b.start, r.b_lbo = onehot_b.lbo, r.b_sbo = onehot_b.sbo;
@@ -905,14 +907,14 @@ static void wg_probe(const char* name, WgLayout L) {
 
 // D = A B + C with bf16 fractions, against double within 2^-14 of the terms' magnitude (fp32
 // accumulation of at most 65 terms), every element; A in registers or at LA, B at LB (N-major with
-// TRANS_B); K = 16 steps, step j's k16 slice of A and B a_step and b_step bytes on (A_SMEM)
-template <int N, int TRANS_B, bool A_SMEM>
-static void wg_product(const char* name, WgLayout LA, WgLayout LB, bool accumulate, int steps = 1, int a_step = 0, int b_step = 0) {
+// TRANS_B); K = 16 STEPS, step j's k16 slice of A and B a_step and b_step bytes on (A_SMEM)
+template <int N, int TRANS_B, bool A_SMEM, int STEPS = 1>
+static void wg_product(const char* name, WgLayout LA, WgLayout LB, bool accumulate, int a_step = 0, int b_step = 0) {
     if (g_wgmma_absent) return;
     static uint16_t image[2 * WG_REGION / 2];
     static float out[128 * 64], c[128 * 64];
     static uint16_t A[64 * 64], B[64 * 128];
-    const int K = 16 * steps;
+    const int K = 16 * STEPS;
     uint32_t af[512] = {0};
     uint32_t s = 4242u;
     auto next = [&s]() { s = s * 1664525u + 1013904223u; return (float)((s >> 8) * (2.0 / 16777216.0) - 1.0); };
@@ -932,8 +934,8 @@ static void wg_product(const char* name, WgLayout LA, WgLayout LB, bool accumula
         }
     for (int i = 0; i < 128 * (N / 2); i++) c[i] = next();
     if (!A_SMEM) wg_afrag_of(af, A);  // K 16
-    WgRun r = {LA.start, LA.lbo, LA.sbo, LB.start, LB.lbo, LB.sbo, wg_mode(LA.swizzle), wg_mode(LB.swizzle), accumulate, steps, a_step, b_step};
-    if (!wg_run<N, TRANS_B, A_SMEM>(out, image, af, c, r)) {
+    WgRun r = {LA.start, LA.lbo, LA.sbo, LB.start, LB.lbo, LB.sbo, wg_mode(LA.swizzle), wg_mode(LB.swizzle), accumulate, a_step, b_step};
+    if (!wg_run<N, TRANS_B, A_SMEM, STEPS>(out, image, af, c, r)) {
         g_wgmma_absent = true;
         test_skip("mma_layout.wgmma", "this build's device code has no wgmma (it needs sm_90a)");
         return;
@@ -988,7 +990,7 @@ static void test_wgmma(void) {
     wg_product<64, 1, true>("mma_layout.wgmma_ss_n64_fractions_plus_c", {false, 0, 0, 1152, 128}, {true, 0, 0, 128, 256}, true);
     // four into the same registers before the wait, K 64 (as a flash tile's S = Q Kᵀ at HS 64 and
     // O += P V): A's k16 slices 32 bytes apart in its 128-byte rows, B's (N-major) 2048 bytes
-    wg_product<64, 1, true>("mma_layout.wgmma_ss_n64_chain_of_4_plus_c", {false, 128, 0, 16, 1024}, {true, 128, 0, 4096, 1024}, true, 4, 32, 2048);
+    wg_product<64, 1, true, 4>("mma_layout.wgmma_ss_n64_chain_of_4_plus_c", {false, 128, 0, 16, 1024}, {true, 128, 0, 4096, 1024}, true, 32, 2048);
 #if defined(EMU_WARP_MMA) && !defined(EMU_RACECHECK)
     if (!g_wgmma_absent) {  // D's registers change at the wait, not at the wgmma
         static uint16_t image[2 * WG_REGION / 2];
@@ -1001,7 +1003,7 @@ static void test_wgmma(void) {
         float *dbefore = wg_out, *dafter = wg_c;
         CUDA_CHECK(cudaMemcpy(wg_img, image, 2 * WG_REGION, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(wg_afrag, af, sizeof(af), cudaMemcpyHostToDevice));
-        WgRun r = {0, 0, 0, 0, 1152, 128, 0, 0, 1, 1, 0, 0};
+        WgRun r = {0, 0, 0, 0, 1152, 128, 0, 0, 1, 0, 0};
         wgmma_late_kernel<<<1, 128, WG_SMEM_BYTES>>>(dbefore, dafter, wg_img, wg_afrag, r);
         KERNEL_CHECK();
         to_host(before, dbefore, 128 * 32);
@@ -1035,6 +1037,7 @@ __global__ void wgmma_misuse_kernel(int fence, int wait) {
 #endif
 
 int main(int argc, char** argv) {
+    (void)argv;  // (the emulated build's own options only)
 #if defined(EMU_WARP_MMA)
     if (argc == 2 && (strcmp(argv[1], "--emu-wgmma-no-fence") == 0 || strcmp(argv[1], "--emu-wgmma-no-wait") == 0)) {
         bool fence = strcmp(argv[1], "--emu-wgmma-no-fence") != 0;
