@@ -549,7 +549,11 @@ def read_sm90_tiles(header_path, hs):
     path = os.path.join(os.path.dirname(header_path), "flash_forward_sm90.cuh")
     if hs not in (64, 128) or not os.path.isfile(path):
         return None
-    return read_tiles(open(path).read(), "FlashFwdSm90Tile", SM90_FIELDS, hs)
+    try:
+        text = open(path).read()
+    except OSError as e:
+        die(f"cannot read '{path}' ({e.strerror})")
+    return read_tiles(text, "FlashFwdSm90Tile", SM90_FIELDS, hs)
 
 
 def forward_call(per, n, BQ, shape, hw, launch_order):

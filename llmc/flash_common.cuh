@@ -40,6 +40,20 @@ struct FlashBwdTile {
     static const bool KV_REGS = HS <= 64;
 };
 
+// A forward block's head (blockIdx.x = b NH + h): batch b, q head h, the row length ld of qkv, and
+// row 0 of q head h and of its kv head's k and v in batch b (the forward kernels' inputs)
+struct FlashFwdHead {
+    int b, h, ld;
+    const bf16 *q, *k, *v;
+    __device__ FlashFwdHead(const bf16* qkv, int T, int NH, int NKV, int HS) {
+        h = blockIdx.x % NH, b = blockIdx.x / NH, ld = (NH + 2 * NKV) * HS;
+        int kvh = h / (NH / NKV);
+        q = qkv + (size_t)b * T * ld + h * HS;
+        k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
+        v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
+    }
+};
+
 // s (ROWS, HS + 8) shared = rows [r0, r0 + ROWS) of the (T, ld) matrix at src, zeros from row T on;
 // by threads [0, THREADS), thread t taking the 16-byte chunks t, t + THREADS, ... of the tile. The
 // trip count is a constant, so the loop unrolls into its copies (a loop from threadIdx.x compiles

@@ -84,11 +84,9 @@ flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int 
     uint64_t* full = (uint64_t*)(sKV + 2 * S * BK * P);  // per stage: its tile's copies have landed (every thread's)
     uint64_t* empty = full + S;                           // per stage: every thread is done with its tile
     int qt = gridDim.y - 1 - blockIdx.y;  // the longest rows first, of every (b, h)
-    int h = blockIdx.x % NH, b = blockIdx.x / NH, kvh = h / (NH / NKV);
-    int ld = (NH + 2 * NKV) * HS, q0 = qt * BQ;
-    const bf16* q = qkv + (size_t)b * T * ld + h * HS;
-    const bf16* k = qkv + (size_t)b * T * ld + (NH + kvh) * HS;
-    const bf16* v = qkv + (size_t)b * T * ld + (NH + NKV + kvh) * HS;
+    const FlashFwdHead hd(qkv, T, NH, NKV, HS);
+    const int h = hd.h, b = hd.b, ld = hd.ld, q0 = qt * BQ;
+    const bf16 *q = hd.q, *k = hd.k, *v = hd.v;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     int r0 = q0 + warp * (BQ / F::WARPS);            // this warp's first row
     int nkt = min((T + BK - 1) / BK, (q0 + BQ) / BK);  // key tiles up to the block's diagonal
