@@ -543,17 +543,71 @@ def model_forward_sm90(f, hs, shape, hw=H200, regs=None):
     return forward_call(per, n, BQ, shape, hw, "tile")
 
 
-def read_sm90_tiles(header_path, hs):
-    """FlashFwdSm90Tile at head size hs from flash_forward_sm90.cuh beside the header, or None
-    (no such file, or a head size it does not take)."""
-    path = os.path.join(os.path.dirname(header_path), "flash_forward_sm90.cuh")
+def read_sm90_tiles(header_path, hs, direction="forward"):
+    """FlashFwdSm90Tile (FlashBwdSm90Tile) at head size hs from flash_forward_sm90.cuh
+    (flash_backward_sm90.cuh) beside the header, or None (no such file, or a head size it does not take)."""
+    fname, struct, fields = (("flash_forward_sm90.cuh", "FlashFwdSm90Tile", SM90_FIELDS) if direction == "forward" else
+                             ("flash_backward_sm90.cuh", "FlashBwdSm90Tile", SM90_BWD_FIELDS))
+    path = os.path.join(os.path.dirname(header_path), fname)
     if hs not in (64, 128) or not os.path.isfile(path):
         return None
     try:
         text = open(path).read()
     except OSError as e:
         die(f"cannot read '{path}' ({e.strerror})")
-    return read_tiles(text, "FlashFwdSm90Tile", SM90_FIELDS, hs)
+    return read_tiles(text, struct, fields, hs)
+
+
+# The wgmma backward (llmc/flash_backward_sm90.cuh; not yet measured): a block's two compute
+# warpgroups of 64 keys take each query tile 64 queries at a time (a sub-tile): Sᵀ, dPᵀ, dV and
+# dK on the tensor cores at WGMMA_TFLOPS where the warpgroup's keys reach the sub-tile (their
+# shared-memory operands read at 128 bytes a clock: K or V rows and Q or dO for Sᵀ and dPᵀ, dO and
+# Q for dV and dK, whose A is in registers), the exp and FP32 of the scores as the mma.sync
+# backward's, dSᵀ stored; then both warpgroups' dQ part (dS K over the block's 128 keys, read from
+# shared memory), stored to a stage the writer warpgroup reads; the tile's Q, dO and rows filled by
+# cp.async; one barrier. The writer's turn waits run beside (none in the steady state) and are not
+# in it. The pipes added, as for the forward: a floor.
+SM90_BWD_FIELDS = ("BK", "BQ", "COMPUTE_WARPGROUPS", "DQ_STAGES")
+
+
+def sm90_bwd_wg_sub(hs):
+    """One compute warpgroup's work on one 64-query sub-tile its keys reach (the four products)."""
+    return dict(wgmma=4 * 2 * 64 * 64 * hs, smem=6 * 64 * hs * BF16 + 64 * 64 * BF16 + 4 * 16 * 32 * 8,  # operands; dSᵀ; lse and D
+                exp=64 * 64, fp32=4 * SOFTMAX[AS_BUILT_SOFTMAX]["bwd_score"] * 32)
+
+
+def sm90_bwd_tile_rest(b, hs):
+    """A block's work on one query tile besides the sub-tiles: the dQ part (both warpgroups), its
+    stage stored and read, the tile's fills."""
+    BQ, BK = b["BQ"], b["BK"]
+    blocks = BQ * hs // (64 * 64)  # the part's 64 x 64 blocks, one a warpgroup: each reads 64 x BK of dSᵀ and BK x 64 of K
+    return dict(wgmma=2 * BQ * BK * hs, smem=blocks * 2 * 64 * BK * BF16 + 2 * BQ * hs * FP32 + 2 * BQ * hs * BF16 + BQ * 8)
+
+
+def sm90_bwd_smem(b, hs):
+    return 1024 + (2 * b["BK"] * hs + 4 * b["BQ"] * hs + 2 * b["BK"] * b["BQ"]) * BF16 + b["DQ_STAGES"] * b["BQ"] * hs * FP32 + 2 * b["BQ"] * 8
+
+
+def model_backward_sm90(b, hs, shape, hw=H200, regs=None):
+    """The modelled wgmma backward call (tickets as built: key block 0 of every head first), as
+    model_backward."""
+    B, T, NH, NKV, _ = shape
+    BQ, BK = b["BQ"], b["BK"]
+    n = blocks_per_sm(128 * (b["COMPUTE_WARPGROUPS"] + 1), regs, sm90_bwd_smem(b, hs), hw, 1)
+    sub, rest = pipes_added(sm90_bwd_wg_sub(hs), hw, 1), pipes_added(sm90_bwd_tile_rest(b, hs), hw, 1)
+    per = {}
+    for kb in range(-(-T // BK)):
+        clk = BLOCK_START_CLK
+        for qi in range(kb * BK // BQ, -(-T // BQ)):
+            active = sum(1 for g in range(b["COMPUTE_WARPGROUPS"]) for q in range(BQ // 64) if kb * BK + 64 * g <= qi * BQ + 64 * q + 63)
+            clk += active * sub + rest + BARRIER_CLK
+        per[kb] = (0.0, clk * (NH // NKV))
+    nkb = -(-T // BK)
+    order = [per[t // (B * NKV)] for t in range(B * NKV * nkb)]
+    clk = tail_clk(order, hw["sms"], n)
+    extra = backward_small_ms(shape, "writer_red")
+    to_ms = 1 / (hw["clock_ghz"] * 1e6)
+    return dict(ms=clk * to_ms + extra, blocks_per_sm=n, no_tail_ms=sum(l for _, l in order) / hw["sms"] * to_ms + extra)
 
 
 def forward_call(per, n, BQ, shape, hw, launch_order):
@@ -571,6 +625,17 @@ def forward_call(per, n, BQ, shape, hw, launch_order):
     return dict(ms=clk * to_ms + launch, blocks_per_sm=n, no_tail_ms=sum(n * w + l for w, l in order) / (hw["sms"] * n) * to_ms + launch)
 
 
+def backward_small_ms(shape, dq):
+    """ms of the backward's small kernels and launches: D reads dO and O and writes (lse·log2 e, D)
+    (5ec15b9: D); with writer_red the conversion reads fp32 dQ and writes bf16."""
+    B, T, NH, _, hs = shape
+    rows = B * NH * T
+    small_bytes, kernels = 2 * rows * hs * BF16 + rows * (FP32 + (FP32 if dq == "serial" else 8)), 3
+    if dq == "writer_red":
+        small_bytes, kernels = small_bytes + rows * hs * (FP32 + BF16), 4
+    return small_bytes / (HBM_TBS * 1e12) * 1e3 + kernels * LAUNCH_US * 1e-3
+
+
 def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=(), launch_order="head"):
     """The modelled backward call (the counters' memset, D, the backward, the dQ conversion): ms,
     blocks per SM, ms without the tail. launch_order: "head" or "block" (AS_BUILT_BWD_ORDER)."""
@@ -586,12 +651,7 @@ def model_backward(b, hs, shape, dq, hw=H200, regs=None, spill=0, parts=(), laun
     else:
         order = [per[t // (B * NKV)] for t in range(B * NKV * nkb)]  # tickets: key block 0 of every head first
     clk = tail_clk(order, hw["sms"], 1)
-    # D reads dO and O and writes (lse·log2 e, D) (5ec15b9: D); the conversion reads fp32 dQ, writes bf16
-    rows = B * NH * T
-    small_bytes, kernels = 2 * rows * hs * BF16 + rows * (FP32 + (FP32 if dq == "serial" else 8)), 3
-    if dq == "writer_red":
-        small_bytes, kernels = small_bytes + rows * hs * (FP32 + BF16), 4
-    extra = small_bytes / (HBM_TBS * 1e12) * 1e3 + kernels * LAUNCH_US * 1e-3
+    extra = backward_small_ms(shape, dq)
     to_ms = 1 / (hw["clock_ghz"] * 1e6)
     return dict(ms=clk * to_ms + extra, blocks_per_sm=n, no_tail_ms=sum(l for _, l in order) / hw["sms"] * to_ms + extra)
 
@@ -744,6 +804,11 @@ def as_built(cfg, ptxas, hs, header=None):
         regs, spill = ptxas.get(("flash_forward_sm90_kernel", hs), (None, None))
         out.append(dict(kernel="flash_forward_sm90_kernel", phase="forward_sm90", tiles=sm90, threads=128 * sm90["WARPGROUPS"],
                         min_blocks=sm90["MIN_BLOCKS"], smem=sm90_smem(sm90, hs), regs=regs, spill=spill))
+    bsm90 = read_sm90_tiles(header, hs, "backward") if header else None
+    if bsm90:
+        regs, spill = ptxas.get(("flash_backward_sm90_kernel", hs), (None, None))
+        out.append(dict(kernel="flash_backward_sm90_kernel", phase="backward_sm90", tiles=bsm90,
+                        threads=128 * (bsm90["COMPUTE_WARPGROUPS"] + 1), min_blocks=1, smem=sm90_bwd_smem(bsm90, hs), regs=regs, spill=spill))
     for kernel, phase, t, threads, smem in (("flash_forward_kernel", "forward", f, 32 * f["WARPS"], fwd_smem(f, hs)),
                                             ("flash_backward_kernel", "backward", b, 32 * (b["WARPS"] + b.get("WRITER_WARPS", 1)),
                                              bwd_smem(b, hs))):
@@ -844,6 +909,16 @@ def main(argv=None):
             p = {k: v * scale for k, v in p.items()}
             sm90_row = [name, "forward_sm90", hs, r["blocks_per_sm"]] + ["%.0f" % p[x] for x in ("mma", "ldsm", "exp", "fp32", "smem")] + \
                        ["%.0f" % STAGE_WAIT_CLK, "%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, "forward") / r["ms"] / 1e9)]
+        bsm90 = read_sm90_tiles(a.header, hs, "backward")
+        if bsm90:  # the wgmma backward (not measured: a prediction)
+            regs = ptxas.get(("flash_backward_sm90_kernel", hs), (None, None))[0]
+            r = model_backward_sm90(bsm90, hs, shape, H200, regs)
+            w = {k: v * bsm90["COMPUTE_WARPGROUPS"] * (bsm90["BQ"] // 64) for k, v in sm90_bwd_wg_sub(hs).items()}
+            for k, v in sm90_bwd_tile_rest(bsm90, hs).items():
+                w[k] = w.get(k, 0) + v
+            p = pipe_clk(w, H200)
+            bsm90_row = [name, "backward_sm90", hs, r["blocks_per_sm"]] + ["%.0f" % p[x] for x in ("mma", "ldsm", "exp", "fp32", "smem")] + \
+                        ["%.0f" % BARRIER_CLK, "%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, "backward") / r["ms"] / 1e9)]
         for k in as_built(cfg, ptxas, hs):
             t = k["tiles"]
             if k["phase"] == "forward":
@@ -855,6 +930,8 @@ def main(argv=None):
                         ["%.4f" % r["no_tail_ms"], "%.4f" % r["ms"], "%.1f" % (causal_flops(shape, k["phase"]) / r["ms"] / 1e9)])
             if sm90 and k["phase"] == "forward":
                 rows.append(sm90_row)
+            if bsm90 and k["phase"] == "backward":
+                rows.append(bsm90_row)
     if a.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(head)
@@ -865,7 +942,8 @@ def main(argv=None):
           "clk: SM clocks of one block on one tile below the diagonal, per pipe (added, less the two-block overlap) "
           "and its waits; the forward's with the SM to itself. --calibration compares the model with the measured times. "
           f"forward_sm90: the wgmma forward (llmc/flash_forward_sm90.cuh, not yet measured), its products at {WGMMA_TFLOPS:g} TFLOP/s "
-          "(the measured cuBLASLt GEMM's rate) on the mma column, no ldmatrix, the asynchrony not credited: a floor.")
+          "(the measured cuBLASLt GEMM's rate) on the mma column, no ldmatrix, the asynchrony not credited: a floor; "
+          "backward_sm90: the wgmma backward (llmc/flash_backward_sm90.cuh, not yet measured), the same way.")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:

@@ -2,8 +2,9 @@
 // launch choice of the kernels in flash_forward.cuh and flash_backward.cuh (their tiles in
 // flash_common.cuh), the scratch they need and the checks of their inputs. A kernel for another
 // architecture lives beside them in a file of its own and is chosen here: flash_forward_sm90.cuh's
-// forward on Hopper's wgmma (flash_attention_forward_sm90, HS 64 and 128), not yet the trainer's
-// (not yet measured on a GPU; dev_attention validates and times it).
+// forward and flash_backward_sm90.cuh's backward on Hopper's wgmma (flash_attention_forward_sm90,
+// flash_attention_backward_sm90, HS 64 and 128), not yet the trainer's (not yet measured on a GPU;
+// dev_attention validates and times them).
 //
 // Shapes as attention.cuh: qkv (B, T, (NH + 2*NKV) * HS) bf16 read in place (columns [NH q heads |
 // NKV k heads | NKV v heads], q and k already rotated), out and dout (B, T, NH * HS), lse (B, NH, T)
@@ -15,6 +16,7 @@
 #include "flash_forward.cuh"
 #include "flash_backward.cuh"
 #include "flash_forward_sm90.cuh"
+#include "flash_backward_sm90.cuh"
 
 // Shared memory above 48 KB must be opted into, once per kernel.
 template <int HS>
@@ -117,6 +119,28 @@ static inline void flash_attention_forward_sm90(bf16* out, float* lse, const bf1
     else flash_forward_sm90_hs<128>(out, lse, qkv, B, T, NH, NKV, stream);
 }
 
+template <int HS>
+static inline void flash_backward_sm90_hs(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv,
+                                          const float2* rows, int B, int T, int NH, int NKV, cudaStream_t stream) {
+    typedef FlashBwdSm90Tile<HS> F;
+    static_assert(F::BQ >= FlashBwdTile<HS>::BQ, "its turns fit in flash_order_ints_hs's scratch");
+    static bool limits = false;
+    if (!limits) {
+        CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_backward_sm90_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)flash_backward_sm90_smem<HS>()));
+        limits = true;
+    }
+    float scale = 1.0f / sqrtf((float)HS), scale_log2 = FLASH_LOG2E * scale;
+    CUDA_CHECK(cudaMemsetAsync(order, 0, (1 + (size_t)B * NH * cuda_ceil_div(T, F::BQ)) * sizeof(int), stream));
+    dim3 grid(cuda_ceil_div(T, F::BK), NKV, B);
+    flash_backward_sm90_kernel<HS><<<grid, (F::COMPUTE_WARPGROUPS + 1) * 128, flash_backward_sm90_smem<HS>(), stream>>>(
+        dqkv, dq_accum, order, dout, qkv, rows, T, NH, NKV, scale, scale_log2);
+    KERNEL_CHECK();
+    size_t chunks = (size_t)B * NH * T * HS / 8;
+    flash_dq_to_bf16_kernel<<<cuda_ceil_div(chunks, (size_t)256), 256, 0, stream>>>(dqkv, dq_accum, B, T, NH, NKV, HS);
+    KERNEL_CHECK();
+}
+
 // out (B, T, NH*HS), lse (B, NH, T) from qkv (B, T, (NH + 2*NKV)*HS)
 static inline void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, int HS,
                                            cudaStream_t stream) {
@@ -140,4 +164,22 @@ static inline void flash_attention_backward(bf16* dqkv, float2* rows, float* dq_
     else if (HS == 32) flash_backward_hs<32>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
     else if (HS == 64) flash_backward_hs<64>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
     else flash_backward_hs<128>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+}
+
+// flash_attention_backward on Hopper's wgmma (flash_backward_sm90.cuh): the same outputs and
+// scratch; only where flash_sm90_available(HS)
+static inline void flash_attention_backward_sm90(bf16* dqkv, float2* rows, float* dq_accum, int* order, const bf16* dout,
+                                                 const bf16* qkv, const bf16* out, const float* lse, int B, int T, int NH, int NKV,
+                                                 int HS, cudaStream_t stream) {
+    flash_check(qkv, dqkv, HS);
+    flash_check(dout, out, HS);
+    if (!flash_sm90_available(HS)) {
+        fprintf(stderr, "flash attention (wgmma): needs head size 64 or 128 (got %d), a GPU of compute capability 9.0 and an sm_90a build\n", HS);
+        exit(1);
+    }
+    long long threads = (long long)B * NH * T * (HS / 8);
+    flash_rowdot_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(rows, lse, dout, out, B, T, NH, HS);
+    KERNEL_CHECK();
+    if (HS == 64) flash_backward_sm90_hs<64>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+    else flash_backward_sm90_hs<128>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
 }

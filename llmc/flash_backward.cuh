@@ -107,46 +107,60 @@ template <int HS> static inline size_t flash_order_ints(int B, int T, int NH) {
     return 1 + (size_t)B * NH * cuda_ceil_div(T, FlashBwdTile<HS>::BQ);
 }
 
-// the compute warps' named barrier in the backward (the writer warp never takes part in it)
-static const int FLASH_BAR_COMPUTE = 1;
+// the backward's named barriers: the compute warps' (the writer never takes part in it), the
+// writer's own where it is more than one warp
+static const int FLASH_BAR_COMPUTE = 1, FLASH_BAR_WRITER = 2;
 
-// The dQ writer: the block's last warp. For each query tile the compute warps leave their part of
-// dQ (fp32) in a shared stage and arrive on its "full" mbarrier; the writer waits for it and for
-// the tile's turn, adds the part to dq_accum in the order "key block 0 first, the diagonal key
-// block last", passes the turn on and arrives on the stage's "empty" mbarrier, while the compute warps
-// go on to the next tile (they wait on "empty" only before they fill the stage again). The first
-// part is stored, the next ones are added by red.global.add: no value comes back, so nothing
-// waits on L2 but the one fence before the turn passes. After the kernel, flash_dq_to_bf16_kernel
-// writes the sums into dqkv.
-template <int HS>
-__device__ __forceinline__ void flash_backward_dq_writer(float* dq_accum, int* turns, const float* sDQ, uint64_t* full,
-                                                         uint64_t* empty, int b, int kvh, int kb, int total, int per_head,
-                                                         int T, int NH, int NKV) {
-    typedef FlashBwdTile<HS> F;
-    const int BQ = F::BQ, BK = F::BK, S = F::DQ_STAGES, PD = HS + 8, CH = HS / 4;
-    int lane = threadIdx.x % 32, group = NH / NKV, nq = (T + BQ - 1) / BQ;
+// where a dQ part's element (r, col) lies in its shared stage of BQ rows: rows padded by 8 floats
+// (the mma.sync kernel's), or HS floats with the 16-byte chunks of row r XORed with r % 8 (SW:
+// the wgmma kernel's, no padding; its compute threads store float2 and the writer reads float4
+// without bank conflicts)
+template <int HS, bool SW>
+__device__ __forceinline__ int flash_dq_stage_offset(int r, int col) {
+    return SW ? r * HS + ((col / 4) ^ (r % 8)) * 4 + col % 4 : r * (HS + 8) + col;
+}
+
+// The dQ writer: THREADS threads of the block (one warp of the mma.sync kernel, a warpgroup of the
+// wgmma kernel). For each query tile the compute warps leave their part of dQ (fp32) in one of
+// STAGES shared stages and arrive on its "full" mbarrier; the writer waits for it and for the
+// tile's turn, adds the part to dq_accum in the order "key block 0 first, the diagonal key block
+// last", passes the turn on and arrives on the stage's "empty" mbarrier (every writer thread),
+// while the compute warps go on to the next tile (they wait on "empty" only before they fill the
+// stage again). The first part is stored, the next ones are added by red.global.add: no value
+// comes back, so nothing waits on L2 but the one fence before the turn passes. After the kernel,
+// flash_dq_to_bf16_kernel writes the sums into dqkv.
+template <int HS, int BQ, int BK, int STAGES, int THREADS, bool SW>
+__device__ __forceinline__ void flash_dq_writer(float* dq_accum, int* turns, const float* sDQ, uint64_t* full, uint64_t* empty,
+                                                int b, int kvh, int kb, int total, int per_head, int T, int NH, int NKV) {
+    const int CH = HS / 4;
+    const int STAGE = SW ? BQ * HS : BQ * (HS + 8);
+    int t = threadIdx.x % THREADS, group = NH / NKV, nq = (T + BQ - 1) / BQ;
+    auto sync = [] {
+        if (THREADS == 32) __syncwarp();
+        else bar_sync(FLASH_BAR_WRITER, THREADS);
+    };
 #pragma unroll 1
     for (int idx = 0; idx < total; idx++) {
-        int stage = idx % S, h = kvh * group + idx / per_head, qi = nq - 1 - idx % per_head, q0 = qi * BQ;
+        int stage = idx % STAGES, h = kvh * group + idx / per_head, qi = nq - 1 - idx % per_head, q0 = qi * BQ;
         int rows = min(BQ, T - q0), turn = kb;  // key block 0 first, the diagonal block q0 / BK last
         int* turn_p = turns + ((size_t)b * NH + h) * nq + qi;
-        const float* part = sDQ + stage * BQ * PD;
+        const float* part = sDQ + stage * STAGE;
         float* acc = dq_accum + (((size_t)b * NH + h) * T + q0) * HS;
-        mbar_wait(full + stage, (idx / S) & 1);  // the compute warps' part is in the stage
+        mbar_wait(full + stage, (idx / STAGES) & 1);  // the compute warps' part is in the stage
         if (turn > 0) {
-            if (lane == 0) flash_wait_turn(turn_p, turn);
-            __syncwarp();
+            if (t == 0) flash_wait_turn(turn_p, turn);
+            sync();
         }
-        for (int i = lane; i < rows * CH; i += 32) {
+        for (int i = t; i < rows * CH; i += THREADS) {
             int r = i / CH, c4 = i % CH;
-            float4 x = *(const float4*)(part + r * PD + 4 * c4);
+            float4 x = *(const float4*)(part + flash_dq_stage_offset<HS, SW>(r, 4 * c4));
             if (turn == 0) __stcg((float4*)(acc + (size_t)r * HS + 4 * c4), x);
             else red_add_f32x4(acc + (size_t)r * HS + 4 * c4, x);
         }
         if (kb < q0 / BK) {  // the diagonal block is the last of its tile: nobody waits for it
             __threadfence();  // the part is performed at L2 before the turn passes on
-            __syncwarp();
-            if (lane == 0) atomicAdd(turn_p, 1);
+            sync();
+            if (t == 0) atomicAdd(turn_p, 1);
         }
         mbar_arrive(empty + stage);  // the stage is drained
     }
@@ -199,7 +213,8 @@ flash_backward_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout,
     if (warp >= F::WARPS) {  // the writer warpgroup: its registers to the compute warps, its first warp writes dQ
         warpgroup_registers_dec<F::WRITER_REGS>();
         if (warp == F::WARPS)
-            flash_backward_dq_writer<HS>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T, NH, NKV);
+            flash_dq_writer<HS, BQ, BK, F::DQ_STAGES, 32, false>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T,
+                                                                 NH, NKV);
         return;
     }
     warpgroup_registers_inc<F::COMPUTE_REGS>();

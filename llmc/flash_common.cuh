@@ -60,7 +60,11 @@ struct FlashFwdHead {
 // to a general one, with its remainder and index arithmetic, at every key tile). SW128 (the wgmma
 // kernels' layout, flash_forward_sm90.cuh; s 1024-byte aligned): rows of 64 bf16 in 128-byte-
 // swizzled atoms instead, column block cb = column / 64 at s + cb ROWS 64, row r at + 64 r, its
-// 16-byte chunk c (8 columns) at chunk c ^ (r % 8) of the row.
+// 16-byte chunk c (8 columns) at chunk c ^ (r % 8) of the row: element (r, col) at flash_sw128.
+template <int ROWS>
+__device__ __forceinline__ int flash_sw128(int r, int col) {
+    return (col / 64) * ROWS * 64 + r * 64 + (((col % 64) / 8) ^ (r % 8)) * 8 + col % 8;
+}
 template <int HS, int ROWS, int THREADS, bool SW128 = false>
 __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld, int r0, int T) {
     const int CH = HS / 8, CHUNKS = ROWS * CH;  // 16-byte chunks per row, per tile
@@ -70,9 +74,23 @@ __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld
         if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
         int r = i / CH, ch = i % CH;
         bool valid = r0 + r < T;
-        bf16* dst = SW128 ? s + (ch / 8) * ROWS * 64 + r * 64 + ((ch % 8) ^ (r % 8)) * 8 : s + r * (HS + 8) + ch * 8;
+        bf16* dst = s + (SW128 ? flash_sw128<ROWS>(r, 8 * ch) : r * (HS + 8) + ch * 8);
         cp_async16(dst, valid ? src + (size_t)(r0 + r) * ld + ch * 8 : src, valid);
     }
+}
+
+// The wgmma kernels' operands in a SW128 tile of ROWS rows (flash_forward_sm90.cuh,
+// flash_backward_sm90.cuh). The K-major operand of k step st (columns 16 st ..) for rows row0 ..
+// (a multiple of 8): Q (A) or K (B of S = Q Kᵀ), K (A of Sᵀ = K Qᵀ), Q (B of it)
+template <int ROWS>
+__device__ __forceinline__ uint64_t flash_desc_k_major(const bf16* tile, int row0, int st) {
+    return wgmma_desc(tile + row0 * 64, 16, 1024, WGMMA_SWIZZLE_128B) + (((st / 4) * ROWS * 128 + (st % 4) * 32) >> 4);
+}
+// The N-major (or M-major) operand of k step st (rows 16 st .. 16 st + 15, all columns): V (B of
+// O = P V; the next 64 columns ROWS 128 bytes on), dO, Q and K (B of dV, dK, dQ), dSᵀ (A of dQ)
+template <int ROWS>
+__device__ __forceinline__ uint64_t flash_desc_n_major(const bf16* tile, int st) {
+    return wgmma_desc(tile, ROWS * 128, 1024, WGMMA_SWIZZLE_128B) + ((st * 16 * 128) >> 4);
 }
 
 // acc[m] (N/8 tiles each) += A Bᵀ over k step kk (columns [16 kk, 16 kk + 16)) for the M row

@@ -30,19 +30,6 @@ struct FlashFwdSm90Tile {
 };
 static inline bool flash_sm90_head_size(int HS) { return HS == 64 || HS == 128; }
 
-// the K-major operand of k step st (columns 16 st ..) for rows row0 .. (a multiple of 8) of a
-// swizzled tile of ROWS rows: Q (A) or K (B of S = Q Kᵀ)
-template <int ROWS>
-__device__ __forceinline__ uint64_t flash_desc_k_major(const bf16* tile, int row0, int st) {
-    return wgmma_desc(tile + (st / 4) * ROWS * 64 + row0 * 64 + (st % 4) * 16, 16, 1024, WGMMA_SWIZZLE_128B);
-}
-// the N-major operand of k step st (rows 16 st .. 16 st + 15, all HS columns) of a swizzled tile of
-// ROWS rows: V (B of O = P V; the next 64 columns ROWS 128 bytes on)
-template <int ROWS>
-__device__ __forceinline__ uint64_t flash_desc_n_major(const bf16* tile, int st) {
-    return wgmma_desc(tile + st * 16 * 64, ROWS * 128, 1024, WGMMA_SWIZZLE_128B);
-}
-
 // grid (NH·B, ceil(T/128)), 256 threads; shared memory: 1024 bytes of alignment slack, Q, the
 // (K, V) stages, their full and empty barriers. Where the device code has no wgmma (not sm_90a) the
 // body is empty: flash_attention_forward_sm90 refuses to launch it there.
@@ -91,7 +78,7 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
             wgmma_fence();
 #pragma unroll
             for (int st = 0; st < HS / 16; st++)
-                Wgmma<BK>::template ss<0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st), flash_desc_k_major<BK>(sK, 0, st), st > 0);
+                Wgmma<BK>::template ss<0, 0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st), flash_desc_k_major<BK>(sK, 0, st), st > 0);
             wgmma_commit();
             wgmma_wait<0>(&s[0][0][0], BK / 2);
             if (kt * BK + BK - 1 > r0) flash_forward_softmax<true, HS, BK, 1>(s, o, mrow, l, kt * BK, r0, scale_log2);

@@ -238,6 +238,17 @@ __device__ __forceinline__ void red_add_f32x4(float* p, float4 v) {
     emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y); emu_red_add_f32(p + 2, v.z); emu_red_add_f32(p + 3, v.w);
 #endif
 }
+// p[0..1] += v (.v2.f32; p 8-byte aligned), as red_add_f32x4
+__device__ __forceinline__ void red_add_f32x2(float* p, float2 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(v.x), "f"(v.y) : "memory");
+#elif defined(__CUDA_ARCH__)
+    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v.x) : "memory");
+    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p + 1), "f"(v.y) : "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y);
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------
 // Warpgroup MMA (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": wgmma,
@@ -329,26 +340,36 @@ __device__ __forceinline__ void wgmma_wait(float* d, int n) {
 #endif
 }
 
+// a wgmma with A in registers reads them asynchronously too: after the wait that covers it, this
+// keeps the n registers at a (the compiler neither reuses nor moves them before this point)
+__device__ __forceinline__ void wgmma_hold(uint32_t* a, int n) {
+#if defined(__CUDA_ARCH__) && MMA_WGMMA
+#pragma unroll
+    for (int i = 0; i < n; i++) asm volatile("" : "+r"(a[i])::"memory");
+#else
+    (void)a; (void)n;
+#endif
+}
+
 // D (N / 2 floats of this thread) = A B + (accumulate ? D : 0), m64nNk16 bf16 -> fp32, N 64 or 128;
-// ss: A from shared memory (desc_a, K-major), rs: A in registers (a, 4); B at desc_b, K-major
-// (TRANS_B 0) or N-major (TRANS_B 1)
+// ss: A from shared memory (desc_a, K-major with TRANS_A 0, M-major with TRANS_A 1, as dSᵀ for
+// dQ = dS K), rs: A in registers (a, 4); B at desc_b, K-major (TRANS_B 0) or N-major (TRANS_B 1)
 template <int N>
 struct Wgmma;
 #if defined(__CUDA_ARCH__) && MMA_WGMMA
+// the accumulator operands d[i .. i + 7]
+#define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 template <>
 struct Wgmma<64> {
-    template <int TRANS_B>
+    template <int TRANS_A, int TRANS_B>
     __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+                     "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                     : WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
+                     : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
     }
     template <int TRANS_B>
     __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
@@ -357,16 +378,13 @@ struct Wgmma<64> {
                      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
                      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
     }
 };
 template <>
 struct Wgmma<128> {
-    template <int TRANS_B>
+    template <int TRANS_A, int TRANS_B>
     __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
         asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -374,16 +392,9 @@ struct Wgmma<128> {
                      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                     "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                     : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+                     "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+                     : WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24), WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
+                     : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
     }
     template <int TRANS_B>
     __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
@@ -394,25 +405,19 @@ struct Wgmma<128> {
                      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
                      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : WGMMA_D8(0), WGMMA_D8(8), WGMMA_D8(16), WGMMA_D8(24), WGMMA_D8(32), WGMMA_D8(40), WGMMA_D8(48), WGMMA_D8(56)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
     }
 };
+#undef WGMMA_D8
 #else
 template <int N>
 struct Wgmma {
     static_assert(N == 64 || N == 128, "Wgmma: N is 64 or 128");
-    template <int TRANS_B>
+    template <int TRANS_A, int TRANS_B>
     __device__ __forceinline__ static void ss(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if defined(EMU_WARP_MMA)
-        emu_wgmma(N, TRANS_B, NULL, desc_a, desc_b, d, accumulate);
+        emu_wgmma(N, TRANS_A, TRANS_B, NULL, desc_a, desc_b, d, accumulate);
 #else
         (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
 #endif
@@ -420,7 +425,7 @@ struct Wgmma {
     template <int TRANS_B>
     __device__ __forceinline__ static void rs(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
 #if defined(EMU_WARP_MMA)
-        emu_wgmma(N, TRANS_B, a, 0, desc_b, d, accumulate);
+        emu_wgmma(N, 0, TRANS_B, a, 0, desc_b, d, accumulate);
 #else
         (void)d; (void)a; (void)desc_b; (void)accumulate;
 #endif

@@ -75,6 +75,17 @@ def main():
     four, dq = flash_model.bwd_warp_tile(cfg[128][1], 128)
     ok = (four["mma"], four["ldsm"], four["exp"], four["fp32"], dq["mma"], dq["ldsm"]) == (128, 80, 512, 88, 32, 24)
     check("flash_model_backward_hs128_by_hand", ok, f"{four} {dq}")
+    # by hand, the wgmma backward at HS 64 (128 keys, query tiles of 128: two sub-tiles of 64 a
+    # warpgroup): a warpgroup's sub-tile, 4 products of 2 x 64 x 64 x 64 = 2097152 FLOPs, its
+    # operands 6 x 64 x 64 x 2 bytes, dSᵀ 64 x 64 x 2, lse and D 4 warps x 16 x 32 x 8: 73728
+    # bytes; 4096 exp; FP32 4 x 5.5 x 32 = 704. The tile's rest: dQ 2 x 128 x 128 x 64 FLOPs; its
+    # two 64 x 64 blocks read 2 x 2 x 64 x 128 x 2 bytes of dSᵀ and K, the part stored and read
+    # 2 x 128 x 64 x 4, the fills 2 x 128 x 64 x 2 + 128 x 8: 164864
+    b = flash_model.read_sm90_tiles(flash_model.os.path.join(REPO, "llmc", "flash_common.cuh"), 64, "backward")
+    sub, rest = flash_model.sm90_bwd_wg_sub(64), flash_model.sm90_bwd_tile_rest(b, 64) if b else {}
+    ok = b is not None and (b["BQ"], b["BK"]) == (128, 128) and sub == dict(wgmma=2097152, smem=73728, exp=4096, fp32=704.0) and \
+        rest == dict(wgmma=2097152, smem=164864)
+    check("flash_model_backward_sm90_hs64_by_hand", ok, f"{b} {sub} {rest}")
     # the tile expressions of the header: ordered comparisons and nested conditionals
     cv = flash_model.c_value
     ok = (cv("HS >= 64 ? 4 : 8", 64), cv("HS >= 64 ? 4 : 8", 32), cv("HS == 128 ? 32 : HS == 16 ? 128 : 64", 16),
@@ -119,7 +130,7 @@ def main():
         # bound asks 2) and a missing kernel fail
         committed = open(REPORT).read()
         rc, out = run_check(REPORT)
-        check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 10, f"rc {rc} {out.strip()}")
+        check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 12, f"rc {rc} {out.strip()}")
         cases = [("spill", lambda l: l if "flash_forward_kernel<128>" not in l else "251   0      0      8       8       " + l.split(None, 5)[5],
                   0, "WARN flash_forward_kernel<128>: 16 spill bytes"),
                  ("registers", lambda l: l if "flash_forward_kernel<32>" not in l else "255   0      0      0       0       " + l.split(None, 5)[5],
@@ -140,7 +151,7 @@ def main():
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
             lines = lambda text: [l for l in text.splitlines() if l and not l.startswith("#")]  # noqa: E731
             now = open(fresh).read() if os.path.exists(fresh) else ""
-            ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 10
+            ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 12
             diff = [l for l in lines(now) if l not in lines(committed)][:3]
             check("flash_model_ptxas_report_current", ok, f"rc {r.returncode}; new lines {diff}; {r.stdout.strip()[-300:]}")
 

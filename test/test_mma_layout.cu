@@ -198,11 +198,16 @@ __global__ void cp_async8_kernel(uint32_t* out, const uint32_t* src) {
 
 // acc (4 + 16): every thread adds (t, 2t, -t, 1) to acc[0..3]; thread 0 alone then adds v[i] to
 // acc[4 + 4 i ..] for the four cases of the flush (one thread: their order is the program's)
-__global__ void red_kernel(float* acc, const float* v) {
+// pairs: the same adds as two red_add_f32x2 each
+__device__ void red_add_4(float* p, float4 v, bool pairs) {
+    if (!pairs) red_add_f32x4(p, v);
+    else { red_add_f32x2(p, make_float2(v.x, v.y)); red_add_f32x2(p + 2, make_float2(v.z, v.w)); }
+}
+__global__ void red_kernel(float* acc, const float* v, bool pairs) {
     int t = threadIdx.x;
-    red_add_f32x4(acc, make_float4((float)t, 2.0f * t, -(float)t, 1.0f));
+    red_add_4(acc, make_float4((float)t, 2.0f * t, -(float)t, 1.0f), pairs);
     if (t == 0)
-        for (int i = 0; i < 4; i++) red_add_f32x4(acc + 4 + 4 * i, make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]));
+        for (int i = 0; i < 4; i++) red_add_4(acc + 4 + 4 * i, make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]), pairs);
 }
 
 // out (3 x 32): warp 0 writes a pattern to shared memory, warps 0 and 1 meet at bar_sync(1, 64),
@@ -500,21 +505,27 @@ static void test_red(void) {
     };
     float start[20] = {0}, add[16], got[20];
     for (int i = 0; i < 16; i++) { start[4 + i] = cases[i].start; add[i] = cases[i].add; }
-    float *dacc = to_dev(start, 20), *dadd = to_dev(add, 16);
-    red_kernel<<<1, 64>>>(dacc, dadd);
-    KERNEL_CHECK();
-    to_host(got, dacc, 20);
-    const float sums[4] = {2016.0f, 4032.0f, -2016.0f, 64.0f};  // t, 2t, -t, 1 over t = 0..63
-    char first[200] = "";
-    for (int i = 0; i < 4 && !first[0]; i++)
-        if (got[i] != sums[i]) snprintf(first, sizeof first, "element %d: 64 threads' sum %a, expected %a", i, got[i], sums[i]);
-    test_check("mma_layout.red_add_f32x4_sums_every_thread", !first[0], "%s", first);
-    first[0] = 0;
-    for (int i = 0; i < 16 && !first[0]; i++)
-        if (bits_of(got[4 + i]) != bits_of(cases[i].want))
-            snprintf(first, sizeof first, "case %d: %a + %a gave %a (0x%08x), expected %a (0x%08x)", i, cases[i].start, cases[i].add,
-                     got[4 + i], bits_of(got[4 + i]), cases[i].want, bits_of(cases[i].want));
-    test_check("mma_layout.red_add_f32x4_flushes_subnormals_to_signed_zero", !first[0], "%s", first);
+    for (int pairs = 0; pairs < 2; pairs++) {
+        const char* op = pairs ? "red_add_f32x2" : "red_add_f32x4";
+        char name[120];
+        float *dacc = to_dev(start, 20), *dadd = to_dev(add, 16);
+        red_kernel<<<1, 64>>>(dacc, dadd, pairs != 0);
+        KERNEL_CHECK();
+        to_host(got, dacc, 20);
+        const float sums[4] = {2016.0f, 4032.0f, -2016.0f, 64.0f};  // t, 2t, -t, 1 over t = 0..63
+        char first[200] = "";
+        for (int i = 0; i < 4 && !first[0]; i++)
+            if (got[i] != sums[i]) snprintf(first, sizeof first, "element %d: 64 threads' sum %a, expected %a", i, got[i], sums[i]);
+        snprintf(name, sizeof name, "mma_layout.%s_sums_every_thread", op);
+        test_check(name, !first[0], "%s", first);
+        first[0] = 0;
+        for (int i = 0; i < 16 && !first[0]; i++)
+            if (bits_of(got[4 + i]) != bits_of(cases[i].want))
+                snprintf(first, sizeof first, "case %d: %a + %a gave %a (0x%08x), expected %a (0x%08x)", i, cases[i].start, cases[i].add,
+                         got[4 + i], bits_of(got[4 + i]), cases[i].want, bits_of(cases[i].want));
+        snprintf(name, sizeof name, "mma_layout.%s_flushes_subnormals_to_signed_zero", op);
+        test_check(name, !first[0], "%s", first);
+    }
 }
 
 static void test_ex2(void) {
@@ -766,7 +777,7 @@ struct WgRun { uint32_t a_start, a_lbo, a_sbo, b_start, b_lbo, b_sbo; int a_mode
 // out (128 x N / 2): each thread's D after one wgmma (A from the image's A region when A_SMEM, else
 // from a_frag, 128 x 4), C from c (128 x N / 2); img: the two regions, copied to shared memory;
 // has_wgmma: whether this build's device code has the instruction (sm_90a)
-template <int N, int TRANS_B, bool A_SMEM, int STEPS>
+template <int N, int TRANS_A, int TRANS_B, bool A_SMEM, int STEPS>
 __global__ void __launch_bounds__(128) wgmma_kernel(float* out, int* has_wgmma, const uint4* img, const uint32_t* a_frag, const float* c,
                                                     WgRun r) {
     extern __shared__ __align__(16) uint8_t wg_smem[];
@@ -783,7 +794,7 @@ __global__ void __launch_bounds__(128) wgmma_kernel(float* out, int* has_wgmma, 
     if (A_SMEM) {
 #pragma unroll
         for (int j = 0; j < STEPS; j++)
-            Wgmma<N>::template ss<TRANS_B>(d, wgmma_desc(base + r.a_start + j * r.a_step, r.a_lbo, r.a_sbo, (WgmmaSwizzle)r.a_mode),
+            Wgmma<N>::template ss<TRANS_A, TRANS_B>(d, wgmma_desc(base + r.a_start + j * r.a_step, r.a_lbo, r.a_sbo, (WgmmaSwizzle)r.a_mode),
                                            wgmma_desc(base + WG_REGION + r.b_start + j * r.b_step, r.b_lbo, r.b_sbo, (WgmmaSwizzle)r.b_mode),
                                            j > 0 || r.accumulate);
     } else {
@@ -827,12 +838,12 @@ static const size_t WG_SMEM_BYTES = 2 * WG_REGION + 1024;  // the two regions an
 
 // runs wgmma_kernel on a shared-memory image (2 x WG_REGION bytes), A fragments (128 x 4) and C
 // (128 x N / 2); out: D (128 x N / 2). False where the build has no wgmma (no sm_90a code).
-template <int N, int TRANS_B, bool A_SMEM, int STEPS = 1>
+template <int N, int TRANS_A, int TRANS_B, bool A_SMEM, int STEPS = 1>
 static bool wg_run(float* out, const uint16_t* image, const uint32_t* afrag, const float* c, WgRun r) {
     CUDA_CHECK(cudaMemcpy(wg_img, image, 2 * WG_REGION, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(wg_afrag, afrag, 128 * 4 * sizeof(uint32_t), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(wg_c, c, 128 * (N / 2) * sizeof(float), cudaMemcpyHostToDevice));
-    wgmma_kernel<N, TRANS_B, A_SMEM, STEPS><<<1, 128, WG_SMEM_BYTES>>>(wg_out, wg_flag, wg_img, wg_afrag, wg_c, r);
+    wgmma_kernel<N, TRANS_A, TRANS_B, A_SMEM, STEPS><<<1, 128, WG_SMEM_BYTES>>>(wg_out, wg_flag, wg_img, wg_afrag, wg_c, r);
     KERNEL_CHECK();
     int has = 0;
     to_host(out, wg_out, 128 * (N / 2));
@@ -851,7 +862,7 @@ static bool g_wgmma_absent = false;
 // integer e % 256 in one run and e / 256 in another, the other operand is one-hot (A[m][k] = 1 at
 // k = m % 16 in registers, or B[k][n] = 1 at k = n % 16 in the K-major no-swizzle layout), so that D
 // holds the element the hardware read for each (x, k); compared with the layout table above.
-template <int N, int TRANS_B, bool PROBE_A>
+template <int N, int TRANS_A, int TRANS_B, bool PROBE_A>
 static void wg_probe(const char* name, WgLayout L) {
     if (g_wgmma_absent) return;
     static uint16_t image[2 * WG_REGION / 2];
@@ -875,7 +886,7 @@ static void wg_probe(const char* name, WgLayout L) {
         for (int e = 0; e < WG_REGION / 2; e++) probed[e] = to_bf16((float)(run ? e / 256 : e % 256));
         if (PROBE_A)
             for (int n = 0; n < N; n++) image[WG_REGION / 2 + wg_offset(onehot_b, n, n % 16) / 2] = BF16_ONE;
-        if (!wg_run<N, TRANS_B, PROBE_A>(out, image, af, c, r)) {
+        if (!wg_run<N, TRANS_A, TRANS_B, PROBE_A>(out, image, af, c, r)) {
             g_wgmma_absent = true;
             test_skip("mma_layout.wgmma", "this build's device code has no wgmma (it needs sm_90a)");
             return;
@@ -908,12 +919,12 @@ static void wg_probe(const char* name, WgLayout L) {
 // D = A B + C with bf16 fractions, against double within 2^-14 of the terms' magnitude (fp32
 // accumulation of at most 65 terms), every element; A in registers or at LA, B at LB (N-major with
 // TRANS_B); K = 16 STEPS, step j's k16 slice of A and B a_step and b_step bytes on (A_SMEM)
-template <int N, int TRANS_B, bool A_SMEM, int STEPS = 1>
+template <int N, int TRANS_A, int TRANS_B, bool A_SMEM, int STEPS = 1>
 static void wg_product(const char* name, WgLayout LA, WgLayout LB, bool accumulate, int a_step = 0, int b_step = 0) {
     if (g_wgmma_absent) return;
     static uint16_t image[2 * WG_REGION / 2];
     static float out[128 * 64], c[128 * 64];
-    static uint16_t A[64 * 64], B[64 * 128];
+    static uint16_t A[64 * 128], B[64 * 128];
     const int K = 16 * STEPS;
     uint32_t af[512] = {0};
     uint32_t s = 4242u;
@@ -935,7 +946,7 @@ static void wg_product(const char* name, WgLayout LA, WgLayout LB, bool accumula
     for (int i = 0; i < 128 * (N / 2); i++) c[i] = next();
     if (!A_SMEM) wg_afrag_of(af, A);  // K 16
     WgRun r = {LA.start, LA.lbo, LA.sbo, LB.start, LB.lbo, LB.sbo, wg_mode(LA.swizzle), wg_mode(LB.swizzle), accumulate, a_step, b_step};
-    if (!wg_run<N, TRANS_B, A_SMEM, STEPS>(out, image, af, c, r)) {
+    if (!wg_run<N, TRANS_A, TRANS_B, A_SMEM, STEPS>(out, image, af, c, r)) {
         g_wgmma_absent = true;
         test_skip("mma_layout.wgmma", "this build's device code has no wgmma (it needs sm_90a)");
         return;
@@ -966,31 +977,39 @@ static void test_wgmma(void) {
     // B K-major (Kᵀ of Q Kᵀ): without swizzle, the k halves 1152 bytes apart and the n groups 128 (so
     // that swapping the two offsets reads elsewhere); swizzled, 8 rows of S bytes an atom, k16 steps
     // within it by 32 bytes
-    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_no_swizzle", {false, 0, 0, 1152, 128});
-    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_32b", {false, 32, 0, 16, 256});
-    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_64b", {false, 64, 0, 16, 512});
-    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b", {false, 128, 0, 16, 1024});
-    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_k_step_1", {false, 128, 32, 16, 1024});
-    wg_probe<64, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_k_step_3", {false, 128, 96, 16, 1024});
-    wg_probe<128, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_n128", {false, 128, 64, 16, 1024});
+    wg_probe<64, 0, 0, false>("mma_layout.wgmma_b_k_major_no_swizzle", {false, 0, 0, 1152, 128});
+    wg_probe<64, 0, 0, false>("mma_layout.wgmma_b_k_major_swizzle_32b", {false, 32, 0, 16, 256});
+    wg_probe<64, 0, 0, false>("mma_layout.wgmma_b_k_major_swizzle_64b", {false, 64, 0, 16, 512});
+    wg_probe<64, 0, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b", {false, 128, 0, 16, 1024});
+    wg_probe<64, 0, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_k_step_1", {false, 128, 32, 16, 1024});
+    wg_probe<64, 0, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_k_step_3", {false, 128, 96, 16, 1024});
+    wg_probe<128, 0, 0, false>("mma_layout.wgmma_b_k_major_swizzle_128b_n128", {false, 128, 64, 16, 1024});
     // B N-major (V of P V): without swizzle, n groups 256 bytes apart and k halves 128; swizzled,
     // k rows of 128 bytes (64 n), k halves 1024 apart, the second 64 n (N 128) 2048 on
-    wg_probe<64, 1, false>("mma_layout.wgmma_b_n_major_no_swizzle", {true, 0, 0, 128, 256});
-    wg_probe<64, 1, false>("mma_layout.wgmma_b_n_major_swizzle_128b", {true, 128, 0, 2048, 1024});
-    wg_probe<128, 1, false>("mma_layout.wgmma_b_n_major_no_swizzle_n128", {true, 0, 0, 128, 256});
-    wg_probe<128, 1, false>("mma_layout.wgmma_b_n_major_swizzle_128b_n128", {true, 128, 0, 2048, 1024});
+    wg_probe<64, 0, 1, false>("mma_layout.wgmma_b_n_major_no_swizzle", {true, 0, 0, 128, 256});
+    wg_probe<64, 0, 1, false>("mma_layout.wgmma_b_n_major_swizzle_128b", {true, 128, 0, 2048, 1024});
+    wg_probe<128, 0, 1, false>("mma_layout.wgmma_b_n_major_no_swizzle_n128", {true, 0, 0, 128, 256});
+    wg_probe<128, 0, 1, false>("mma_layout.wgmma_b_n_major_swizzle_128b_n128", {true, 128, 0, 2048, 1024});
     // A from shared memory, K-major (Q of Q Kᵀ)
-    wg_probe<64, 0, true>("mma_layout.wgmma_a_k_major_no_swizzle", {false, 0, 0, 1152, 128});
-    wg_probe<64, 0, true>("mma_layout.wgmma_a_k_major_swizzle_128b", {false, 128, 0, 16, 1024});
-    wg_probe<64, 0, true>("mma_layout.wgmma_a_k_major_swizzle_128b_k_step_2", {false, 128, 64, 16, 1024});
+    wg_probe<64, 0, 0, true>("mma_layout.wgmma_a_k_major_no_swizzle", {false, 0, 0, 1152, 128});
+    wg_probe<64, 0, 0, true>("mma_layout.wgmma_a_k_major_swizzle_128b", {false, 128, 0, 16, 1024});
+    wg_probe<64, 0, 0, true>("mma_layout.wgmma_a_k_major_swizzle_128b_k_step_2", {false, 128, 64, 16, 1024});
+    // A from shared memory, M-major (TRANS_A; dSᵀ of dQ = dS K): as B N-major, k rows of 128 bytes
+    // (64 m), a k16 step 2048 bytes on
+    wg_probe<64, 1, 0, true>("mma_layout.wgmma_a_m_major_no_swizzle", {true, 0, 0, 128, 256});
+    wg_probe<64, 1, 0, true>("mma_layout.wgmma_a_m_major_swizzle_128b", {true, 128, 0, 2048, 1024});
+    wg_probe<64, 1, 0, true>("mma_layout.wgmma_a_m_major_swizzle_128b_k_step_1", {true, 128, 2048, 2048, 1024});
     // the arithmetic, with and without C
     WgLayout none = {false, 0, 0, 0, 0};
-    wg_product<128, 1, false>("mma_layout.wgmma_rs_n128_fractions_plus_c", none, {true, 128, 0, 2048, 1024}, true);
-    wg_product<128, 0, true>("mma_layout.wgmma_ss_n128_fractions", {false, 128, 32, 16, 1024}, {false, 128, 0, 16, 1024}, false);
-    wg_product<64, 1, true>("mma_layout.wgmma_ss_n64_fractions_plus_c", {false, 0, 0, 1152, 128}, {true, 0, 0, 128, 256}, true);
+    wg_product<128, 0, 1, false>("mma_layout.wgmma_rs_n128_fractions_plus_c", none, {true, 128, 0, 2048, 1024}, true);
+    wg_product<128, 0, 0, true>("mma_layout.wgmma_ss_n128_fractions", {false, 128, 32, 16, 1024}, {false, 128, 0, 16, 1024}, false);
+    wg_product<64, 0, 1, true>("mma_layout.wgmma_ss_n64_fractions_plus_c", {false, 0, 0, 1152, 128}, {true, 0, 0, 128, 256}, true);
     // four into the same registers before the wait, K 64 (as a flash tile's S = Q Kᵀ at HS 64 and
     // O += P V): A's k16 slices 32 bytes apart in its 128-byte rows, B's (N-major) 2048 bytes
-    wg_product<64, 1, true, 4>("mma_layout.wgmma_ss_n64_chain_of_4_plus_c", {false, 128, 0, 16, 1024}, {true, 128, 0, 4096, 1024}, true, 32, 2048);
+    wg_product<64, 0, 1, true, 4>("mma_layout.wgmma_ss_n64_chain_of_4_plus_c", {false, 128, 0, 16, 1024}, {true, 128, 0, 4096, 1024}, true, 32, 2048);
+    // eight, K 128, A M-major and B N-major (the flash backward's dQ = dS K over 128 keys: dSᵀ and
+    // K as rows of keys, a k16 step 2048 bytes on in each)
+    wg_product<64, 1, 1, true, 8>("mma_layout.wgmma_ss_a_m_major_n64_chain_of_8", {true, 128, 0, 2048, 1024}, {true, 128, 0, 2048, 1024}, false, 2048, 2048);
 #if defined(EMU_WARP_MMA) && !defined(EMU_RACECHECK)
     if (!g_wgmma_absent) {  // D's registers change at the wait, not at the wgmma
         static uint16_t image[2 * WG_REGION / 2];

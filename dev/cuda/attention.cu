@@ -42,13 +42,14 @@
 // T (tails of every tile kind) at each head size 16..128 and GQA groups of 1 to 3; each of those
 // shapes and the B=4 real shapes also compare flash against the cuBLAS path on the GPU (same
 // tolerances) and run the flash backward twice, bitwise equal.
-// Flash's forward on Hopper's wgmma (flash_attention_forward_sm90, head sizes 64 and 128; where the
-// GPU and the build have it, else one SKIP line) is validated at every flash shape of those head
-// sizes (tags dev_attention.flash_sm90.*), with the flash backward run on its out and lse, under
-// the same tolerances, and in --racecheck.
+// Flash on Hopper's wgmma (flash_attention_forward_sm90 and flash_attention_backward_sm90, head
+// sizes 64 and 128; where the GPU and the build have it, else one SKIP line) is validated at every
+// flash shape of those head sizes (tags dev_attention.flash_sm90.*), the backward on the wgmma
+// forward's out and lse, under the same tolerances, its backward twice, bitwise equal, and in
+// --racecheck.
 // The benchmark runs both paths at B=4 and each preset's T, and at HS=128, T=4096 (16 heads), and
 // prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
-// cuBLASLt bf16 GEMM; with the flash path also the wgmma forward (flash_sm90) and its speed-up.
+// cuBLASLt bf16 GEMM; with the flash path also the wgmma kernels (flash_sm90) and their speed-ups.
 // Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--dump FILE]
 //   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
 //   --flash-only: validate the flash path alone, at the same shapes and tolerances, without the
@@ -131,7 +132,7 @@ static SliceRef slice_reference(const Slice& s, const float* qkv, const float* d
 }
 
 // all_slices: compare the whole outputs; otherwise the slices of slices_of(B, NKV, false). sm90:
-// the forward by flash_attention_forward_sm90 (wgmma), the backward the flash path's on its out and lse.
+// the forward and backward by flash_attention_{forward,backward}_sm90 (wgmma), the backward twice.
 static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, int NKV, int HS, bool all_slices, uint64_t seed,
                      bool sm90 = false) {
     std::string t = tag;
@@ -155,12 +156,23 @@ static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, 
     CUDA_CHECK(cudaMemset(d_out, 0xff, nout * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(d_lse, 0xff, nlse * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nqkv * sizeof(bf16)));
+    auto backward = [&] {
+        if (sm90) flash_attention_backward_sm90(d_dqkv, s.rowstats, s.dq_accum, s.order, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HS, 0);
+        else attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, &s, B, T, NH, NKV, HS, 0);
+    };
     if (sm90) flash_attention_forward_sm90(d_out, d_lse, d_qkv, B, T, NH, NKV, HS, 0);
     else attention_forward(d_out, d_lse, d_qkv, &s, B, T, NH, NKV, HS, 0);
-    attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, &s, B, T, NH, NKV, HS, 0);
+    backward();
     std::vector<float> g_out = cuda_download_float(d_out, nout);
     std::vector<float> g_lse = cuda_download(d_lse, nlse);
     std::vector<float> g_dqkv = cuda_download_float(d_dqkv, nqkv);
+    bool ok = true;
+    if (sm90) {  // its backward once more, bitwise equal (flash_vs_cublas checks the mma.sync one)
+        backward();
+        bool same = cuda_download_float(d_dqkv, nqkv) == g_dqkv;
+        printf("%s %s.backward_bitwise_repeatable\n", same ? "PASS" : "FAIL", tag);
+        ok &= same;
+    }
     void* bufs[] = {d_qkv, d_dout, d_out, d_lse, d_dqkv};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));
     attention_scratch_free(&s);
@@ -170,7 +182,6 @@ static bool validate(const char* tag, AttentionKind kind, int B, int T, int NH, 
             if (fwrite(v->data(), sizeof(float), v->size(), g_dump) != v->size()) { perror("dev_attention: --dump"); exit(1); }
     }
 
-    bool ok = true;
     if (!all_slices) {
         // the slices below see a few heads; this sees that nothing anywhere was left unwritten
         bool finite = true;
@@ -335,6 +346,15 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
     cuda_print_bench(what, ms_out[1], 0, 2.5 * flops);
     printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling\n", 2.5 * flops / (ms_out[1] * 1e-3) / 1e12,
            100.0 * 2.5 * flops / (ms_out[1] * 1e-3) / ceiling);
+    if (kind == ATTENTION_FLASH && flash_sm90_available(HS)) {  // the wgmma backward beside it
+        float ms = cuda_bench_ms([&] {
+            flash_attention_backward_sm90(dqkv, s.rowstats, s.dq_accum, s.order, dout, qkv, out, lse, B, T, NH, NKV, HS, 0);
+        }, 2, 10);
+        snprintf(what, sizeof(what), "%s flash_sm90 backward", preset);
+        cuda_print_bench(what, ms, 0, 2.5 * flops);
+        printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling; flash / flash_sm90 time %.2fx\n",
+               2.5 * flops / (ms * 1e-3) / 1e12, 100.0 * 2.5 * flops / (ms * 1e-3) / ceiling, ms_out[1] / ms);
+    }
     fflush(stdout);
     void* bufs[] = {qkv, out, dout, dqkv, lse};
     for (void* b : bufs) CUDA_CHECK(cudaFree(b));

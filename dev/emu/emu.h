@@ -98,7 +98,7 @@ void emu_setmaxnreg(int count, int inc);
 // since the thread's start or last wait, a warpgroup whose threads issue different instructions or
 // group them differently, and a thread that ends with a wgmma not waited for stop the program.
 // a_regs: the thread's A fragment (4 registers), or NULL for A from shared memory at desc_a.
-void emu_wgmma(int n, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, float* d, int accumulate);
+void emu_wgmma(int n, int trans_a, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, float* d, int accumulate);
 void emu_wgmma_fence();
 void emu_wgmma_commit();
 void emu_wgmma_wait(int n);

@@ -401,7 +401,7 @@ void emu_setmaxnreg(int count, int inc) {
 // thread counts its own issues; the k-th of every thread is one instruction), each kept until all
 // 128 threads' waits have covered it
 struct WgmmaOp {
-    int n, trans_b, accumulate, group, issued, released;
+    int n, trans_a, trans_b, accumulate, group, issued, released;
     bool a_regs, computed;
     uint64_t desc_a, desc_b;
     void* issue_sync;      // EMU_RACECHECK: what the first thread's issue releases to (NULL without)
@@ -474,7 +474,7 @@ static void wgmma_compute(WarpGroupMma& g, WgmmaOp& op) {
                 int r = m % 16, t = 32 * (m / 16) + 4 * (r % 8) + (k % 8) / 2;
                 uint32_t reg = op.a[t][r / 8 + 2 * (k / 8)], u = ((reg >> (16 * (k % 2))) & 0xffff) << 16;
                 memcpy(&A[m][k], &u, 4);
-            } else A[m][k] = wgmma_element(op.desc_a, false, m, k);
+            } else A[m][k] = wgmma_element(op.desc_a, op.trans_a != 0, m, k);
         }
     for (int k = 0; k < 16; k++)
         for (int n = 0; n < op.n; n++) B[k][n] = wgmma_element(op.desc_b, op.trans_b != 0, n, k);
@@ -493,7 +493,7 @@ static void wgmma_compute(WarpGroupMma& g, WgmmaOp& op) {
     tsan_switch(current);
 #endif
 }
-void emu_wgmma(int n, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, float* d, int accumulate) {
+void emu_wgmma(int n, int trans_a, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, float* d, int accumulate) {
     Unseen unseen;
     WarpGroupMma& g = wgmma_group();
     Fiber* f = g_cur;
@@ -502,7 +502,7 @@ void emu_wgmma(int n, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint
     if (idx - g.base == (long long)g.ops.size()) {
         g.ops.emplace_back();
         WgmmaOp& op = g.ops.back();
-        op.n = n; op.trans_b = trans_b; op.accumulate = accumulate != 0; op.group = -1; op.issued = op.released = 0;
+        op.n = n; op.trans_a = trans_a; op.trans_b = trans_b; op.accumulate = accumulate != 0; op.group = -1; op.issued = op.released = 0;
         op.a_regs = a_regs != NULL; op.computed = false; op.desc_a = desc_a; op.desc_b = desc_b;
         op.issue_sync = op.done_sync = NULL;
 #if defined(EMU_RACECHECK)
@@ -510,7 +510,7 @@ void emu_wgmma(int n, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint
 #endif
     }
     WgmmaOp& op = g.ops[idx - g.base];
-    if (op.n != n || op.trans_b != trans_b || op.a_regs != (a_regs != NULL) || op.accumulate != (accumulate != 0) ||
+    if (op.n != n || op.trans_a != trans_a || op.trans_b != trans_b || op.a_regs != (a_regs != NULL) || op.accumulate != (accumulate != 0) ||
         (!a_regs && op.desc_a != desc_a) || op.desc_b != desc_b)
         die("kernel %s: the threads of a warpgroup issue different wgmma instructions (the %lld-th of a thread)", g_kernel, idx + 1);
     int t = f->linear % 128;
