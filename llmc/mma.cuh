@@ -238,17 +238,6 @@ __device__ __forceinline__ void red_add_f32x4(float* p, float4 v) {
     emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y); emu_red_add_f32(p + 2, v.z); emu_red_add_f32(p + 3, v.w);
 #endif
 }
-// p[0..1] += v (.v2.f32; p 8-byte aligned), as red_add_f32x4
-__device__ __forceinline__ void red_add_f32x2(float* p, float2 v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(v.x), "f"(v.y) : "memory");
-#elif defined(__CUDA_ARCH__)
-    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v.x) : "memory");
-    asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(p + 1), "f"(v.y) : "memory");
-#elif defined(EMU_WARP_MMA)
-    emu_red_add_f32(p, v.x); emu_red_add_f32(p + 1, v.y);
-#endif
-}
 
 // ---------------------------------------------------------------------------------------------
 // Warpgroup MMA (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": wgmma,

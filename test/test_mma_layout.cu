@@ -198,16 +198,11 @@ __global__ void cp_async8_kernel(uint32_t* out, const uint32_t* src) {
 
 // acc (4 + 16): every thread adds (t, 2t, -t, 1) to acc[0..3]; thread 0 alone then adds v[i] to
 // acc[4 + 4 i ..] for the four cases of the flush (one thread: their order is the program's)
-// pairs: the same adds as two red_add_f32x2 each
-__device__ void red_add_4(float* p, float4 v, bool pairs) {
-    if (!pairs) red_add_f32x4(p, v);
-    else { red_add_f32x2(p, make_float2(v.x, v.y)); red_add_f32x2(p + 2, make_float2(v.z, v.w)); }
-}
-__global__ void red_kernel(float* acc, const float* v, bool pairs) {
+__global__ void red_kernel(float* acc, const float* v) {
     int t = threadIdx.x;
-    red_add_4(acc, make_float4((float)t, 2.0f * t, -(float)t, 1.0f), pairs);
+    red_add_f32x4(acc, make_float4((float)t, 2.0f * t, -(float)t, 1.0f));
     if (t == 0)
-        for (int i = 0; i < 4; i++) red_add_4(acc + 4 + 4 * i, make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]), pairs);
+        for (int i = 0; i < 4; i++) red_add_f32x4(acc + 4 + 4 * i, make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]));
 }
 
 // out (3 x 32): warp 0 writes a pattern to shared memory, warps 0 and 1 meet at bar_sync(1, 64),
@@ -505,27 +500,21 @@ static void test_red(void) {
     };
     float start[20] = {0}, add[16], got[20];
     for (int i = 0; i < 16; i++) { start[4 + i] = cases[i].start; add[i] = cases[i].add; }
-    for (int pairs = 0; pairs < 2; pairs++) {
-        const char* op = pairs ? "red_add_f32x2" : "red_add_f32x4";
-        char name[120];
-        float *dacc = to_dev(start, 20), *dadd = to_dev(add, 16);
-        red_kernel<<<1, 64>>>(dacc, dadd, pairs != 0);
-        KERNEL_CHECK();
-        to_host(got, dacc, 20);
-        const float sums[4] = {2016.0f, 4032.0f, -2016.0f, 64.0f};  // t, 2t, -t, 1 over t = 0..63
-        char first[200] = "";
-        for (int i = 0; i < 4 && !first[0]; i++)
-            if (got[i] != sums[i]) snprintf(first, sizeof first, "element %d: 64 threads' sum %a, expected %a", i, got[i], sums[i]);
-        snprintf(name, sizeof name, "mma_layout.%s_sums_every_thread", op);
-        test_check(name, !first[0], "%s", first);
-        first[0] = 0;
-        for (int i = 0; i < 16 && !first[0]; i++)
-            if (bits_of(got[4 + i]) != bits_of(cases[i].want))
-                snprintf(first, sizeof first, "case %d: %a + %a gave %a (0x%08x), expected %a (0x%08x)", i, cases[i].start, cases[i].add,
-                         got[4 + i], bits_of(got[4 + i]), cases[i].want, bits_of(cases[i].want));
-        snprintf(name, sizeof name, "mma_layout.%s_flushes_subnormals_to_signed_zero", op);
-        test_check(name, !first[0], "%s", first);
-    }
+    float *dacc = to_dev(start, 20), *dadd = to_dev(add, 16);
+    red_kernel<<<1, 64>>>(dacc, dadd);
+    KERNEL_CHECK();
+    to_host(got, dacc, 20);
+    const float sums[4] = {2016.0f, 4032.0f, -2016.0f, 64.0f};  // t, 2t, -t, 1 over t = 0..63
+    char first[200] = "";
+    for (int i = 0; i < 4 && !first[0]; i++)
+        if (got[i] != sums[i]) snprintf(first, sizeof first, "element %d: 64 threads' sum %a, expected %a", i, got[i], sums[i]);
+    test_check("mma_layout.red_add_f32x4_sums_every_thread", !first[0], "%s", first);
+    first[0] = 0;
+    for (int i = 0; i < 16 && !first[0]; i++)
+        if (bits_of(got[4 + i]) != bits_of(cases[i].want))
+            snprintf(first, sizeof first, "case %d: %a + %a gave %a (0x%08x), expected %a (0x%08x)", i, cases[i].start, cases[i].add,
+                     got[4 + i], bits_of(got[4 + i]), cases[i].want, bits_of(cases[i].want));
+    test_check("mma_layout.red_add_f32x4_flushes_subnormals_to_signed_zero", !first[0], "%s", first);
 }
 
 static void test_ex2(void) {
