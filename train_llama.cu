@@ -965,9 +965,13 @@ int main(int argc, char** argv) {
     bool from_file = false;
     int accum_steps = run_resolve_config(&tc, &lc, N, &from_file);
     AttentionKind attention = ATTENTION_CUBLAS;
-    if (!attention_kind_from_name(tc.attention.c_str(), llama_head_size(&lc), &attention))
+    if (!attention_kind_from_name(tc.attention.c_str(), llama_head_size(&lc), &attention)) {
+        if (tc.attention == "flash_sm90")
+            user_error("--attention flash_sm90: the wgmma kernels need head size 64 or 128 (this model's is %d), a GPU of compute "
+                       "capability 9.0 and an sm_90a build (use flash, cublas or auto)", llama_head_size(&lc));
         user_error("--attention flash: the fused kernels take head sizes 16, 32, 64 and 128, this model's is %d (use cublas or auto)",
                    llama_head_size(&lc));
+    }
     MuonPreset preset = MUON_MOONLIGHT;
     muon_preset_from_name(tc.muon.c_str(), &preset);  // validated by the flag table
     MuonConfig mc = muon_config(preset);
@@ -1080,8 +1084,9 @@ int main(int argc, char** argv) {
         if (dev.peak_bf16_flops > 0) snprintf(b, sizeof(b), "%.0f TFLOP/s bf16 dense", dev.peak_bf16_flops / 1e12);
         else snprintf(b, sizeof(b), "unknown device: MFU n/a");
         run_print_row("peak for MFU", b);
-        snprintf(b, sizeof(b), "%s (--attention %s, head size %d)", model.attn.kind == ATTENTION_FLASH ? "flash, fused" : "cublas, unfused",
-                 tc.attention.c_str(), llama_head_size(&lc));
+        const char* how = model.attn.kind == ATTENTION_FLASH ? "flash, fused" : model.attn.kind == ATTENTION_FLASH_SM90 ? "flash_sm90, fused on wgmma"
+                                                                                                                     : "cublas, unfused";
+        snprintf(b, sizeof(b), "%s (--attention %s, head size %d)", how, tc.attention.c_str(), llama_head_size(&lc));
         run_print_row("attention", b);
         run_print_run_rows(tc, model_desc, model.num_params, train_loader, do_val ? &val_loader : NULL, N, accum_steps,
                            start_step, V > 1 ? "NCCL; logical ranks folded on the GPU" : "NCCL", llama_buckets_row(&gc, &tc).c_str());

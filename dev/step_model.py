@@ -6,6 +6,7 @@ after the change, and the step that leaves. A prediction to check on a GPU, not 
 
   python3 dev/step_model.py            # the table, a row per change and model
   python3 dev/step_model.py --csv
+  python3 dev/step_model.py --attention flash_sm90   # and the step on the wgmma kernels
 
 How each change is modelled, from the time its kernels took on the H200:
   flash launch orders   the forward and backward as measured at c950ed2 (16 calls a step each),
@@ -35,6 +36,10 @@ How each change is modelled, from the time its kernels took on the H200:
   barrier a tile        barrier of its compute warps a tile (the query buffers' copies announced
                         on mbarriers, modelled without a wait; dSᵀ in two buffers) and the spills
                         of the ptxas report now, to the one with two and the spills before
+  flash on wgmma        (--attention flash_sm90 only: train_llama's opt-in) the forward and the
+  (flash_sm90)          backward as above, times flash_model's ratio of the wgmma kernel
+                        (llmc/flash_forward_sm90.cuh, flash_backward_sm90.cuh) to the mma.sync
+                        one as built (each a floor of its own: flash_model's header)
   rmsnorm backward      the row kernel (ncu, 5ec15b9; unchanged until now) and the dweight
   in one pass           kernel (c950ed2), 2 L + 1 calls a step; after: the bytes the one pass
                         moves (16 an element, against 22, plus the partials written and read) at
@@ -163,8 +168,27 @@ def flash_ratios(name, spill=None, kv_regs=False, softmax=False, stages=False, l
     return fwd[1] / fwd[0], bwd[1] / bwd[0]
 
 
-def rows(name):
-    """[(change, kernels, calls a step, ms a step before, ms a step after)] for one preset."""
+def sm90_ratios(name):
+    """(forward, backward) the wgmma kernels' modelled time / the mma.sync kernels' as built."""
+    p = PRESETS[name]
+    shape, hs = (p["B"], p["T"], p["NH"], p["NH"], p["HS"]), p["HS"]
+    header = os.path.join(REPO, "llmc", "flash_common.cuh")
+    f_now, b_now = fm.read_config(header, [hs])[hs]
+    fs, bs = fm.read_sm90_tiles(header, hs), fm.read_sm90_tiles(header, hs, "backward")
+    reg = fm.read_ptxas(os.path.join(REPO, "dev", "cuda", "ptxas_report.txt"))
+    regs = {k: reg.get((k, hs), (None, 0)) for k in ("flash_forward_kernel", "flash_backward_kernel", "flash_forward_sm90_kernel",
+                                                      "flash_backward_sm90_kernel")}
+    fwd = (fm.model_forward_sm90(fs, hs, shape, fm.H200, regs["flash_forward_sm90_kernel"][0])["ms"] /
+           fm.model_forward(f_now, hs, shape, fm.H200, regs["flash_forward_kernel"][0], "tile")["ms"])
+    bregs, bspill = regs["flash_backward_kernel"]
+    bwd = (fm.model_backward_sm90(bs, hs, shape, fm.H200, regs["flash_backward_sm90_kernel"][0])["ms"] /
+           fm.model_backward(b_now, hs, shape, fm.AS_BUILT_DQ, fm.H200, bregs, bspill or 0, (), "block")["ms"])
+    return fwd, bwd
+
+
+def rows(name, sm90=False):
+    """[(change, kernels, calls a step, ms a step before, ms a step after)] for one preset; sm90:
+    with the wgmma kernels' rows (--attention flash_sm90)."""
     p, m = PRESETS[name], MEASURED[name]
     N, C, L = p["B"] * p["T"], p["C"], p["L"]
     out = []
@@ -187,6 +211,12 @@ def rows(name):
     out.append(("flash forward, a full and an empty barrier per stage", "flash forward", L, fwd, fwd * flash_ratios(name, stages=True)[0]))
     bwd *= sb
     out.append(("flash backward, one barrier a tile", "flash backward", L, bwd, bwd * flash_ratios(name, landed=True)[1]))
+    if sm90:
+        fwd *= flash_ratios(name, stages=True)[0]
+        bwd *= flash_ratios(name, landed=True)[1]
+        wf, wb = sm90_ratios(name)
+        out.append(("flash on wgmma (--attention flash_sm90)", "flash forward", L, fwd, fwd * wf))
+        out.append(("flash on wgmma (--attention flash_sm90)", "flash backward", L, bwd, bwd * wb))
     # rmsnorm backward: bytes an element before (row: dout 2, x 4, dinp 4 + 4, bf16 copy 2; dweight: dout 2, x 4)
     calls = 2 * L + 1
     before = m["rms_row"] + m["rms_dw"]
@@ -250,12 +280,14 @@ def muon_passes(name):
 def main(argv=None):
     ap = cli_util.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", action="store_true", help="CSV rows instead of the table")
+    ap.add_argument("--attention", choices=("flash", "flash_sm90"), default="flash",
+                    help="train_llama's attention: flash (the default's kernels) or flash_sm90 (the wgmma kernels' rows too)")
     a = ap.parse_args(argv)
     table = []
     for name in PRESETS:
         step = MEASURED[name]["step"]
         total = 0.0
-        for change, kernels, calls, before, after in rows(name):
+        for change, kernels, calls, before, after in rows(name, a.attention == "flash_sm90"):
             total += before - after
             table.append([name, change, kernels, calls, "%.2f" % before, "%.2f" % after, "%.2f" % (before - after)])
         table.append([name, "step", f"measured {step:.1f} ms", "", "%.1f" % step, "%.1f" % (step - total), "%.2f" % total])
@@ -265,7 +297,7 @@ def main(argv=None):
         w.writerow(head)
         w.writerows(table)
     else:
-        print("Modelled, not measured: the changes since c950ed2 on one H200 (see the header for how each is modelled); "
+        print(f"Modelled, not measured: the changes since c950ed2 on one H200, --attention {a.attention} (see the header for how each is modelled); "
               "targets: " + ", ".join(f"{k} <= {v:g} ms" for k, v in TARGETS.items()))
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

@@ -21,7 +21,10 @@
 // Cost: the GEMMs compute the full (T, T) square although only the causal half is needed, and the
 // (B, NH, T, T) scores and probabilities go through HBM (fp32 + bf16, one layer at a time, never
 // kept). The fused kernels of flash_attention.cuh remove both; this path is their reference and
-// the fallback for head sizes they do not cover (--attention cublas|flash|auto, AttentionKind).
+// the fallback for head sizes they do not cover (--attention cublas|flash|flash_sm90|auto, AttentionKind).
+// flash_sm90 asks for the Hopper kernels (flash_forward_sm90.cuh, flash_backward_sm90.cuh: wgmma,
+// head sizes 64 and 128, an sm_90a build on a compute-capability-9 GPU); auto does not choose them
+// (not yet measured on a GPU).
 // Precision: bf16 operands, fp32 GEMM accumulation, fp32 scores and softmax, bf16 probabilities.
 // Determinism: fixed GEMM plans and warp-per-row reductions; no atomics. Stream: the stream
 // argument (GEMMs share matmul.cuh's workspace).
@@ -34,12 +37,18 @@
 static const int ATTENTION_WARPS = 8;  // rows per block of the softmax kernels
 static const int ATTENTION_BLOCK = 256;
 
-typedef enum { ATTENTION_CUBLAS, ATTENTION_FLASH } AttentionKind;
+typedef enum { ATTENTION_CUBLAS, ATTENTION_FLASH, ATTENTION_FLASH_SM90 } AttentionKind;
 
 // --attention: auto = flash where the head size is supported, else cublas. Returns false (and
-// leaves *kind) for a name it does not know or flash with an unsupported head size.
+// leaves *kind) for a name it does not know, flash with an unsupported head size, or flash_sm90
+// where flash_sm90_available(HS) is not (it asks the device).
 static inline bool attention_kind_from_name(const char* name, int HS, AttentionKind* kind) {
     if (strcmp(name, "cublas") == 0) { *kind = ATTENTION_CUBLAS; return true; }
+    if (strcmp(name, "flash_sm90") == 0) {
+        if (!flash_sm90_available(HS)) return false;
+        *kind = ATTENTION_FLASH_SM90;
+        return true;
+    }
     if (strcmp(name, "flash") == 0 && !flash_attention_supported(HS)) return false;
     if (strcmp(name, "flash") == 0 || strcmp(name, "auto") == 0) {
         *kind = flash_attention_supported(HS) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
@@ -48,7 +57,9 @@ static inline bool attention_kind_from_name(const char* name, int HS, AttentionK
     return false;
 }
 
-static inline const char* attention_kind_name(AttentionKind kind) { return kind == ATTENTION_FLASH ? "flash" : "cublas"; }
+static inline const char* attention_kind_name(AttentionKind kind) {
+    return kind == ATTENTION_FLASH ? "flash" : kind == ATTENTION_FLASH_SM90 ? "flash_sm90" : "cublas";
+}
 
 // Per-call scratch, sized for the largest (B, T) of a run; smaller (B, T) reuse it. The flash path
 // needs only the rows' (lse · log2 e, D) (B, NH, T), the fp32 dQ sums and the backward's order counters; the
@@ -71,14 +82,14 @@ typedef struct {
 
 static inline size_t attention_scratch_bytes(AttentionKind kind, int B, int T, int NH, int NKV, int HS) {
     size_t qh = (size_t)B * NH * T * HS, kh = (size_t)B * NKV * T * HS, tt = (size_t)B * NH * T * T;
-    if (kind == ATTENTION_FLASH) return 4 * (2 * (size_t)B * NH * T + qh + flash_order_ints_hs(B, T, NH, HS));
+    if (kind != ATTENTION_CUBLAS) return 4 * (2 * (size_t)B * NH * T + qh + flash_order_ints_hs(B, T, NH, HS));
     return 2 * (3 * qh + 4 * kh) + 4 * tt + 2 * tt;
 }
 
 static inline void attention_scratch_alloc(AttentionScratch* s, AttentionKind kind, int B, int T, int NH, int NKV, int HS) {
     memset(s, 0, sizeof(*s));
     s->kind = kind;
-    if (kind == ATTENTION_FLASH) {
+    if (kind != ATTENTION_CUBLAS) {  // both flash paths
         s->rowstats = cuda_malloc<float2>((size_t)B * NH * T);
         s->dq_accum = cuda_malloc<float>((size_t)B * NH * T * HS);
         s->order = cuda_malloc<int>(flash_order_ints_hs(B, T, NH, HS));
@@ -246,6 +257,10 @@ static inline void attention_forward(bf16* out,          // (B, T, NH * HS)
         flash_attention_forward(out, lse, qkv, B, T, NH, NKV, HS, stream);
         return;
     }
+    if (s->kind == ATTENTION_FLASH_SM90) {
+        flash_attention_forward_sm90(out, lse, qkv, B, T, NH, NKV, HS, stream);
+        return;
+    }
     int row = (NH + 2 * NKV) * HS, group = NH / NKV, G = group * T;
     float scale = 1.0f / sqrtf((float)HS);
     long long sq = (long long)G * HS, skv = (long long)T * HS, ss = (long long)G * T;
@@ -274,6 +289,10 @@ static inline void attention_backward(bf16* dqkv,          // (B, T, (NH + 2*NKV
                                       int B, int T, int NH, int NKV, int HS, cudaStream_t stream) {
     if (s->kind == ATTENTION_FLASH) {
         flash_attention_backward(dqkv, s->rowstats, s->dq_accum, s->order, dout, qkv, out, lse, B, T, NH, NKV, HS, stream);
+        return;
+    }
+    if (s->kind == ATTENTION_FLASH_SM90) {
+        flash_attention_backward_sm90(dqkv, s->rowstats, s->dq_accum, s->order, dout, qkv, out, lse, B, T, NH, NKV, HS, stream);
         return;
     }
     int row = (NH + 2 * NKV) * HS, group = NH / NKV, G = group * T;

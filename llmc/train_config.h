@@ -61,7 +61,7 @@ typedef struct {
     int geofp8_profile_steps;  // --geofp8-profile-steps window of the auto selection
     std::string geofp8_power;  // --geofp8-power p in [0, 2] or auto (whitening T = (A + εI)^(-p/2))
     float geofp8_damping;      // --geofp8-damping δ (ε = δ tr(A) / d_in)
-    std::string attention;     // --attention: auto, flash or cublas (train_llama's attention kernels)
+    std::string attention;     // --attention: auto, flash, flash_sm90 or cublas (train_llama's attention kernels)
     float bucket_mb;           // --bucket-mb: gradient buckets of about this many MB of fp32, each sent as the backward finishes it (0: one, after the backward)
     float geofp8_ema;          // --geofp8-ema β: sketch every step, exponential average over the refresh window (0 = off)
     std::string muon;          // --muon moonlight | keller | megatron_core
@@ -183,7 +183,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--temperature", OPT_FLOAT, temperature, 0, 100, NULL, OPT_RANKS, "sampling temperature (0 = greedy: the most likely token)"),
     TOPT(NULL, "--top-k", OPT_INT, top_k, 0, 1 << 20, NULL, OPT_RANKS, "sample among the k most likely tokens (0 = all)"),
     TOPT("-c", "--comm", OPT_STR, comm, 0, 0, "fp32,bf16,fp8,fp8block,geofp8,kfac", OPT_RUN, "gradient communication mode"),
-    TOPT(NULL, "--attention", OPT_STR, attention, 0, 0, "auto,flash,cublas", OPT_RANKS, "train_llama's attention: flash (fused; head sizes 16, 32, 64, 128), cublas (unfused reference), auto = flash where supported"),
+    TOPT(NULL, "--attention", OPT_STR, attention, 0, 0, "auto,flash,flash_sm90,cublas", OPT_RANKS, "train_llama's attention: flash (fused; head sizes 16, 32, 64, 128), flash_sm90 (fused on Hopper's wgmma; head sizes 64, 128), cublas (unfused reference), auto = flash where supported"),
     TOPT(NULL, "--bucket-mb", OPT_FLOAT, bucket_mb, 0, 4096, NULL, OPT_RANKS, "gradient buckets of about this many MB of fp32, each communicated as the backward finishes it (0 = one, after the backward)"),
     TOPT(NULL, "--fp8-reduce", OPT_STR, fp8_reduce, 0, 0, "native,twophase", OPT_RUN, "FP8 reduction"),
     TOPT(NULL, "--fp8-format", OPT_STR, fp8_format, 0, 0, "e4m3,e5m2", OPT_RUN, "FP8 code format of the fp8 modes"),

@@ -177,6 +177,13 @@ done
 if grep -q '^| attention *| flash, fused (--attention flash, head size 32)' "$TMP/attn_flash.out" &&
    grep -q '^| attention *| cublas, unfused (--attention cublas' "$TMP/attn_cublas.out"; then pass emu.attention_in_config_table
 else fail emu.attention_in_config_table "$(grep '^| attention' "$TMP/attn_flash.out" "$TMP/attn_cublas.out")"; fi
+# --attention flash_sm90 (the wgmma kernels: head sizes 64 and 128) at tiny's 32: one line, exit 1, nothing written
+timeout 60 "$EMU/train_llama" "${TINY[@]}" --attention flash_sm90 -o "$TMP/attn_sm90" >"$TMP/attn_sm90.out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c '^error: ' "$TMP/attn_sm90.out")" -eq 1 ] && [ ! -e "$TMP/attn_sm90/metrics.jsonl" ] &&
+   grep -q "^error: --attention flash_sm90: the wgmma kernels need head size 64 or 128 (this model's is 32)" "$TMP/attn_sm90.out"; then
+    pass emu.attention_flash_sm90_refused_at_head_size_32
+else fail emu.attention_flash_sm90_refused_at_head_size_32 "rc=$rc: $(why "$TMP/attn_sm90.out")"; fi
 python3 - "$TMP/attn_flash/metrics.jsonl" "$TMP/attn_cublas/metrics.jsonl" "$ROOT" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[3] + "/test")

@@ -63,15 +63,15 @@ check gpu_check.race_library_names_none_of_ours '[ -n "$LIB_RE" ] && [ "$n_ours"
 
 # --- the speed rows' ratios to the baseline (dev/gpu_baseline.txt), on stand-ins that pass for a
 #     GPU (no nvidia-smi here: the script asks train_llama, which answers): a train_llama that logs
-#     22 ms steps (30 with --attention cublas), a dev_attention --bench-only that prints 157.76
-#     TFLOP/s for every kernel; then --ratios on results files
+#     22 ms steps (30 with --attention cublas, 18 with flash_sm90), a dev_attention --bench-only that
+#     prints 157.76 TFLOP/s for every kernel and a flash_sm90 line; then --ratios on results files
 mkdir -p "$TMP/speed"
 cat >"$TMP/speed/train_llama" <<'EOF'
 #!/bin/bash
 [ "$1" = --help ] && { echo "usage: stand-in"; exit 0; }
 out=.; preset=?; ms=22.0
 while [ $# -gt 0 ]; do
-    case $1 in -o) out=$2; shift ;; -e) preset=$2; shift ;; -t) [ "$2" = 1000000 ] && exit 1; shift ;; --attention) ms=30.0; shift ;; esac
+    case $1 in -o) out=$2; shift ;; -e) preset=$2; shift ;; -t) [ "$2" = 1000000 ] && exit 1; shift ;; --attention) ms=30.0; [ "$2" = flash_sm90 ] && ms=18.0; shift ;; esac
     shift
 done
 printf '%s\n' "| model | $preset C=768 L=12 NH=12 NKV=12 FF=2048 Vp=50304 |" "| batch | B=4 T=1024 |" "| peak for MFU | 989 TFLOP/s |"
@@ -86,6 +86,7 @@ echo "bench cuBLASLt bf16 GEMM 8192^3: 1.375 ms, 800.0 TFLOP/s"
 for shape in llama300m hs128_t4096; do for path in flash cublas; do for dir in forward backward; do
     echo "bench $shape $path $dir B=4: 1.000 ms, 157.76 TFLOP/s"
 done; done; done
+echo "bench llama300m flash_sm90 backward B=4: 0.800 ms, 197.20 TFLOP/s"
 EOF
 chmod +x "$TMP/speed/train_llama" "$TMP/speed/dev_attention"
 grep -v '^| bench_d12 ' dev/gpu_baseline.txt >"$TMP/speed/baseline_no_d12.txt"
@@ -99,6 +100,9 @@ check gpu_check.speed_row_ratio_to_baseline 'detail_of bench_d12 "$S" | grep -q 
     "$(row_of bench_d12 "$S") $(why "$TMP/speed/full.out")"
 # without bench_llama300m (not wanted here) the row still ends, on the unfused step alone
 check gpu_check.bench_attention_ratio_per_kernel '[ "$(result_of bench_attention "$S")" = PASS ] && detail_of bench_attention "$S" | grep -q "llama300m flash forward 157.76 TFLOP/s (baseline 185.6 TFLOP/s → ratio 0.85×), .*hs128_t4096 cublas backward 157.76 TFLOP/s (baseline 34.2 TFLOP/s → ratio 4.61×);.* --attention cublas: 30.000 ms/step"' \
+    "$(row_of bench_attention "$S")"
+# where dev_attention timed the wgmma kernels, the step once more with them
+check gpu_check.bench_attention_flash_sm90_step 'detail_of bench_attention "$S" | grep -q "llama300m flash_sm90 backward 197.20 TFLOP/s.*; --attention flash_sm90: 18.000 ms/step (fwd 3.00 bwd 9.00)$"' \
     "$(row_of bench_attention "$S")"
 check gpu_check.speed_row_without_baseline_row 'detail_of bench_d12 "$TMP/speed/logs_no_d12/results.txt" | grep -q "22.0 ms/step, no baseline; MFU ours"' \
     "$(row_of bench_d12 "$TMP/speed/logs_no_d12/results.txt")"

@@ -85,6 +85,30 @@ def main():
     missing = [f"{r[4]} → {r[5]} ms" for r in table if r[1] == "step" and f"{r[4]} → {r[5]} ms" not in docs]
     check("step_model_figures_in_gpu_md", not missing, f"docs/gpu.md lacks {missing}")
 
+    # --attention flash_sm90: the same rows and per preset the wgmma kernels' two, each the flash
+    # time as built times flash_model's wgmma / mma.sync ratio, the step less by their savings
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        wg = sm.main(["--csv", "--attention", "flash_sm90"])
+    bad = []
+    for name in sm.PRESETS:
+        plain = [r for r in table if r[0] == name]
+        mine = [r for r in wg if r[0] == name]
+        extra = [r for r in mine if r[1] == "flash on wgmma (--attention flash_sm90)"]
+        ratios = sm.sm90_ratios(name)
+        if [r for r in mine[:-1] if r not in extra] != plain[:-1] or [r[2] for r in extra] != ["flash forward", "flash backward"]:
+            bad.append(f"{name}: rows {[r[1] for r in mine]}")
+            continue
+        for r, ratio in zip(extra, ratios):
+            if not 0.3 < ratio < 1.0 or abs(float(r[5]) - float(r[4]) * ratio) > 0.011:  # both printed to 0.01
+                bad.append(f"{name} {r[2]}: {r[4]} -> {r[5]}, ratio {ratio:.4f}")
+        saved = sum(float(r[6]) for r in extra)
+        if abs(float(plain[-1][5]) - saved - float(mine[-1][5])) > 0.11:  # the steps printed to 0.1
+            bad.append(f"{name}: step {plain[-1][5]} -> {mine[-1][5]}, saved {saved:.2f}")
+        if f"{mine[-1][4]} → {mine[-1][5]} ms" not in docs:
+            bad.append(f"docs/gpu.md lacks {mine[-1][4]} → {mine[-1][5]} ms")
+    check("step_model_flash_sm90_rows", not bad, "; ".join(bad))
+
     r = subprocess.run([sys.executable, os.path.join(REPO, "dev", "step_model.py"), "--bogus"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
     check("step_model_bad_flag_one_line", testlib.one_error_line(r.returncode, r.stderr), f"rc {r.returncode} {r.stderr!r}")
