@@ -903,6 +903,13 @@ static void wg_probe(const char* name, WgLayout L) {
                          PROBE_A ? "m" : "n", x, k, got, want);
         }
     test_check(name, !first[0], "%s", first);
+    if (first[0])  // the whole map the hardware read, so that one run is enough to write the right table
+        for (int x = 0; x < X; x++) {
+            printf("  %s read %s %d, k 0..15:", name, PROBE_A ? "m" : "n", x);
+            for (int k = 0; k < 16; k++)
+                printf(" %ld", code[0][x][k] < 0 || code[1][x][k] < 0 ? -1L : 2L * (code[1][x][k] * 256 + code[0][x][k]));
+            printf("\n");
+        }
 }
 
 // D = A B + C with bf16 fractions, against double within 2^-14 of the terms' magnitude (fp32
