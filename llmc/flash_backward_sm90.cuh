@@ -9,12 +9,12 @@
 // Block: 128 keys of one kv head (FlashBwdSm90Tile), three warpgroups. The two compute warpgroups
 // own 64 keys each (warp w of one holds rows 16 w .. 16 w + 15 of its 64, the wgmma D fragment);
 // per query tile (BQ queries: 128 at HS 64, 64 at HS 128; Q, dO and their rows' (lse · log2 e, D)
-// double-buffered by cp.async on an mbarrier each, as flash_backward.cuh):
-//   Sᵀ = K Qᵀ       wgmma m64nBQk16 SS, A = the warpgroup's K rows, B = Q (both K-major)
+// double-buffered by cp.async on an mbarrier each, as flash_backward.cuh), 64 queries at a time:
+//   Sᵀ = K Qᵀ       wgmma m64n64k16 SS, A = the warpgroup's K rows, B = Q (both K-major)
 //   dPᵀ = V dOᵀ     the same with V and dO (in flight while Pᵀ is computed)
 //   Pᵀ = exp2(Sᵀ scale log2 e - lse log2 e)   in registers, the causal mask on the diagonal tiles
 //   dV += Pᵀ dO     wgmma m64nHSk16 RS, A = Pᵀ packed to bf16, B = dO (N-major)
-//   dSᵀ = scale Pᵀ ∘ (dPᵀ - D)                 (while dV runs)
+//   dSᵀ = scale Pᵀ ∘ (dPᵀ - D)                 (at HS 64 while dV runs: DV_OVERLAP)
 //   dK += dSᵀ Q     as dV, with dSᵀ and Q
 // then leave dSᵀ (bf16) in one of two shared buffers, meet once (a named barrier: both halves of
 // dSᵀ are in, and both are done with the query buffer, which takes the tile after next), and

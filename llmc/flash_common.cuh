@@ -80,7 +80,9 @@ __device__ __forceinline__ void flash_load_tile(bf16* s, const bf16* src, int ld
 }
 
 // The wgmma kernels' operands in a SW128 tile of ROWS rows (flash_forward_sm90.cuh,
-// flash_backward_sm90.cuh). The K-major operand of k step st (columns 16 st ..) for rows row0 ..
+// flash_backward_sm90.cuh), a k step's offset added to the descriptor of the tile's start (its
+// start field, address / 16 in 14 bits, never carries: shared memory ends below 256 KB, so the
+// compiler adds a constant instead of building each descriptor). The K-major operand of k step st (columns 16 st ..) for rows row0 ..
 // (a multiple of 8): Q (A) or K (B of S = Q Kᵀ), K (A of Sᵀ = K Qᵀ), Q (B of it)
 template <int ROWS>
 __device__ __forceinline__ uint64_t flash_desc_k_major(const bf16* tile, int row0, int st) {
