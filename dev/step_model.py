@@ -208,12 +208,11 @@ def rows(name, sm90=False):
     out.append(("flash softmax in fewer instructions", "flash forward", L, fwd, fwd * sf))
     out.append(("flash softmax in fewer instructions", "flash backward", L, bwd, bwd * sb))
     fwd *= sf
-    out.append(("flash forward, a full and an empty barrier per stage", "flash forward", L, fwd, fwd * flash_ratios(name, stages=True)[0]))
     bwd *= sb
+    out.append(("flash forward, a full and an empty barrier per stage", "flash forward", L, fwd, fwd * flash_ratios(name, stages=True)[0]))
     out.append(("flash backward, one barrier a tile", "flash backward", L, bwd, bwd * flash_ratios(name, landed=True)[1]))
-    if sm90:
-        fwd *= flash_ratios(name, stages=True)[0]
-        bwd *= flash_ratios(name, landed=True)[1]
+    if sm90:  # from the flash rows' last times
+        fwd, bwd = out[-2][4], out[-1][4]
         wf, wb = sm90_ratios(name)
         out.append(("flash on wgmma (--attention flash_sm90)", "flash forward", L, fwd, fwd * wf))
         out.append(("flash on wgmma (--attention flash_sm90)", "flash backward", L, bwd, bwd * wb))
