@@ -37,12 +37,13 @@
 // whose 16 rows' max rose (all factors exactly 1, which changes no bit but a NaN's): a warp vote,
 // so the branch is uniform. How often it skips depends on the data: on i.i.d. scores 38% of the
 // tiles below the diagonal at llama300m's and llama600m's T; more where a few keys hold a row's
-// largest scores.
-template <bool MASK, int HS, int BK, int M>
-__device__ __forceinline__ void flash_forward_softmax(float (*s)[BK / 8][4], float (*o)[HS / 8][4], float (*mrow)[2], float (*l)[2],
-                                                      int key0, int r0, float scale_log2) {
+// largest scores. In two parts: flash_forward_scores (P, the running max and sums, the factors)
+// and flash_forward_rescale (O), which the wgmma forward runs apart, once the product still
+// adding into O is done.
+template <bool MASK, int BK, int M>
+__device__ __forceinline__ void flash_forward_scores(float (*s)[BK / 8][4], float (*mrow)[2], float (*l)[2], float (*corr)[2],
+                                                     int key0, int r0, float scale_log2) {
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    float corr[M][2];
     for (int m = 0; m < M; m++)
         for (int half = 0; half < 2; half++) {
             int row = r0 + 16 * m + g + 8 * half;
@@ -65,10 +66,21 @@ __device__ __forceinline__ void flash_forward_softmax(float (*s)[BK / 8][4], flo
                 }
             l[m][half] = l[m][half] * corr[m][half] + sum;
         }
+}
+// O's rescale by the factors flash_forward_scores left in corr
+template <int HS, int M>
+__device__ __forceinline__ void flash_forward_rescale(float (*o)[HS / 8][4], const float (*corr)[2]) {
     for (int m = 0; m < M; m++)
         if (__reduce_max_sync(0xffffffffu, corr[m][0] != 1.0f || corr[m][1] != 1.0f))
             for (int n = 0; n < HS / 8; n++)
                 for (int e = 0; e < 4; e++) o[m][n][e] *= corr[m][e / 2];
+}
+template <bool MASK, int HS, int BK, int M>
+__device__ __forceinline__ void flash_forward_softmax(float (*s)[BK / 8][4], float (*o)[HS / 8][4], float (*mrow)[2], float (*l)[2],
+                                                      int key0, int r0, float scale_log2) {
+    float corr[M][2];
+    flash_forward_scores<MASK, BK, M>(s, mrow, l, corr, key0, r0, scale_log2);
+    flash_forward_rescale<HS, M>(o, corr);
 }
 
 // forward: grid (NH·B, ceil(T/128)), 128 threads; shared memory: Q and the (K, V) stages

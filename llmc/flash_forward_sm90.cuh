@@ -1,7 +1,7 @@
 // flash_forward_sm90.cuh — the fused causal attention forward on Hopper's warpgroup MMA (wgmma,
 // sm_90a; llmc/mma.cuh), beside flash_forward.cuh's mma.sync kernel: the same algorithm (key tiles
-// up to the causal diagonal, the online softmax in registers, flash_forward_softmax), the same
-// (K, V) ring of cp.async stages with a full and an empty mbarrier each, and the same outputs, but
+// up to the causal diagonal, the online softmax in registers, flash_forward_scores and
+// flash_forward_rescale), the same (K, V) ring of cp.async stages with a full and an empty mbarrier each, and the same outputs, but
 // the products read K and V straight from shared memory (no ldmatrix) and run asynchronously on a
 // warpgroup's tensor cores. Launched by flash_attention.cuh's flash_attention_forward_sm90 for
 // head sizes 64 and 128; not yet the default anywhere (not yet measured on a GPU): dev_attention
@@ -9,11 +9,18 @@
 //
 // Block: 128 queries of one q head (FlashFwdSm90Tile), two warpgroups of 64 rows; warp w of a
 // warpgroup holds rows 16 w .. 16 w + 15 of its 64 (the wgmma D fragment: per n8 block the
-// mma.m16n8 C fragment, so flash_forward_softmax takes it as one row tile). Per key tile of 64:
+// mma.m16n8 C fragment, so flash_forward.cuh's softmax takes it as one row tile). Per key tile of 64:
 //   S = Q Kᵀ    wgmma m64n64k16, A = the warpgroup's 64 rows of Q, B = K (K-major), HS / 16 steps
-//   softmax     flash_forward_softmax on S (the causal mask on the diagonal tiles only)
+//   softmax     flash_forward_scores on S (the causal mask on the diagonal tiles only): P, the rows'
+//               running max and sums, the rescale factors
 //   O += P V    wgmma m64nHSk16, A = P in registers (S's fragments packed to bf16, mma_pack_a), B = V
 //               (N-major), 4 steps of 16 keys
+// in a pipeline (FlashAttention-3's overlap within a warpgroup): tile kt's O += P V is issued right
+// after tile kt + 1's S = Q Kᵀ and runs while the warpgroup computes tile kt + 1's softmax; O's
+// rescale by tile kt + 1's factors (flash_forward_rescale) waits for it. O sees the same operations
+// in the same order as without the pipeline (bitwise the same outputs). A stage is let go a tile
+// later than in flash_forward.cuh's ring, so the ring has one stage more (4): two tiles in flight
+// ahead of the one computed.
 // Shared memory: Q, K and V as rows of 64 bf16 (128 bytes) in 128-byte-swizzled atoms of 8 rows
 // (flash_load_tile's SW128), the layout the descriptors name (mma.cuh's tables: K-major for Q and K,
 // N-major for V, the same bytes); a tile of HS 128 is two such column blocks, one after the other.
@@ -26,7 +33,7 @@
 
 template <int HS>
 struct FlashFwdSm90Tile {
-    static const int BQ = 128, WARPGROUPS = 2, BK = 64, STAGES = HS == 64 ? 3 : 2, MIN_BLOCKS = HS == 64 ? 2 : 1;
+    static const int BQ = 128, WARPGROUPS = 2, BK = 64, STAGES = 4, MIN_BLOCKS = HS == 64 ? 2 : 1;
 };
 static inline bool flash_sm90_head_size(int HS) { return HS == 64 || HS == 128; }
 
@@ -63,40 +70,86 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
     __syncthreads();
 
     flash_load_tile<HS, BQ, THREADS, true>(sQ, q, ld, q0, T);  // Q lands with key tile 0
-    for (int kt = 0; kt < S - 1 && kt < nkt; kt++) issue(kt);
+    for (int kt = 0; kt < S - 2 && kt < nkt; kt++) issue(kt);
     float o[1][HS / 8][4];
     flash_zero<HS / 8>(o[0]);
     float mrow[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
-    // the ring as flash_forward.cuh's: tile kt in stage kt % S, the (kt / S)-th use of that stage
-#pragma unroll 1
-    for (int kt = 0; kt < nkt; kt++) {
-        const bf16* sK = sKV + 2 * (kt % S) * BK * HS;
+    uint32_t p[BK / 16][4];  // P of the previous tile, for its O += P V
+    // O += P V of tile kt - 1 (V in stage (kt - 1) % S), issued to run beside tile kt's scores,
+    // and the wait for it, after which this thread's reads of tile kt - 1's stage are done
+    auto issue_pv = [&](int kt) {
+#pragma unroll
+        for (int st = 0; st < BK / 16; st++)
+            Wgmma<HS>::template rs<1>(&o[0][0][0], p[st], flash_desc_n_major<BK>(sKV + (2 * ((kt - 1) % S) + 1) * BK * HS, st), 1);
+        wgmma_commit();
+    };
+    auto finish_pv = [&](int kt) {
+        wgmma_wait<0>(&o[0][0][0], HS / 2);
+        wgmma_hold(&p[0][0], 4 * BK / 16);
+        mbar_arrive(&empty[(kt - 1) % S]);
+    };
+    auto issue_s = [&](int kt, float (*s)[BK / 8][4]) {  // S = Q Kᵀ of tile kt, once it landed
         mbar_wait(&full[kt % S], (kt / S) & 1);
-        if (kt * BK <= wg_last) {
-            wgmma_fence_smem();  // the landed copies, seen by the tensor cores
-            float s[1][BK / 8][4];
-            wgmma_fence();
+        wgmma_fence_smem();  // the landed copies, seen by the tensor cores
+        wgmma_fence();
 #pragma unroll
-            for (int st = 0; st < HS / 16; st++)
-                Wgmma<BK>::template ss<0, 0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st), flash_desc_k_major<BK>(sK, 0, st), st > 0);
-            wgmma_commit();
-            wgmma_wait<0>(&s[0][0][0], BK / 2);
-            if (kt * BK + BK - 1 > r0) flash_forward_softmax<true, HS, BK, 1>(s, o, mrow, l, kt * BK, r0, scale_log2);
-            else flash_forward_softmax<false, HS, BK, 1>(s, o, mrow, l, kt * BK, r0, scale_log2);
-            uint32_t p[BK / 16][4];
+        for (int st = 0; st < HS / 16; st++)
+            Wgmma<BK>::template ss<0, 0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st),
+                                         flash_desc_k_major<BK>(sKV + 2 * (kt % S) * BK * HS, 0, st), st > 0);
+        wgmma_commit();
+    };
+    auto softmax = [&](int kt, float (*s)[BK / 8][4], float (*corr)[2]) {  // the mask on the diagonal tiles only
+        if (kt * BK + BK - 1 > r0) flash_forward_scores<true, BK, 1>(s, mrow, l, corr, kt * BK, r0, scale_log2);
+        else flash_forward_scores<false, BK, 1>(s, mrow, l, corr, kt * BK, r0, scale_log2);
+    };
+    auto pack_p = [&](float (*s)[BK / 8][4]) {
 #pragma unroll
-            for (int st = 0; st < BK / 16; st++) mma_pack_a(p[st], s[0][2 * st], s[0][2 * st + 1]);
-            wgmma_fence();
-#pragma unroll
-            for (int st = 0; st < BK / 16; st++) Wgmma<HS>::template rs<1>(&o[0][0][0], p[st], flash_desc_n_major<BK>(sK + BK * HS, st), 1);
-            wgmma_commit();
-            wgmma_wait<0>(&o[0][0][0], HS / 2);
+        for (int st = 0; st < BK / 16; st++) mma_pack_a(p[st], s[0][2 * st], s[0][2 * st + 1]);
+    };
+    auto refill = [&](int kt) {  // after tile kt: the stage of tile kt - 2, once every thread let it go
+        if (kt + S - 2 < nkt) {
+            if (kt >= 2) mbar_wait(&empty[(kt - 2) % S], ((kt - 2) / S) & 1);
+            issue(kt + S - 2);
         }
-        mbar_arrive(&empty[kt % S]);  // this thread's reads of the stage are done (its wgmma waited for)
-        if (kt + S - 1 < nkt) {
-            if (kt >= 1) mbar_wait(&empty[(kt - 1) % S], ((kt - 1) / S) & 1);
-            issue(kt + S - 1);
+    };
+    // the ring as flash_forward.cuh's (tile kt in stage kt % S, the (kt / S)-th use of that stage),
+    // but a stage is let go a tile later: tile kt's P V runs beside tile kt + 1's scores. The key
+    // tiles this warpgroup computes: 0 .. nact - 1 (the others lie above its rows); tile 0 first
+    int nact = min(nkt, wg_last / BK + 1);
+    {
+        float s[1][BK / 8][4], corr[1][2];
+        issue_s(0, s);
+        wgmma_wait<0>(&s[0][0][0], BK / 2);
+        softmax(0, s, corr);  // O is zero: no rescale
+        pack_p(s);
+    }
+    refill(0);
+#pragma unroll 1
+    for (int kt = 1; kt < nkt; kt++) {
+        if (kt < nact) {  // uniform in the warpgroup
+            float s[1][BK / 8][4], corr[1][2];
+            issue_s(kt, s);
+            issue_pv(kt);
+            wgmma_wait<1>(&s[0][0][0], BK / 2);  // the scores are in; P V may still run
+            softmax(kt, s, corr);
+            finish_pv(kt);
+            flash_forward_rescale<HS, 1>(o, corr);  // once the product that added into O is done
+            pack_p(s);
+        } else {
+            mbar_wait(&full[kt % S], (kt / S) & 1);
+            if (kt == nact) {  // the warpgroup's last P V
+                wgmma_fence();
+                issue_pv(kt);
+                finish_pv(kt);
+            }
+            mbar_arrive(&empty[kt % S]);
         }
+        refill(kt);
+    }
+    if (nact == nkt) {
+        wgmma_fence();
+        issue_pv(nkt);
+        finish_pv(nkt);
     }
 
     float inv[2];
