@@ -575,8 +575,9 @@ def read_sm90_tiles(header_path, hs, direction="forward"):
 # The wgmma backward (llmc/flash_backward_sm90.cuh; not yet measured): a block's two compute
 # warpgroups of 64 keys take each query tile 64 queries at a time (a sub-tile): Sᵀ, dPᵀ, dV and
 # dK on the tensor cores at WGMMA_TFLOPS where the warpgroup's keys reach the sub-tile (their
-# shared-memory operands read at 128 bytes a clock: K or V rows and Q or dO for Sᵀ and dPᵀ, dO and
-# Q for dV and dK, whose A is in registers), the exp and FP32 of the scores as the mma.sync
+# shared-memory operands read at 128 bytes a clock: K or V rows (not with KV_REGS: then A fragments
+# in registers) and Q or dO for Sᵀ and dPᵀ, dO and Q for dV and dK, whose A is in registers), the
+# exp and FP32 of the scores as the mma.sync
 # backward's, dSᵀ stored; then both warpgroups' dQ part (dS K over the block's 128 keys, read from
 # shared memory), stored to a stage the writer warpgroup reads; the tile's Q, dO and rows filled by
 # cp.async; one barrier. The writer's turn waits run beside (none in the steady state) and are not
@@ -584,9 +585,10 @@ def read_sm90_tiles(header_path, hs, direction="forward"):
 SM90_BWD_FIELDS = ("BK", "BQ", "COMPUTE_WARPGROUPS", "DQ_STAGES")
 
 
-def sm90_bwd_wg_sub(hs):
+def sm90_bwd_wg_sub(b, hs):
     """One compute warpgroup's work on one 64-query sub-tile its keys reach (the four products)."""
-    return dict(wgmma=4 * 2 * 64 * 64 * hs, smem=6 * 64 * hs * BF16 + 64 * 64 * BF16 + 4 * 16 * 32 * 8,  # operands; dSᵀ; lse and D
+    operands = (4 if b.get("KV_REGS") else 6) * 64 * hs * BF16
+    return dict(wgmma=4 * 2 * 64 * 64 * hs, smem=operands + 64 * 64 * BF16 + 4 * 16 * 32 * 8,  # operands; dSᵀ; lse and D
                 exp=64 * 64, fp32=4 * SOFTMAX[AS_BUILT_SOFTMAX]["bwd_score"] * 32)
 
 
@@ -608,7 +610,7 @@ def model_backward_sm90(b, hs, shape, hw=H200, regs=None):
     B, T, NH, NKV, _ = shape
     BQ, BK = b["BQ"], b["BK"]
     n = blocks_per_sm(128 * (b["COMPUTE_WARPGROUPS"] + 1), regs, sm90_bwd_smem(b, hs), hw, 1)
-    sub, rest = pipes_added(sm90_bwd_wg_sub(hs), hw, 1), pipes_added(sm90_bwd_tile_rest(b, hs), hw, 1)
+    sub, rest = pipes_added(sm90_bwd_wg_sub(b, hs), hw, 1), pipes_added(sm90_bwd_tile_rest(b, hs), hw, 1)
     per = {}
     for kb in range(-(-T // BK)):
         clk = BLOCK_START_CLK
@@ -927,7 +929,7 @@ def main(argv=None):
         if bsm90:  # the wgmma backward (not measured: a prediction)
             regs = ptxas.get(("flash_backward_sm90_kernel", hs), (None, None))[0]
             r = model_backward_sm90(bsm90, hs, shape, H200, regs)
-            w = {k: v * bsm90["COMPUTE_WARPGROUPS"] * (bsm90["BQ"] // 64) for k, v in sm90_bwd_wg_sub(hs).items()}
+            w = {k: v * bsm90["COMPUTE_WARPGROUPS"] * (bsm90["BQ"] // 64) for k, v in sm90_bwd_wg_sub(bsm90, hs).items()}
             for k, v in sm90_bwd_tile_rest(bsm90, hs).items():
                 w[k] = w.get(k, 0) + v
             p = pipe_clk(w, H200)

@@ -10,7 +10,8 @@
 // own 64 keys each (warp w of one holds rows 16 w .. 16 w + 15 of its 64, the wgmma D fragment);
 // per query tile (BQ queries: 128 at HS 64, 64 at HS 128; Q, dO and their rows' (lse · log2 e, D)
 // double-buffered by cp.async on an mbarrier each, as flash_backward.cuh), 64 queries at a time:
-//   Sᵀ = K Qᵀ       wgmma m64n64k16 SS, A = the warpgroup's K rows, B = Q (both K-major)
+//   Sᵀ = K Qᵀ       wgmma m64n64k16, A = the warpgroup's K rows, B = Q (both K-major); at HS 64
+//                   RS, K's A fragments loaded into registers once (KV_REGS), at HS 128 SS
 //   dPᵀ = V dOᵀ     the same with V and dO (in flight while Pᵀ is computed)
 //   Pᵀ = exp2(Sᵀ scale log2 e - lse log2 e)   in registers, the causal mask on the diagonal tiles
 //   dV += Pᵀ dO     wgmma m64nHSk16 RS, A = Pᵀ packed to bf16, B = dO (N-major)
@@ -27,7 +28,8 @@
 // flash_common.cuh); each reader of landed copies or stored dSᵀ fences to the async proxy
 // (fence.proxy.async) between the barrier and its wgmma. Registers: the launch gives 168 a thread;
 // the writer keeps WRITER_REGS and the compute warpgroups take COMPUTE_REGS (setmaxnreg): Sᵀ, dPᵀ,
-// dK and dV, 192 a thread at both head sizes, stay in registers.
+// dK and dV (128 a thread at HS 64, 192 at HS 128) and at HS 64 K's and V's fragments (32) stay
+// in registers.
 // Precision as flash_backward.cuh: bf16 operands, fp32 accumulation, P and dS rounded to bf16 for
 // their products, the dQ sums in fp32 (flushing subnormal sums to zero).
 #pragma once
@@ -38,6 +40,7 @@ struct FlashBwdSm90Tile {
     static const int BK = 128, BQ = HS == 64 ? 128 : 64, COMPUTE_WARPGROUPS = 2, COMPUTE_REGS = 232, WRITER_REGS = 40;
     static const int DQ_STAGES = HS == 64 ? 1 : 2;  // two at HS 64 would pass the 227 KB of shared memory by 64 bytes
     static const bool DV_OVERLAP = HS == 64;        // dSᵀ computed while dV runs: where the registers allow it
+    static const bool KV_REGS = HS == 64;           // K and V as A fragments in registers (at HS 128 they would spill)
 };
 
 // dK, dV and dQ: grid (ceil(T/128), NKV, B), 384 threads; arguments as flash_backward_kernel's.
@@ -101,6 +104,18 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
     flash_load_tile<HS, BK, THREADS, true>(sV, v, ld, k0, T);
     issue(0);  // K and V land with query tile 0
     if (total > 1) issue(1);
+    // with KV_REGS, this warp's 16 K and V rows as A fragments, loaded once (they land with query
+    // tile 0): Sᵀ and dPᵀ then read only Q and dO from shared memory
+    uint32_t kf[F::KV_REGS ? HS / 16 : 1][4], vf[F::KV_REGS ? HS / 16 : 1][4];
+    if (F::KV_REGS) {
+        mbar_wait(sLanded, 0);
+#pragma unroll
+        for (int st = 0; st < HS / 16; st++) {
+            int at = flash_sw128<BK>(64 * wg + 16 * warp + lane % 16, 16 * st + (lane / 16) * 8);
+            ldmatrix_x4(kf[st], sK + at);
+            ldmatrix_x4(vf[st], sV + at);
+        }
+    }
     float dk[HS / 2], dv[HS / 2];
 #pragma unroll
     for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
@@ -134,12 +149,18 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
                 uint32_t p[4][4], ds[4][4];    // Pᵀ and dSᵀ as bf16 A fragments (read by dV's and dK's wgmma)
                 wgmma_fence();
 #pragma unroll
-                for (int st = 0; st < HS / 16; st++)
-                    Wgmma<64>::template ss<0, 0>(&s[0][0], flash_desc_k_major<BK>(sK, 64 * wg, st), flash_desc_k_major<BQ>(q_s, 64 * sub, st), st > 0);
+                for (int st = 0; st < HS / 16; st++) {
+                    uint64_t qd = flash_desc_k_major<BQ>(q_s, 64 * sub, st);
+                    if (F::KV_REGS) Wgmma<64>::template rs<0>(&s[0][0], kf[st], qd, st > 0);
+                    else Wgmma<64>::template ss<0, 0>(&s[0][0], flash_desc_k_major<BK>(sK, 64 * wg, st), qd, st > 0);
+                }
                 wgmma_commit();
 #pragma unroll
-                for (int st = 0; st < HS / 16; st++)
-                    Wgmma<64>::template ss<0, 0>(&dp[0][0], flash_desc_k_major<BK>(sV, 64 * wg, st), flash_desc_k_major<BQ>(do_s, 64 * sub, st), st > 0);
+                for (int st = 0; st < HS / 16; st++) {
+                    uint64_t dod = flash_desc_k_major<BQ>(do_s, 64 * sub, st);
+                    if (F::KV_REGS) Wgmma<64>::template rs<0>(&dp[0][0], vf[st], dod, st > 0);
+                    else Wgmma<64>::template ss<0, 0>(&dp[0][0], flash_desc_k_major<BK>(sV, 64 * wg, st), dod, st > 0);
+                }
                 wgmma_commit();
                 wgmma_wait<1>(&s[0][0], 32);  // Sᵀ is in; dPᵀ may still run
                 int last = min(64, T - qs) - 1;  // the sub-tile's last query column inside T

@@ -76,15 +76,17 @@ def main():
     ok = (four["mma"], four["ldsm"], four["exp"], four["fp32"], dq["mma"], dq["ldsm"]) == (128, 80, 512, 88, 32, 24)
     check("flash_model_backward_hs128_by_hand", ok, f"{four} {dq}")
     # by hand, the wgmma backward at HS 64 (128 keys, query tiles of 128: two sub-tiles of 64 a
-    # warpgroup): a warpgroup's sub-tile, 4 products of 2 x 64 x 64 x 64 = 2097152 FLOPs, its
-    # operands 6 x 64 x 64 x 2 bytes, dSᵀ 64 x 64 x 2, lse and D 4 warps x 16 x 32 x 8: 73728
-    # bytes; 4096 exp; FP32 4 x 5.5 x 32 = 704. The tile's rest: dQ 2 x 128 x 128 x 64 FLOPs; its
+    # warpgroup; K and V in registers): a warpgroup's sub-tile, 4 products of 2 x 64 x 64 x 64 =
+    # 2097152 FLOPs, its shared-memory operands 4 x 64 x 64 x 2 bytes (Q and dO twice each), dSᵀ
+    # 64 x 64 x 2, lse and D 4 warps x 16 x 32 x 8: 57344 bytes (73728 with K and V read from shared
+    # memory too); 4096 exp; FP32 4 x 5.5 x 32 = 704. The tile's rest: dQ 2 x 128 x 128 x 64 FLOPs; its
     # two 64 x 64 blocks read 2 x 2 x 64 x 128 x 2 bytes of dSᵀ and K, the part stored and read
     # 2 x 128 x 64 x 4, the fills 2 x 128 x 64 x 2 + 128 x 8: 164864
     b = flash_model.read_sm90_tiles(flash_model.os.path.join(REPO, "llmc", "flash_common.cuh"), 64, "backward")
-    sub, rest = flash_model.sm90_bwd_wg_sub(64), flash_model.sm90_bwd_tile_rest(b, 64) if b else {}
-    ok = b is not None and (b["BQ"], b["BK"]) == (128, 128) and sub == dict(wgmma=2097152, smem=73728, exp=4096, fp32=704.0) and \
-        rest == dict(wgmma=2097152, smem=164864)
+    sub, rest = (flash_model.sm90_bwd_wg_sub(b, 64), flash_model.sm90_bwd_tile_rest(b, 64)) if b else ({}, {})
+    ok = b is not None and (b["BQ"], b["BK"], b["KV_REGS"]) == (128, 128, True) and \
+        sub == dict(wgmma=2097152, smem=57344, exp=4096, fp32=704.0) and rest == dict(wgmma=2097152, smem=164864) and \
+        flash_model.sm90_bwd_wg_sub(dict(b, KV_REGS=False), 64)["smem"] == 73728
     check("flash_model_backward_sm90_hs64_by_hand", ok, f"{b} {sub} {rest}")
     # by hand, a warpgroup's key tile of the wgmma forward at HS 128 (BK 64, one block an SM), in
     # SM clocks at 818.2 TFLOP/s over 132 SMs at 1.98 GHz (3130.6 FLOPs a clock): S and P V 2 x 2 x

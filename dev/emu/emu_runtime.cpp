@@ -467,7 +467,10 @@ static void wgmma_compute(WarpGroupMma& g, WgmmaOp& op) {
     tsan_switch(tensor_cores);
     hb_acquire(op.issue_sync);
 #endif
-    float A[64][16], B[16][256];
+    // the operands out of the stack: the fiber above runs on the stack of the thread that calls
+    // this, where ThreadSanitizer would take the frames of other fibers' earlier calls (an
+    // ldmatrix's rows, say) for data shared with it
+    static thread_local float A[64][16], B[16][256];
     for (int m = 0; m < 64; m++)
         for (int k = 0; k < 16; k++) {
             if (op.a_regs) {  // mma.m16n8k16's A fragment of warp m / 16
