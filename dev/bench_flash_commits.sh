@@ -188,14 +188,15 @@ save() { if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$WORK"/*.csv "$WORK"/
 out "# dev/bench_flash_commits.sh on $gpu, $(date -u +%Y-%m-%dT%H:%MZ): ${#ORDER[@]} commits of $DIR, $ROUNDS round(s), each run dev_attention --bench-only (median of 10 launches after 2 warm-up)"
 
 # bench_rows C ROUND LOG: the flash rows of a --bench-only log as CSV (B, T, NH, HS from the
-# forward line; the backward line follows it at the same shape)
+# forward line; the backward line follows it at the same shape); the wgmma kernels' lines (flash_sm90,
+# at the commits that have them) as directions forward_sm90 and backward_sm90, dev/flash_model.py's
 bench_rows() {
-    awk -v c="$1" -v r="$2" '$1 == "bench" && $3 == "flash" && ($4 == "forward" || $4 == "backward") {
+    awk -v c="$1" -v r="$2" '$1 == "bench" && ($3 == "flash" || $3 == "flash_sm90") && ($4 == "forward" || $4 == "backward") {
         if ($4 == "forward") { B = T = NH = HS = ""
             for (i = 5; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "B") B = kv[2]; if (kv[1] == "T") T = kv[2]; if (kv[1] == "NH") NH = kv[2]; if (kv[1] == "HS") HS = kv[2] } }
         ms = tf = ""
         for (i = 5; i <= NF; i++) { if ($i == "ms" && ms == "") ms = $(i - 1); if ($i == "TFLOP/s" && tf == "") tf = $(i - 1) }
-        if (ms != "" && tf != "") printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", c, r, $2, B, T, NH, HS, $4, ms, tf
+        if (ms != "" && tf != "") printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", c, r, $2, B, T, NH, HS, $4 ($3 == "flash_sm90" ? "_sm90" : ""), ms, tf
     }' "$3"
 }
 
@@ -261,9 +262,11 @@ awk -F, -v order="${ORDER[*]}" -v models="$models" -v index_file="$DIR/INDEX" '
              if (!(($3, $8) in seen)) { seen[$3, $8] = 1; S[++ns] = $3 SUBSEP $8 } }
     END {
         for (s = 1; s <= ns; s++) {
-            split(S[s], sd, SUBSEP); prev = ""; prevm = ""
+            split(S[s], sd, SUBSEP); prev = ""; prevm = ""; started = 0
             for (i = 1; i <= nc; i++) {
                 c = C[i]; key = c SUBSEP sd[1] SUBSEP sd[2]
+                if (!(key in ms) && !started) continue  # a commit before the kernel (flash_sm90) existed
+                started = 1
                 if (!(key in ms)) { printf "| %-7s | %-11s | %-8s | %9s | %6s | %7s | %8s | %9s | %8s | %s\n", c, sd[1], sd[2], "no run", "", "", "", "", "", subj[c]; prev = ""; continue }
                 n = split(ms[key], v, " "); lo = hi = v[1]
                 for (j = 2; j <= n; j++) { if (v[j] + 0 < lo + 0) lo = v[j]; if (v[j] + 0 > hi + 0) hi = v[j] }

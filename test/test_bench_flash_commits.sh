@@ -9,7 +9,8 @@
 #   - the timing run on stand-in binaries that print a real H200 run's dev_attention --bench-only
 #     output (test/fixtures/bench_attention_h200.log, 2026-12-04): the CSV rows hold its figures,
 #     the table the median over the rounds, the speed-up over the commit before and each commit's
-#     modelled ms; a failing binary is a FAIL line and exit 1 and is not run again, one that hangs
+#     modelled ms; the wgmma kernels' lines (flash_sm90) as their own directions, from the first
+#     commit that has them; a failing binary is a FAIL line and exit 1 and is not run again, one that hangs
 #     is stopped where the budget ends, no CUDA device exit 77, a spent budget starts no further
 #     round; $OUT gets the CSV, the table and the logs.
 # Prints "PASS name" / "FAIL name: detail" / "SKIP name: why" lines.
@@ -115,7 +116,9 @@ case \$mode in
     sleep) sleep 3 ;;
     hang) exec sleep 100 ;;
 esac
-if [ "\$mode" = faster ] && [ \$n = 2 ]; then
+if [ "\$mode" = sm90 ]; then  # a wgmma line after each flash line, twice as fast
+    awk '{ print } \$1 == "bench" && \$3 == "flash" { \$3 = "flash_sm90"; for (i = 5; i < NF; i++) { if (\$(i + 1) == "ms") \$i = sprintf("%.5f", \$i * 0.5); if (\$(i + 1) == "TFLOP/s") \$i = sprintf("%.1f", \$i / 0.5) }; print }' "$ROOT/$LOG"
+elif [ "\$mode" = faster ] && [ \$n = 2 ]; then
     awk '\$1 == "bench" && \$3 == "flash" { for (i = 5; i < NF; i++) { if (\$(i + 1) == "ms") \$i = sprintf("%.5f", \$i * 0.6); if (\$(i + 1) == "TFLOP/s") \$i = sprintf("%.1f", \$i / 0.6) } } { print }' "$ROOT/$LOG"
 else cat "$ROOT/$LOG"; fi
 EOF
@@ -147,6 +150,16 @@ check bench_flash_commits.run_lines_in_rotation '[ "$first_runs" = "round 1 aaaa
     "'$first_runs'"
 check bench_flash_commits.out_files '[ -s "$TMP/out/bench_flash_commits.txt" ] && [ "$(tar -tzf "$TMP/out/bench_flash_commits_logs.tar.gz" | grep -c "round[12].log$")" = 6 ]' \
     "$(ls "$TMP/out" 2>&1 | tr '\n' ' ')"
+
+# the wgmma kernels' lines (flash_sm90) at ccccccc only: its rows as directions forward_sm90 and
+# backward_sm90 (5 shapes), the table's rows for them from ccccccc on (no "no run" rows for the
+# commits before the kernels existed)
+rm -f "$TMP"/mode.* "$TMP"/count.*; echo sm90 >"$TMP/mode.ccccccc"
+OUT=$TMP/out90 bash "$S" --rounds 1 "$TMP/runs" >"$TMP/sm90.out" 2>&1
+rc=$?
+csv=$TMP/out90/bench_flash_commits.csv
+check bench_flash_commits.sm90_rows '[ $rc = 0 ] && [ "$(grep -c "^ccccccc,1,.*_sm90," "$csv")" = 10 ] && grep -qx "ccccccc,1,llama300m,4,4096,16,64,forward_sm90,0.37035,371.2" "$csv" && grep -qx "ccccccc,1,llama300m,4,4096,16,64,backward_sm90,1.90410,180.4" "$csv" && ! grep -q "^[ab]\{7\},.*_sm90," "$csv" && grep -q "^| ccccccc *| llama300m *| forward_sm90 *| *0.370[34] " "$TMP/out90/bench_flash_commits.txt" && ! grep -q "^| [ab]\{7\} .*_sm90" "$TMP/out90/bench_flash_commits.txt"' \
+    "rc $rc: $(grep sm90 "$csv" | head -3) $(grep sm90 "$TMP/out90/bench_flash_commits.txt" | head -3)"
 
 # a failing binary: its FAIL line, not run again in round 2, the others still timed, exit 1
 rm -f "$TMP"/mode.* "$TMP"/count.*; echo fail >"$TMP/mode.bbbbbbb"
