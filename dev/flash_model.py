@@ -522,9 +522,10 @@ SM90_FWD_PIPELINE = True
 
 def sm90_wg_tile(f, hs):
     """One warpgroup's work on one key tile: FLOPs of S = Q Kᵀ and O += P V, the bytes they read
-    from shared memory, the exp and FP32 of its warps' softmax."""
+    from shared memory (its rows of Q too, unless Q_REGS holds them in registers), the exp and FP32
+    of its warps' softmax."""
     BK, sm = f["BK"], SOFTMAX[AS_BUILT_SOFTMAX]
-    return dict(wgmma=2 * 2 * 64 * BK * hs, smem=(64 + 2 * BK) * hs * BF16, exp=4 * 32 * (BK // 2 + 2),
+    return dict(wgmma=2 * 2 * 64 * BK * hs, smem=(0 if f.get("Q_REGS") else 64 * hs * BF16) + 2 * BK * hs * BF16, exp=4 * 32 * (BK // 2 + 2),
                 fp32=4 * (sm["fwd_score"] * BK / 2 + sm["fwd_rescale"] * FWD_FP32_PER_OUT * hs / 2 + 2 * sm["fwd_row_half"]))
 
 

@@ -10,7 +10,8 @@
 // Block: 128 queries of one q head (FlashFwdSm90Tile), two warpgroups of 64 rows; warp w of a
 // warpgroup holds rows 16 w .. 16 w + 15 of its 64 (the wgmma D fragment: per n8 block the
 // mma.m16n8 C fragment, so flash_forward.cuh's softmax takes it as one row tile). Per key tile of 64:
-//   S = Q Kᵀ    wgmma m64n64k16, A = the warpgroup's 64 rows of Q, B = K (K-major), HS / 16 steps
+//   S = Q Kᵀ    wgmma m64n64k16, A = the warpgroup's 64 rows of Q, B = K (K-major), HS / 16 steps;
+//               at HS 128 RS, Q's A fragments loaded into registers once (Q_REGS), at HS 64 SS
 //   softmax     flash_forward_scores on S (the causal mask on the diagonal tiles only): P, the rows'
 //               running max and sums, the rescale factors
 //   O += P V    wgmma m64nHSk16, A = P in registers (S's fragments packed to bf16, mma_pack_a), B = V
@@ -34,6 +35,7 @@
 template <int HS>
 struct FlashFwdSm90Tile {
     static const int BQ = 128, WARPGROUPS = 2, BK = 64, STAGES = 4, MIN_BLOCKS = HS == 64 ? 2 : 1;
+    static const bool Q_REGS = HS == 128;  // Q as A fragments in registers (at HS 64 they would not fit 2 blocks an SM)
 };
 static inline bool flash_sm90_head_size(int HS) { return HS == 64 || HS == 128; }
 
@@ -75,6 +77,14 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
     flash_zero<HS / 8>(o[0]);
     float mrow[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
     uint32_t p[BK / 16][4];  // P of the previous tile, for its O += P V
+    // with Q_REGS, this warp's 16 rows of Q as A fragments, loaded once (Q lands with key tile 0)
+    uint32_t qf[F::Q_REGS ? HS / 16 : 1][4];
+    if (F::Q_REGS) {
+        mbar_wait(&full[0], 0);
+#pragma unroll
+        for (int st = 0; st < HS / 16; st++)
+            ldmatrix_x4(qf[st], sQ + flash_sw128<BQ>(16 * warp + lane % 16, 16 * st + (lane / 16) * 8));
+    }
     // O += P V of tile kt - 1 (V in stage (kt - 1) % S), issued to run beside tile kt's scores,
     // and the wait for it, after which this thread's reads of tile kt - 1's stage are done
     auto issue_pv = [&](int kt) {
@@ -93,9 +103,11 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
         wgmma_fence_smem();  // the landed copies, seen by the tensor cores
         wgmma_fence();
 #pragma unroll
-        for (int st = 0; st < HS / 16; st++)
-            Wgmma<BK>::template ss<0, 0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st),
-                                         flash_desc_k_major<BK>(sKV + 2 * (kt % S) * BK * HS, 0, st), st > 0);
+        for (int st = 0; st < HS / 16; st++) {
+            uint64_t kd = flash_desc_k_major<BK>(sKV + 2 * (kt % S) * BK * HS, 0, st);
+            if (F::Q_REGS) Wgmma<BK>::template rs<0>(&s[0][0][0], qf[st], kd, st > 0);
+            else Wgmma<BK>::template ss<0, 0>(&s[0][0][0], flash_desc_k_major<BQ>(sQ, 64 * wg, st), kd, st > 0);
+        }
         wgmma_commit();
     };
     auto softmax = [&](int kt, float (*s)[BK / 8][4], float (*corr)[2]) {  // the mask on the diagonal tiles only
