@@ -33,7 +33,8 @@ export LC_ALL=C
 SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$SELF_DIR/.." && pwd)
 LAST_MEASURED=c950ed2  # the last commit whose flash kernels were timed on a GPU
-KERNEL_FILES=(llmc/flash_common.cuh llmc/flash_forward.cuh llmc/flash_backward.cuh llmc/flash_attention.cuh llmc/mma.cuh)
+KERNEL_FILES=(llmc/flash_common.cuh llmc/flash_forward.cuh llmc/flash_backward.cuh llmc/flash_forward_sm90.cuh llmc/flash_backward_sm90.cuh
+              llmc/flash_attention.cuh llmc/mma.cuh)
 
 die() { echo "bench_flash_commits: $*" >&2; exit 1; }
 
