@@ -1,15 +1,16 @@
 // flash_forward_sm90.cuh — the fused causal attention forward on Hopper's warpgroup MMA (wgmma,
 // sm_90a; llmc/mma.cuh), beside flash_forward.cuh's mma.sync kernel: the same algorithm (key tiles
-// up to the causal diagonal, the online softmax in registers, flash_forward_scores and
-// flash_forward_rescale), the same (K, V) ring of cp.async stages with a full and an empty mbarrier each, and the same outputs, but
-// the products read K and V straight from shared memory (no ldmatrix) and run asynchronously on a
-// warpgroup's tensor cores. Launched by flash_attention.cuh's flash_attention_forward_sm90 for
-// head sizes 64 and 128; not yet the default anywhere (not yet measured on a GPU): dev_attention
-// validates and times it beside the mma.sync kernel.
+// up to the causal diagonal, the online softmax in registers: flash_forward_scores and
+// flash_forward_rescale), a (K, V) ring of cp.async stages with a full and an empty mbarrier each,
+// and the same outputs, but the products read K and V straight from shared memory (no ldmatrix a
+// tile) and run asynchronously on a warpgroup's tensor cores. Launched by flash_attention.cuh's
+// flash_attention_forward_sm90 for head sizes 64 and 128; not yet the default anywhere (not yet
+// measured on a GPU): dev_attention validates and times it beside the mma.sync kernel.
 //
 // Block: 128 queries of one q head (FlashFwdSm90Tile), two warpgroups of 64 rows; warp w of a
 // warpgroup holds rows 16 w .. 16 w + 15 of its 64 (the wgmma D fragment: per n8 block the
-// mma.m16n8 C fragment, so flash_forward.cuh's softmax takes it as one row tile). Per key tile of 64:
+// mma.m16n8 C fragment, so flash_forward.cuh's softmax takes it as one row tile). Per key tile
+// of 64:
 //   S = Q Kᵀ    wgmma m64n64k16, A = the warpgroup's 64 rows of Q, B = K (K-major), HS / 16 steps;
 //               at HS 128 RS, Q's A fragments loaded into registers once (Q_REGS), at HS 64 SS
 //   softmax     flash_forward_scores on S (the causal mask on the diagonal tiles only): P, the rows'
@@ -20,8 +21,8 @@
 // after tile kt + 1's S = Q Kᵀ and runs while the warpgroup computes tile kt + 1's softmax; O's
 // rescale by tile kt + 1's factors (flash_forward_rescale) waits for it. O sees the same operations
 // in the same order as without the pipeline (bitwise the same outputs). A stage is let go a tile
-// later than in flash_forward.cuh's ring, so the ring has one stage more (4): two tiles in flight
-// ahead of the one computed.
+// later (once the P V that reads its V is done), so the ring takes 4 stages for two tiles in
+// flight ahead of the one computed (3 without the pipeline).
 // Shared memory: Q, K and V as rows of 64 bf16 (128 bytes) in 128-byte-swizzled atoms of 8 rows
 // (flash_load_tile's SW128), the layout the descriptors name (mma.cuh's tables: K-major for Q and K,
 // N-major for V, the same bytes); a tile of HS 128 is two such column blocks, one after the other.
