@@ -15,7 +15,8 @@
 #     project matches the names taken for cuBLAS's;
 #   - the speed rows on stand-ins that pass for a GPU: ms/step and each kernel's TFLOP/s beside the
 #     baseline's (dev/gpu_baseline.txt) with their ratio, "no baseline" where it has no such row;
-#     --ratios on results files;
+#     --ratios on results files; a dev_attention whose wgmma kernels end its run with a CUDA
+#     error: its checks and figures once more with --no-sm90, the rows failing with the reason;
 #   - make gpu-bundle: at most 48 MiB; every binary's NEEDED entries (readelf -d) in the allowlist
 #     below; every file the script names (--list-files), every fixture the GPU programs open and
 #     every make gpu binary in the bundle; the bundle copied away from the repo runs its preflight
@@ -116,6 +117,35 @@ check gpu_check.ratios_of_baseline_itself '[ "$(grep -c "→ ratio 1.00×$" "$TM
 GPU_CHECK_BASELINE=$TMP/speed/baseline_no_d12.txt bash dev/gpu_check.sh --ratios "$S" >"$TMP/speed/ratios.txt" 2>&1
 check gpu_check.ratios_skip_missing_row 'grep -qx "bench_d12: 22.0 ms/step; no baseline" "$TMP/speed/ratios.txt" && grep -qx "bench_attention llama300m flash forward: 157.76 TFLOP/s; baseline 185.6 TFLOP/s → ratio 0.85×" "$TMP/speed/ratios.txt"' \
     "$(cat "$TMP/speed/ratios.txt")"
+
+# --- a dev_attention whose wgmma kernels break its run off (a CUDA error after a flash_sm90 line)
+#     unless --no-sm90: the kernels row fails and a dev_attention_no_sm90 row gives the others'
+#     checks; bench_attention takes its figures from a --no-sm90 run and fails, saying why
+mkdir -p "$TMP/broke"
+cp "$TMP/speed/train_llama" "$TMP/broke/"
+cat >"$TMP/broke/dev_attention" <<'EOF'
+#!/bin/bash
+for a in "$@"; do [ "$a" = --no-sm90 ] && nosm90=1; done
+echo "$*" >>"$(dirname "$0")/args"
+if [ "$1" = --validate-only ]; then
+    echo "PASS dev_attention.flash.tiny.forward_out: measured 1e-03, bound 0.01 (max rel err)"
+    [ -n "$nosm90" ] && { echo "SKIP dev_attention.flash_sm90: --no-sm90"; echo "PASS dev_attention.flash.llama300m.forward_out: measured 1e-03, bound 0.01 (max rel err)"; exit 0; }
+    echo "PASS dev_attention.flash_sm90.tiny_HS64.forward_out: measured 1e-03, bound 0.01 (max rel err)"
+    echo "CUDA error attention.cu:160: cudaDeviceSynchronize(): an illegal instruction was encountered" >&2; exit 1
+fi
+echo "bench cuBLASLt bf16 GEMM 8192^3: 1.375 ms, 800.0 TFLOP/s"
+echo "bench llama300m flash forward B=4: 1.000 ms, 157.76 TFLOP/s"
+[ -z "$nosm90" ] && { echo "bench llama300m flash_sm90 forward B=4: 9.000 ms, 17.53 TFLOP/s"; echo "CUDA error attention.cu:340: an illegal instruction was encountered" >&2; exit 1; }
+echo "bench llama300m flash backward B=4: 2.000 ms, 197.20 TFLOP/s"
+EOF
+chmod +x "$TMP/broke/dev_attention"
+GPU_CHECK_BIN="$TMP/broke" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/broke/logs" GPU_CHECK_ONLY='^(dev_attention|bench_attention)$' \
+    timeout 120 bash dev/gpu_check.sh >"$TMP/broke/out" 2>&1
+S=$TMP/broke/logs/results.txt
+check gpu_check.sm90_broke_kernels_rerun '[ "$(result_of dev_attention "$S")" = FAIL ] && [ "$(result_of dev_attention_no_sm90 "$S")" = PASS ] && detail_of dev_attention_no_sm90 "$S" | grep -qx "2 checks" && grep -qx -- "--validate-only --no-sm90" "$TMP/broke/args"' \
+    "$(row_of dev_attention "$S") / $(row_of dev_attention_no_sm90 "$S") / $(tr '\n' ';' <"$TMP/broke/args")"
+check gpu_check.sm90_broke_bench_figures_without 'b=$(detail_of bench_attention "$S"); [ "$(result_of bench_attention "$S")" = FAIL ] && echo "$b" | grep -q "llama300m flash forward 157.76 TFLOP/s.*llama300m flash backward 197.20 TFLOP/s" && echo "$b" | grep -q "the wgmma kernels broke dev_attention --bench-only off (.*illegal instruction.*), its figures above from --no-sm90; --attention flash_sm90: 18.000 ms/step" && ! echo "$b" | grep -q "17.53"' \
+    "$(row_of bench_attention "$S") $(why "$TMP/broke/out")"
 
 # --- what the emulation needs (as test_cuda_emulated.sh)
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include

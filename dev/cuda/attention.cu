@@ -50,7 +50,7 @@
 // The benchmark runs both paths at B=4 and each preset's T, and at HS=128, T=4096 (16 heads), and
 // prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
 // cuBLASLt bf16 GEMM; with the flash path also the wgmma kernels (flash_sm90) and their speed-ups.
-// Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--dump FILE]
+// Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--no-sm90] [--dump FILE]
 //   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
 //   --flash-only: validate the flash path alone, at the same shapes and tolerances, without the
 //     cuBLAS path or the flash-against-cuBLAS comparisons: no cuBLAS kernel runs (for
@@ -61,6 +61,8 @@
 //     under ThreadSanitizer: 5 minutes for --small --flash-only there): HS 16, 32, 64 and 128, GQA
 //     groups of 1 to 3, T 300 or 400, where the forward's last query blocks wrap their ring of 4
 //     (K, V) stages and the backward's key blocks wrap their 2 dQ stages. Implies --flash-only.
+//   --no-sm90: without the wgmma kernels (the rest as without it: where they fail so that the
+//     process cannot go on, the other kernels' checks and times still come).
 //   --dump FILE: the flash outputs of every validated shape, raw fp32 (for bitwise comparisons).
 #include <cstring>
 #include <string>
@@ -72,6 +74,7 @@ static const double TOL_OUT = 1e-2;
 static const double TOL_LSE = 1e-4;
 static const double TOL_DQKV = 1.5e-2;
 
+static bool g_no_sm90 = false;  // --no-sm90
 typedef struct { int b, g; } Slice;  // batch b, kv head g
 
 // --dump FILE: the flash path's out, lse and dqkv of every validated shape, as raw fp32, appended
@@ -334,7 +337,7 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
     cuda_print_bench(what, ms_out[0], 0, flops);
     printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling\n", flops / (ms_out[0] * 1e-3) / 1e12,
            100.0 * flops / (ms_out[0] * 1e-3) / ceiling);
-    if (kind == ATTENTION_FLASH && flash_sm90_available(HS)) {  // the wgmma forward beside it
+    if (kind == ATTENTION_FLASH && !g_no_sm90 && flash_sm90_available(HS)) {  // the wgmma forward beside it
         float ms = cuda_bench_ms([&] { flash_attention_forward_sm90(out, lse, qkv, B, T, NH, NKV, HS, 0); }, 2, 10);
         snprintf(what, sizeof(what), "%s flash_sm90 forward B=%d T=%d NH=%d HS=%d", preset, B, T, NH, HS);
         cuda_print_bench(what, ms, 0, flops);
@@ -346,7 +349,7 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
     cuda_print_bench(what, ms_out[1], 0, 2.5 * flops);
     printf("    causal %.1f TFLOP/s = %.1f%% of the measured GEMM ceiling\n", 2.5 * flops / (ms_out[1] * 1e-3) / 1e12,
            100.0 * 2.5 * flops / (ms_out[1] * 1e-3) / ceiling);
-    if (kind == ATTENTION_FLASH && flash_sm90_available(HS)) {  // the wgmma backward beside it
+    if (kind == ATTENTION_FLASH && !g_no_sm90 && flash_sm90_available(HS)) {  // the wgmma backward beside it
         float ms = cuda_bench_ms([&] {
             flash_attention_backward_sm90(dqkv, s.rowstats, s.dq_accum, s.order, dout, qkv, out, lse, B, T, NH, NKV, HS, 0);
         }, 2, 10);
@@ -366,8 +369,9 @@ static void bench(const char* preset, AttentionKind kind, int B, int T, int NH, 
 static bool sm90_rows(int HS) {
     if (!flash_sm90_head_size(HS)) return false;
     static bool told = false;
-    if (!flash_sm90_available(HS)) {
-        if (!told) printf("SKIP dev_attention.flash_sm90: the wgmma forward needs a GPU of compute capability 9.0 and an sm_90a build\n");
+    if (g_no_sm90 || !flash_sm90_available(HS)) {
+        if (!told) printf("SKIP dev_attention.flash_sm90: %s\n", g_no_sm90 ? "--no-sm90" :
+                          "the wgmma forward needs a GPU of compute capability 9.0 and an sm_90a build");
         told = true;
         return false;
     }
@@ -385,9 +389,10 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--flash-only") == 0) flash_only = validate_only = true;
         else if (strcmp(argv[i], "--racecheck") == 0) racecheck = flash_only = validate_only = true;
         else if (strcmp(argv[i], "--bench-only") == 0) bench_only = true;
+        else if (strcmp(argv[i], "--no-sm90") == 0) g_no_sm90 = true;
         else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
             if (!(g_dump = fopen(argv[++i], "wb"))) { fprintf(stderr, "dev_attention: --dump: cannot create '%s'\n", argv[i]); return 2; }
-        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--dump FILE]\n"); return 2; }
+        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--no-sm90] [--dump FILE]\n"); return 2; }
     }
     if (flash_only && bench_only) { fprintf(stderr, "dev_attention: --flash-only and --racecheck validate, --bench-only benchmarks: give one of them\n"); return 2; }
     if (!cuda_device_present()) { printf("SKIP dev_attention: no CUDA device\n"); return 77; }
