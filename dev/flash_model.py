@@ -311,12 +311,13 @@ def pipe_clk(w, hw):
                 smem=w.get("smem", 0) / SMEM_BYTES_PER_CLK)
 
 
-def pipes_added(w, hw, blocks):
-    """SM clocks of the work w: the pipes added, less OVERLAP_TWO_BLOCKS of the smaller ones when
-    two or more blocks share the SM."""
+def pipes_added(w, hw, blocks, hidden=0.0):
+    """SM clocks of the work w: the pipes added, less `hidden` clocks the kernel overlaps by its own
+    structure, less OVERLAP_TWO_BLOCKS of the rest beyond the largest pipe when two or more blocks
+    share the SM."""
     p = pipe_clk(w, hw)
-    total, largest = sum(p.values()), max(p.values())
-    return total - (OVERLAP_TWO_BLOCKS if blocks >= 2 else 0.0) * (total - largest)
+    total, largest = sum(p.values()) - hidden, max(p.values())
+    return total - (OVERLAP_TWO_BLOCKS if blocks >= 2 else 0.0) * max(0.0, total - largest)
 
 
 def fwd_warp_tile(f, hs):
@@ -532,11 +533,10 @@ def sm90_wg_tile(f, hs):
 def sm90_wg_clk(f, hs, hw, blocks):
     """SM clocks of one warpgroup's key tile (sm90_wg_tile): the pipes added, less the softmax or
     the P V product, whichever is shorter, where the pipeline hides it, less the two-block overlap."""
-    p = pipe_clk(sm90_wg_tile(f, hs), hw)
-    total, largest = sum(p.values()), max(p.values())
-    if SM90_FWD_PIPELINE:
-        total -= min(pipe_clk(dict(wgmma=2 * 64 * f["BK"] * hs), hw)["mma"], p["exp"] + p["fp32"])
-    return total - (OVERLAP_TWO_BLOCKS if blocks >= 2 else 0.0) * max(0.0, total - largest)
+    w = sm90_wg_tile(f, hs)
+    p = pipe_clk(w, hw)
+    hidden = min(pipe_clk(dict(wgmma=2 * 64 * f["BK"] * hs), hw)["mma"], p["exp"] + p["fp32"]) if SM90_FWD_PIPELINE else 0.0
+    return pipes_added(w, hw, blocks, hidden)
 
 
 def sm90_smem(f, hs):
@@ -889,6 +889,11 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true",
                     help="only check the as-built kernels against the ptxas report: launch-bound blocks per SM (exit 1 if not); spills warn")
     a = ap.parse_args(argv)
+    # a file named on the command line must be there, whichever mode reads it (where the default
+    # report is absent the model goes without registers)
+    for flag, path in (("--ptxas", a.ptxas), ("--measured", a.measured)):
+        if path != ap.get_default(flag[2:]) and not os.path.isfile(path):
+            die(f"{flag}: cannot read '{path}' (no such file)")
     if a.calibration:
         plain = calibration(a.measured)
         worst = max((abs(r - 1) for r in plain), default=0.0)

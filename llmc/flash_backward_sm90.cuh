@@ -116,6 +116,17 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
             ldmatrix_x4(vf[st], sV + at);
         }
     }
+    // d = X Yᵀ, one group: X this warpgroup's 64 K or V rows (its fragments xf with KV_REGS, else
+    // the tile xs), Y the 64 rows of Q or dO from row y0 of the query tile ys (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ)
+    auto key_product = [&](float* d, const uint32_t (*xf)[4], const bf16* xs, const bf16* ys, int y0) {
+#pragma unroll
+        for (int st = 0; st < HS / 16; st++) {
+            uint64_t yd = flash_desc_k_major<BQ>(ys, y0, st);
+            if (F::KV_REGS) Wgmma<64>::template rs<0>(d, xf[st], yd, st > 0);
+            else Wgmma<64>::template ss<0, 0>(d, flash_desc_k_major<BK>(xs, 64 * wg, st), yd, st > 0);
+        }
+        wgmma_commit();
+    };
     float dk[HS / 2], dv[HS / 2];
 #pragma unroll
     for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
@@ -148,20 +159,8 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
                 float dp[8][4];                // dPᵀ
                 uint32_t p[4][4], ds[4][4];    // Pᵀ and dSᵀ as bf16 A fragments (read by dV's and dK's wgmma)
                 wgmma_fence();
-#pragma unroll
-                for (int st = 0; st < HS / 16; st++) {
-                    uint64_t qd = flash_desc_k_major<BQ>(q_s, 64 * sub, st);
-                    if (F::KV_REGS) Wgmma<64>::template rs<0>(&s[0][0], kf[st], qd, st > 0);
-                    else Wgmma<64>::template ss<0, 0>(&s[0][0], flash_desc_k_major<BK>(sK, 64 * wg, st), qd, st > 0);
-                }
-                wgmma_commit();
-#pragma unroll
-                for (int st = 0; st < HS / 16; st++) {
-                    uint64_t dod = flash_desc_k_major<BQ>(do_s, 64 * sub, st);
-                    if (F::KV_REGS) Wgmma<64>::template rs<0>(&dp[0][0], vf[st], dod, st > 0);
-                    else Wgmma<64>::template ss<0, 0>(&dp[0][0], flash_desc_k_major<BK>(sV, 64 * wg, st), dod, st > 0);
-                }
-                wgmma_commit();
+                key_product(&s[0][0], kf, sK, q_s, 64 * sub);
+                key_product(&dp[0][0], vf, sV, do_s, 64 * sub);
                 wgmma_wait<1>(&s[0][0], 32);  // Sᵀ is in; dPᵀ may still run
                 int last = min(64, T - qs) - 1;  // the sub-tile's last query column inside T
                 if (key0 + 63 <= qs && qs + 64 <= T) {  // every key at or before every query, inside T: no mask

@@ -123,6 +123,7 @@ def main():
             fh.write("template <int HS>\nstruct FlashFwdTile {\n    static const int BQ = 64, WARPS = HS >= 64 ? 4 : 2, BK = 32, STAGES = 2, MIN_BLOCKS = 1;\n"
                      "    static const bool Q_REGS = HS != 128;\n};\ntemplate <int HS>\nstruct FlashBwdTile {\n"
                      "    static const int BK = 64, WARPS = 4, BQ = HS == 128 ? 16 : HS == 64 ? 32 : 64, MIN_BLOCKS = 1, DQ_STAGES = 2;\n};\n")
+        open(os.path.join(tmp, "none.txt"), "w").close()  # a report without kernels: no registers known
         rc, table, err = rows_of("--header", fake, "--shape", "1:256:2:2:64", "--ptxas", os.path.join(tmp, "none.txt"))
         # forward: M = 1 row tile of 16; 2 x 1 x 4 n tiles x 4 k steps = 32 mma; 2 x 4 x 2 = 16
         # ldmatrix.x4 (Q in registers); one warp's tile: 32 mma at 4096 FLOPs / (620e12 / (132 x
@@ -185,7 +186,9 @@ def main():
                              ("shape", ["--shape", "llama9b"], "--shape: expected a name"),
                              ("shape_numbers", ["--shape", "4:0:16:16:64"], "--shape: '4:0:16:16:64' needs"),
                              ("measured", ["--calibration", "--measured", os.path.join(REPO, "no_such.csv")], "--measured: cannot read"),
-                             ("missing_report_in_check", ["--check", "--ptxas", os.path.join(REPO, "no_such_report.txt")], "--ptxas: cannot read")]:
+                             ("missing_report_in_check", ["--check", "--ptxas", os.path.join(REPO, "no_such_report.txt")], "--ptxas: cannot read"),
+                             ("missing_report", ["--ptxas", os.path.join(REPO, "no_such_report.txt")], "--ptxas: cannot read"),
+                             ("measured_without_calibration", ["--measured", os.path.join(REPO, "no_such.csv")], "--measured: cannot read")]:
         rc, out, err = run(*args)
         check(f"flash_model_refuses_{name}", testlib.one_error_line(rc, err) and want in err, f"rc {rc} {err.strip()}")
     return 1 if check.failed else 0
