@@ -117,7 +117,7 @@ ptxas-report:
 	     printf "%-5s %-6s %-6s %-7s %-7s %s\n" regs smem stack spill_st spill_ld kernel; \
 	     $(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -Xptxas -v -c dev/cuda/$$op.cu -o $(BUILD)/ptxas_$$op.o 2>&1 | awk -v op="$$op" ' \
 	       /Compiling entry function/ { match($$0, /_Z[0-9]+[a-z_]+/); name = substr($$0, RSTART, RLENGTH); \
-	         fn = $$0; sub(/.*function .__*/, "", fn); sub(/. for .*/, "", fn); full = "_" fn; keep = (name ~ ("^_Z[0-9]+" op "_") || (op == "attention" && name ~ /^_Z[0-9]+flash_/)); next } \
+	         fn = $$0; sub(/.*function .__*/, "", fn); sub(/. for .*/, "", fn); full = "_" fn; keep = (name ~ ("^_Z[0-9]+" op "_") || (op == "attention" && name ~ /^_Z[0-9]+flash_/)) && full !~ /ILi[0-9]+ELi[1-9][0-9]*E/; next } \
 	       /bytes stack frame/ { stack = $$1; sst = $$5; sld = $$9; next } \
 	       /Used [0-9]+ registers/ { if (keep) { regs = $$0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs); \
 	         smem = "0"; if ($$0 ~ /bytes smem/) { smem = $$0; sub(/ bytes smem.*/, "", smem); sub(/.*, /, "", smem) } \

@@ -8,6 +8,7 @@ waits, the causal tail) for the kernels as built and for the earlier designs tim
   python3 dev/flash_model.py --shape 1:8192:16:16:128   # B:T:NH:NKV:HS
   python3 dev/flash_model.py --calibration         # every measured row: measured ms, modelled ms, ratio
   python3 dev/flash_model.py --check               # registers fit the launch bounds (spills: a warning)
+  python3 dev/flash_model.py --ablation --shape llama300m,llama600m   # the wgmma kernels with a part left out
 
 The model. A call's time is the end of its last block, plus the host's launch of each kernel
 (LAUNCH_US: dev_attention times each call alone, from an idle stream). The blocks, each with its
@@ -287,7 +288,7 @@ def read_ptxas(report_path):
     except OSError:
         return regs
     for line in lines:
-        m = re.match(r"(\d+)\s+\d+\s+\d+\s+(\d+)\s+(\d+)\s+void (flash_\w+_kernel)<(\d+)>", line)
+        m = re.match(r"(\d+)\s+\d+\s+\d+\s+(\d+)\s+(\d+)\s+void (flash_\w+_kernel)<(\d+)(?:, 0)?>", line)  # (the wgmma kernels' SKIP 0)
         if m:
             regs[(m.group(4), int(m.group(5)))] = (int(m.group(1)), int(m.group(2)) + int(m.group(3)))
     return regs
@@ -521,21 +522,29 @@ SM90_FIELDS = ("BQ", "WARPGROUPS", "BK", "STAGES", "MIN_BLOCKS")
 SM90_FWD_PIPELINE = True
 
 
-def sm90_wg_tile(f, hs):
+def sm90_wg_tile(f, hs, skip=()):
     """One warpgroup's work on one key tile: FLOPs of S = Q Kᵀ and O += P V, the bytes they read
     from shared memory (its rows of Q too, unless Q_REGS holds them in registers), the exp and FP32
-    of its warps' softmax."""
+    of its warps' softmax. skip: parts left out (SM90_ABLATIONS: "exp", the scores' exponentials;
+    "pv", the product and its V reads)."""
     BK, sm = f["BK"], SOFTMAX[AS_BUILT_SOFTMAX]
-    return dict(wgmma=2 * 2 * 64 * BK * hs, smem=(0 if f.get("Q_REGS") else 64 * hs * BF16) + 2 * BK * hs * BF16, exp=4 * 32 * (BK // 2 + 2),
-                fp32=4 * (sm["fwd_score"] * BK / 2 + sm["fwd_rescale"] * FWD_FP32_PER_OUT * hs / 2 + 2 * sm["fwd_row_half"]))
+    w = dict(wgmma=2 * 2 * 64 * BK * hs, smem=(0 if f.get("Q_REGS") else 64 * hs * BF16) + 2 * BK * hs * BF16,
+             exp=4 * 32 * ((0 if "exp" in skip else BK // 2) + 2),
+             fp32=4 * (sm["fwd_score"] * BK / 2 + sm["fwd_rescale"] * FWD_FP32_PER_OUT * hs / 2 + 2 * sm["fwd_row_half"]))
+    if "pv" in skip:
+        w["wgmma"] //= 2
+        w["smem"] -= BK * hs * BF16
+    return w
 
 
-def sm90_wg_clk(f, hs, hw, blocks):
+def sm90_wg_clk(f, hs, hw, blocks, skip=()):
     """SM clocks of one warpgroup's key tile (sm90_wg_tile): the pipes added, less the softmax or
     the P V product, whichever is shorter, where the pipeline hides it, less the two-block overlap."""
-    w = sm90_wg_tile(f, hs)
+    w = sm90_wg_tile(f, hs, skip)
     p = pipe_clk(w, hw)
-    hidden = min(pipe_clk(dict(wgmma=2 * 64 * f["BK"] * hs), hw)["mma"], p["exp"] + p["fp32"]) if SM90_FWD_PIPELINE else 0.0
+    hidden = 0.0
+    if SM90_FWD_PIPELINE and "pv" not in skip:
+        hidden = min(pipe_clk(dict(wgmma=2 * 64 * f["BK"] * hs), hw)["mma"], p["exp"] + p["fp32"])
     return pipes_added(w, hw, blocks, hidden)
 
 
@@ -543,12 +552,12 @@ def sm90_smem(f, hs):
     return 1024 + (f["BQ"] + 2 * f["STAGES"] * f["BK"]) * hs * BF16
 
 
-def model_forward_sm90(f, hs, shape, hw=H200, regs=None):
+def model_forward_sm90(f, hs, shape, hw=H200, regs=None, skip=()):
     """The modelled wgmma forward call (blocks launched as flash_forward_sm90: every head's last
-    query tile first), as model_forward."""
+    query tile first), as model_forward; skip as sm90_wg_tile's."""
     T, G, BQ, BK = shape[1], f["WARPGROUPS"], f["BQ"], f["BK"]
     n = blocks_per_sm(128 * G, regs, sm90_smem(f, hs), hw, f["MIN_BLOCKS"])
-    per_wg = sm90_wg_clk(f, hs, hw, n)
+    per_wg = sm90_wg_clk(f, hs, hw, n, skip)
     fill = pipe_clk(dict(smem=2 * BK * hs * BF16), hw)["smem"]  # the K and V tiles cp.async writes
     per = {}
     for qt in range(-(-T // BQ)):
@@ -556,6 +565,32 @@ def model_forward_sm90(f, hs, shape, hw=H200, regs=None):
         active = [sum(1 for g in range(G) if kt * BK <= q0 + 64 * g + 63) for kt in range(min(-(-T // BK), (q0 + BQ) // BK))]
         per[qt] = (sum(a * per_wg + fill for a in active), BLOCK_START_CLK + len(active) * STAGE_WAIT_CLK)
     return forward_call(per, n, BQ, shape, hw, "tile")
+
+
+# dev_attention --ablate's variants of the wgmma kernels (llmc/flash_common.cuh's FlashSkip): name,
+# the parts the model leaves out for it. --ablation prints each one's modelled time against the
+# kernel's as built: what the model says the part costs, before the GPU times it.
+SM90_ABLATIONS = {"forward_sm90": (("no_exp", ("exp",)), ("no_pv", ("pv",))),
+                  "backward_sm90": (("no_exp", ("exp",)), ("no_dq_product", ("dq",)), ("no_dq_sum", ("dq_sum",)), ("no_dq", ("dq", "dq_sum")))}
+
+
+def ablation_rows(header, shapes, ptxas, hw=H200):
+    """[shape, direction, variant, modelled ms, its time / the kernel's as built] for each wgmma
+    kernel of each shape (head sizes 64 and 128) and each of its SM90_ABLATIONS, as built first."""
+    rows = []
+    for name, shape in shapes:
+        hs = shape[4]
+        for direction, tiles, model in (("forward_sm90", read_sm90_tiles(header, hs), model_forward_sm90),
+                                         ("backward_sm90", read_sm90_tiles(header, hs, "backward"), model_backward_sm90)):
+            if not tiles:
+                continue
+            regs = ptxas.get((f"flash_{direction}_kernel", hs), (None, None))[0]
+            base = model(tiles, hs, shape, hw, regs)["ms"]
+            rows.append([name, direction, "as_built", "%.4f" % base, "1.000"])
+            for variant, skip in SM90_ABLATIONS[direction]:
+                ms = model(tiles, hs, shape, hw, regs, skip)["ms"]
+                rows.append([name, direction, variant, "%.4f" % ms, "%.3f" % (ms / base)])
+    return rows
 
 
 def read_sm90_tiles(header_path, hs, direction="forward"):
@@ -586,32 +621,37 @@ def read_sm90_tiles(header_path, hs, direction="forward"):
 SM90_BWD_FIELDS = ("BK", "BQ", "COMPUTE_WARPGROUPS", "DQ_STAGES")
 
 
-def sm90_bwd_wg_sub(b, hs):
-    """One compute warpgroup's work on one 64-query sub-tile its keys reach (the four products)."""
+def sm90_bwd_wg_sub(b, hs, skip=()):
+    """One compute warpgroup's work on one 64-query sub-tile its keys reach (the four products);
+    skip: "exp" leaves the exponentials out (SM90_ABLATIONS)."""
     operands = (4 if b.get("KV_REGS") else 6) * 64 * hs * BF16
     return dict(wgmma=4 * 2 * 64 * 64 * hs, smem=operands + 64 * 64 * BF16 + 4 * 16 * 32 * 8,  # operands; dSᵀ; lse and D
-                exp=64 * 64, fp32=4 * SOFTMAX[AS_BUILT_SOFTMAX]["bwd_score"] * 32)
+                exp=0 if "exp" in skip else 64 * 64, fp32=4 * SOFTMAX[AS_BUILT_SOFTMAX]["bwd_score"] * 32)
 
 
-def sm90_bwd_tile_rest(b, hs):
+def sm90_bwd_tile_rest(b, hs, skip=()):
     """A block's work on one query tile besides the sub-tiles: the dQ part (both warpgroups), its
-    stage stored and read, the tile's fills."""
+    stage stored and read, the tile's fills. skip: "dq" leaves the product and the stage's stores
+    out, "dq_sum" the writer's reads of it (SM90_ABLATIONS; the writer's global sums and turns are
+    not in the model, which has them run beside)."""
     BQ, BK = b["BQ"], b["BK"]
     blocks = BQ * hs // (64 * 64)  # the part's 64 x 64 blocks, one a warpgroup: each reads 64 x BK of dSᵀ and BK x 64 of K
-    return dict(wgmma=2 * BQ * BK * hs, smem=blocks * 2 * 64 * BK * BF16 + 2 * BQ * hs * FP32 + 2 * BQ * hs * BF16 + BQ * 8)
+    product, stage = blocks * 2 * 64 * BK * BF16, BQ * hs * FP32
+    return dict(wgmma=0 if "dq" in skip else 2 * BQ * BK * hs,
+                smem=(0 if "dq" in skip else product + stage) + (0 if "dq_sum" in skip else stage) + 2 * BQ * hs * BF16 + BQ * 8)
 
 
 def sm90_bwd_smem(b, hs):
     return 1024 + (2 * b["BK"] * hs + 4 * b["BQ"] * hs + 2 * b["BK"] * b["BQ"]) * BF16 + b["DQ_STAGES"] * b["BQ"] * hs * FP32 + 2 * b["BQ"] * 8
 
 
-def model_backward_sm90(b, hs, shape, hw=H200, regs=None):
+def model_backward_sm90(b, hs, shape, hw=H200, regs=None, skip=()):
     """The modelled wgmma backward call (tickets as built: key block 0 of every head first), as
-    model_backward."""
+    model_backward; skip as sm90_bwd_wg_sub's and sm90_bwd_tile_rest's."""
     B, T, NH, NKV, _ = shape
     BQ, BK = b["BQ"], b["BK"]
     n = blocks_per_sm(128 * (b["COMPUTE_WARPGROUPS"] + 1), regs, sm90_bwd_smem(b, hs), hw, 1)
-    sub, rest = pipes_added(sm90_bwd_wg_sub(b, hs), hw, 1), pipes_added(sm90_bwd_tile_rest(b, hs), hw, 1)
+    sub, rest = pipes_added(sm90_bwd_wg_sub(b, hs, skip), hw, 1), pipes_added(sm90_bwd_tile_rest(b, hs, skip), hw, 1)
     per = {}
     for kb in range(-(-T // BK)):
         clk = BLOCK_START_CLK
@@ -886,6 +926,8 @@ def main(argv=None):
     ap.add_argument("--csv", action="store_true", help="CSV rows instead of the table")
     ap.add_argument("--calibration", action="store_true",
                     help="every measured row the model knows: measured and modelled ms (exit 1 if a plain commit's row is off by more than 20%%)")
+    ap.add_argument("--ablation", action="store_true",
+                    help="the wgmma kernels' variants that dev_attention --ablate times (parts left out): modelled ms and ratio to the kernel as built")
     ap.add_argument("--check", action="store_true",
                     help="only check the as-built kernels against the ptxas report: launch-bound blocks per SM (exit 1 if not); spills warn")
     a = ap.parse_args(argv)
@@ -914,6 +956,21 @@ def main(argv=None):
     shapes = parse_shapes(a.shape)
     cfg = read_config(a.header, sorted({s[4] for _, s in shapes}))
     ptxas = read_ptxas(a.ptxas)
+    if a.ablation:
+        rows = ablation_rows(a.header, shapes, ptxas)
+        if not rows:
+            die(f"--ablation: no shape of head size 64 or 128 in '{a.shape}' (the wgmma kernels' head sizes)")
+        head = ["shape", "direction", "variant", "modelled ms", "x as built"]
+        if a.csv:
+            csv.writer(sys.stdout, lineterminator="\n").writerows([head] + rows)
+        else:
+            print("the wgmma kernels with parts left out (dev_attention --ablate's variants), modelled on an H200 as the kernels "
+                  "as built: not yet measured on a GPU")
+            print("| " + " | ".join(head) + " |")
+            print("|" + "---|" * len(head))
+            for r in rows:
+                print("| " + " | ".join(r) + " |")
+        return 0
     head = ["shape", "direction", "HS", "blocks/SM", "mma clk", "ldmatrix clk", "exp clk", "fp32 clk", "smem clk", "waits clk",
             "ms without tail", "ms", "causal TFLOP/s"]
     rows = []

@@ -29,6 +29,11 @@
 #                 dev_attention timed the wgmma kernels (flash_sm90 lines), also with --attention
 #                 flash_sm90: its ms/step and flash's / its; where they broke the run off, the
 #                 figures come from --no-sm90 and the row fails, saying so
+#   ablate_attention  dev_attention --ablate: the wgmma kernels with one part left out each (the
+#                 exponentials, P V, the dQ product, the writer's dQ sums), after checks that each
+#                 leaves out what it says; each variant's time over the kernel's as built at
+#                 llama300m's and llama600m's shapes, beside dev/flash_model.py --ablation's
+#                 expectation (emulated: the checks only)
 #   bench_buckets d12 (B=4, T=1024) on a one-rank NCCL communicator: -c fp8 with --bucket-mb 0
 #                 (after the backward) and 25 (a stream of its own during the backward), the ms per
 #                 step of each and their ratio (the cost of the bucket plumbing itself at 1 GPU);
@@ -276,7 +281,8 @@ if [ "$ACTION" = list ]; then
     base=$ROOT; [ "$LAYOUT" = repo ] && base=$src_root
     # the runs' default data (llmc/train_config.h) and the tokenizer
     for f in data/gpt2_tokenizer.bin "$base"/data/kjv/kjv_train_*.bin "$base"/data/kjv/kjv_val_*.bin "${FIXTURES[@]}" dev/bench_pytorch.py \
-             scripts/scaling_model.py scripts/cli_util.py llmc/llama.h dev/flash_model.py llmc/flash_common.cuh dev/cuda/ptxas_report.txt \
+             scripts/scaling_model.py scripts/cli_util.py llmc/llama.h dev/flash_model.py llmc/flash_common.cuh llmc/flash_forward_sm90.cuh \
+             llmc/flash_backward_sm90.cuh dev/cuda/ptxas_report.txt \
              dev/gpu_baseline.txt; do
         f=${f#"$base"/}
         echo "$f $base/$f"
@@ -688,6 +694,7 @@ sm90_broke() {  # LOG
 }
 
 # kernels, at the presets' real shapes (the emulation builds some of them, run --small)
+SM90_BROKE=""
 for op in "${DEV_OPS[@]}"; do
     key=dev_$op
     wanted "$key" || continue
@@ -698,6 +705,7 @@ for op in "${DEV_OPS[@]}"; do
     run 120 "$LOGS/$key.log" "$BIN/$key" "${args[@]}"
     count_checks "$LOGS/$key.log" "$key"
     if [ "$op" = attention ] && sm90_broke "$LOGS/$key.log"; then
+        SM90_BROKE=1
         in_budget 20 || { out_of_budget "${key}_no_sm90"; continue; }
         run 120 "$LOGS/${key}_no_sm90.log" "$BIN/$key" "${args[@]}" --no-sm90
         count_checks "$LOGS/${key}_no_sm90.log" "${key}_no_sm90"
@@ -991,6 +999,36 @@ if wanted "$key"; then
             else
                 row "$key" PASS "$DT" "${kern}llama300m B=$B T=$T step: cublas $ms ms (fwd $f bwd $b), peak $peakmem; flash ${OURS_MS[llama300m]} ms, peak ${OURS_MEM[llama300m]}; flash speed-up $(awk -v a="$ms" -v b="${OURS_MS[llama300m]}" 'BEGIN { printf "%.2fx", a / b }')$sm90"
             fi
+        fi
+    fi
+fi
+
+# the wgmma kernels with one part left out each (dev_attention --ablate; their results wrong by
+# design, after checks that each leaves out what it says): where their time goes, each variant's
+# time over the kernel's as built beside dev/flash_model.py --ablation's expectation of it
+key=ablate_attention
+if wanted "$key" && ! blocked "$key" dev_attention; then
+    if [ -n "$SM90_BROKE" ]; then row "$key" SKIP 0 "the wgmma kernels broke dev_attention's run off (row dev_attention)"
+    elif ! in_budget 40; then out_of_budget "$key"
+    else
+        args=(--ablate); [ "$EMULATE" = 1 ] && args+=(--small)
+        run 90 "$LOGS/$key.log" "$BIN/dev_attention" "${args[@]}"
+        np=$(grep -c '^PASS dev_attention.ablate' "$LOGS/$key.log")
+        if grep -q '^SKIP dev_attention.ablate' "$LOGS/$key.log"; then row "$key" SKIP "$DT" "$(grep -m1 '^SKIP' "$LOGS/$key.log" | cut -d' ' -f3-)"
+        elif [ $RC -ne 0 ] || [ "$np" -eq 0 ]; then
+            row "$key" FAIL "$DT" "$np checks passed; $(why "$LOGS/$key.log"); $(grep -m1 '^FAIL' "$LOGS/$key.log" | oneline 300)"
+        elif [ "$EMULATE" = 1 ]; then row "$key" PASS "$DT" "$np checks passed (emulated: --small, the checks only, no times)"
+        else
+            model=$( (cd "$RUN_DIR" && timeout 30 python3 dev/flash_model.py --ablation --csv --shape llama300m,llama600m 2>/dev/null) | grep ',')
+            times=$(awk -v model="$model" '
+                BEGIN { n = split(model, m, "\n"); for (i = 1; i <= n; i++) { split(m[i], f, ","); want[f[1] " " f[2] " " f[3]] = f[5] } }
+                $1 == "ablate" {
+                    k = $2 " " $3 " " $4
+                    if ($4 == "as_built") { printf "%s%s %s as built %s ms", sep, $2, $3, $5; sep = "; " }
+                    else for (i = 1; i <= NF; i++) if ($i ~ /x$/ && $(i + 1) == "its") {
+                        printf ", %s %s (model %s)", $4, $i, (k in want) ? want[k] "x" : "?"; break }
+                }' "$LOGS/$key.log")
+            row "$key" PASS "$DT" "$np checks passed; variant / as built: ${times:-no ablate lines}"
         fi
     fi
 fi

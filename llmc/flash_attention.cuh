@@ -91,23 +91,24 @@ static inline bool flash_sm90_available(int HS) {
     return has == 1 && flash_sm90_head_size(HS);
 }
 
-template <int HS>
+template <int HS, int SKIP>
 static inline void flash_forward_sm90_hs(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, cudaStream_t stream) {
     static bool limits = false;
     if (!limits) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_forward_sm90_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_forward_sm90_kernel<HS, SKIP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)flash_forward_sm90_smem<HS>()));
         limits = true;
     }
     dim3 grid(NH * B, cuda_ceil_div(T, FlashFwdSm90Tile<HS>::BQ));
     float scale_log2 = FLASH_LOG2E / sqrtf((float)HS);
-    flash_forward_sm90_kernel<HS><<<grid, FlashFwdSm90Tile<HS>::WARPGROUPS * 128, flash_forward_sm90_smem<HS>(), stream>>>(
+    flash_forward_sm90_kernel<HS, SKIP><<<grid, FlashFwdSm90Tile<HS>::WARPGROUPS * 128, flash_forward_sm90_smem<HS>(), stream>>>(
         out, lse, qkv, T, NH, NKV, scale_log2);
     KERNEL_CHECK();
 }
 
 // flash_attention_forward on Hopper's wgmma (flash_forward_sm90.cuh): the same outputs; only where
-// flash_sm90_available(HS)
+// flash_sm90_available(HS). SKIP: the parts left out (FlashSkip), 0 but in dev_attention --ablate.
+template <int SKIP = 0>
 static inline void flash_attention_forward_sm90(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV, int HS,
                                                 cudaStream_t stream) {
     flash_check(qkv, out, HS);
@@ -115,25 +116,25 @@ static inline void flash_attention_forward_sm90(bf16* out, float* lse, const bf1
         fprintf(stderr, "flash attention (wgmma): needs head size 64 or 128 (got %d), a GPU of compute capability 9.0 and an sm_90a build\n", HS);
         exit(1);
     }
-    if (HS == 64) flash_forward_sm90_hs<64>(out, lse, qkv, B, T, NH, NKV, stream);
-    else flash_forward_sm90_hs<128>(out, lse, qkv, B, T, NH, NKV, stream);
+    if (HS == 64) flash_forward_sm90_hs<64, SKIP>(out, lse, qkv, B, T, NH, NKV, stream);
+    else flash_forward_sm90_hs<128, SKIP>(out, lse, qkv, B, T, NH, NKV, stream);
 }
 
-template <int HS>
+template <int HS, int SKIP>
 static inline void flash_backward_sm90_hs(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv,
                                           const float2* rows, int B, int T, int NH, int NKV, cudaStream_t stream) {
     typedef FlashBwdSm90Tile<HS> F;
     static_assert(F::BQ >= FlashBwdTile<HS>::BQ, "its turns fit in flash_order_ints_hs's scratch");
     static bool limits = false;
     if (!limits) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_backward_sm90_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_CHECK(cudaFuncSetAttribute((const void*)flash_backward_sm90_kernel<HS, SKIP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)flash_backward_sm90_smem<HS>()));
         limits = true;
     }
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = FLASH_LOG2E * scale;
     CUDA_CHECK(cudaMemsetAsync(order, 0, (1 + (size_t)B * NH * cuda_ceil_div(T, F::BQ)) * sizeof(int), stream));
     dim3 grid(cuda_ceil_div(T, F::BK), NKV, B);
-    flash_backward_sm90_kernel<HS><<<grid, (F::COMPUTE_WARPGROUPS + 1) * 128, flash_backward_sm90_smem<HS>(), stream>>>(
+    flash_backward_sm90_kernel<HS, SKIP><<<grid, (F::COMPUTE_WARPGROUPS + 1) * 128, flash_backward_sm90_smem<HS>(), stream>>>(
         dqkv, dq_accum, order, dout, qkv, rows, T, NH, NKV, scale, scale_log2);
     KERNEL_CHECK();
     size_t chunks = (size_t)B * NH * T * HS / 8;
@@ -167,7 +168,8 @@ static inline void flash_attention_backward(bf16* dqkv, float2* rows, float* dq_
 }
 
 // flash_attention_backward on Hopper's wgmma (flash_backward_sm90.cuh): the same outputs and
-// scratch; only where flash_sm90_available(HS)
+// scratch; only where flash_sm90_available(HS). SKIP as for the forward.
+template <int SKIP = 0>
 static inline void flash_attention_backward_sm90(bf16* dqkv, float2* rows, float* dq_accum, int* order, const bf16* dout,
                                                  const bf16* qkv, const bf16* out, const float* lse, int B, int T, int NH, int NKV,
                                                  int HS, cudaStream_t stream) {
@@ -180,6 +182,6 @@ static inline void flash_attention_backward_sm90(bf16* dqkv, float2* rows, float
     long long threads = (long long)B * NH * T * (HS / 8);
     flash_rowdot_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(rows, lse, dout, out, B, T, NH, HS);
     KERNEL_CHECK();
-    if (HS == 64) flash_backward_sm90_hs<64>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
-    else flash_backward_sm90_hs<128>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+    if (HS == 64) flash_backward_sm90_hs<64, SKIP>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
+    else flash_backward_sm90_hs<128, SKIP>(dqkv, dq_accum, order, dout, qkv, rows, B, T, NH, NKV, stream);
 }

@@ -47,8 +47,9 @@ struct FlashBwdSm90Tile {
 // Shared memory: 1024 bytes of alignment slack, K, V, two (Q, dO) buffers, two dSᵀ buffers, the
 // dQ stages, two row buffers, the mbarriers (per query buffer: landed; per stage: full, empty),
 // the ticket. Where the device code has no wgmma (not sm_90a) the body is empty:
-// flash_attention_backward_sm90 refuses to launch it there.
-template <int HS>
+// flash_attention_backward_sm90 refuses to launch it there. SKIP: the parts left out (FlashSkip:
+// EXP, DQ, DQ_SUM; 0 but in dev_attention --ablate).
+template <int HS, int SKIP = 0>
 __global__ void __launch_bounds__(384, 1)
 flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* dout, const bf16* qkv, const float2* rowstats,
                            int T, int NH, int NKV, float scale, float scale_log2) {
@@ -81,7 +82,14 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
     static_assert(2 * F::COMPUTE_REGS + F::WRITER_REGS <= 3 * 168, "the registers the warpgroups take: at most the launch's 168 a thread");
     if (wg == F::COMPUTE_WARPGROUPS) {  // the dQ writer
         warpgroup_registers_dec<F::WRITER_REGS>();
-        flash_dq_writer<HS, BQ, BK, S, 128, true>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T, NH, NKV);
+        if (SKIP & FLASH_SKIP_DQ_SUM) {  // only hand each stage back
+            for (int idx = 0; idx < total; idx++) {
+                mbar_wait(sFull + idx % S, (idx / S) & 1);
+                mbar_arrive(sEmpty + idx % S);
+            }
+        } else {
+            flash_dq_writer<HS, BQ, BK, S, 128, true>(dq_accum, order + 1, sDQ, sFull, sEmpty, b, kvh, kb, total, per_head, T, NH, NKV);
+        }
         return;
     }
     warpgroup_registers_inc<F::COMPUTE_REGS>();
@@ -127,6 +135,7 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
         }
         wgmma_commit();
     };
+    auto pexp = [](float x) { return SKIP & FLASH_SKIP_EXP ? x : flash_exp2(x); };
     float dk[HS / 2], dv[HS / 2];
 #pragma unroll
     for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
@@ -167,14 +176,14 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
 #pragma unroll
                     for (int n = 0; n < 8; n++)
 #pragma unroll
-                        for (int i = 0; i < 4; i++) s[n][i] = flash_exp2(fmaf(s[n][i], scale_log2, -r_sub[n * 8 + 2 * c + i % 2].x));
+                        for (int i = 0; i < 4; i++) s[n][i] = pexp(fmaf(s[n][i], scale_log2, -r_sub[n * 8 + 2 * c + i % 2].x));
                 } else {
 #pragma unroll
                     for (int n = 0; n < 8; n++)
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
                             int col = n * 8 + 2 * c + i % 2;
-                            s[n][i] = rk[i / 2] <= qs + col && col <= last ? flash_exp2(fmaf(s[n][i], scale_log2, -r_sub[col].x)) : 0.0f;
+                            s[n][i] = rk[i / 2] <= qs + col && col <= last ? pexp(fmaf(s[n][i], scale_log2, -r_sub[col].x)) : 0.0f;
                         }
                 }
 #pragma unroll
@@ -215,21 +224,24 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
         bar_sync(FLASH_BAR_COMPUTE, THREADS);  // all of dSᵀ is in; every compute thread is done with query buffer buf
         if (idx + 2 < total) issue(idx + 2);
         float dq[32];  // this warpgroup's block of dQ_part = dS K
-        wgmma_fence();
+        if (!(SKIP & FLASH_SKIP_DQ)) {
+            wgmma_fence();
 #pragma unroll
-        for (int st = 0; st < BK / 16; st++)
-            Wgmma<64>::template ss<1, 1>(dq, flash_desc_n_major<BK>(ds_s + dq_r0 * BK, st), flash_desc_n_major<BK>(sK + dq_c0 * BK, st), st > 0);
-        wgmma_commit();
-        wgmma_wait<0>(dq, 32);
+            for (int st = 0; st < BK / 16; st++)
+                Wgmma<64>::template ss<1, 1>(dq, flash_desc_n_major<BK>(ds_s + dq_r0 * BK, st), flash_desc_n_major<BK>(sK + dq_c0 * BK, st), st > 0);
+            wgmma_commit();
+            wgmma_wait<0>(dq, 32);
+        }
         if (idx >= S) mbar_wait(sEmpty + stage, (idx / S - 1) & 1);  // the writer drained the stage
         float* part = sDQ + stage * BQ * HS;
+        if (!(SKIP & FLASH_SKIP_DQ))
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+            for (int j = 0; j < 8; j++)
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int r = dq_r0 + 16 * warp + g + 8 * half, col = dq_c0 + 8 * j + 2 * c;
-                *(float2*)(part + flash_dq_stage_offset<HS, true>(r, col)) = make_float2(dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
-            }
+                for (int half = 0; half < 2; half++) {
+                    int r = dq_r0 + 16 * warp + g + 8 * half, col = dq_c0 + 8 * j + 2 * c;
+                    *(float2*)(part + flash_dq_stage_offset<HS, true>(r, col)) = make_float2(dq[4 * j + 2 * half], dq[4 * j + 2 * half + 1]);
+                }
         mbar_arrive(sFull + stage);  // the part is in: the writer takes it
     }
     int row0 = key0 + 16 * warp;

@@ -15,6 +15,13 @@ static const float FLASH_LOG2E = 1.4426950408889634f;
 
 static inline bool flash_attention_supported(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
 
+// Parts a wgmma kernel leaves out (its template argument SKIP, a sum of these): 0 in every launch
+// of the engine's; only dev_attention --ablate launches the others, to time a kernel without one
+// part (their results are wrong by design). EXP: the exponentials (P = the exponent itself); PV:
+// the forward's O += P V; DQ: the backward's dQ product and its stores to the writer's stage; DQ_SUM:
+// the writer's turns and sums into dq_accum (it only hands the stages back).
+enum FlashSkip { FLASH_SKIP_EXP = 1, FLASH_SKIP_PV = 2, FLASH_SKIP_DQ = 4, FLASH_SKIP_DQ_SUM = 8 };
+
 // forward tiles: BQ queries per block over WARPS warps (BQ / WARPS rows each), BK keys per tile,
 // STAGES cp.async stages of (K, V) tiles, MIN_BLOCKS the blocks per SM that __launch_bounds__ asks,
 // Q_REGS: Q's A fragments held in registers (else read from shared memory at every key tile)

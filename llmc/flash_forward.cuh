@@ -39,8 +39,8 @@
 // tiles below the diagonal at llama300m's and llama600m's T; more where a few keys hold a row's
 // largest scores. In two parts: flash_forward_scores (P, the running max and sums, the factors)
 // and flash_forward_rescale (O), which the wgmma forward runs apart, once the product still
-// adding into O is done.
-template <bool MASK, int BK, int M>
+// adding into O is done. EXP false: P is the exponent itself (FLASH_SKIP_EXP, timing only).
+template <bool MASK, int BK, int M, bool EXP = true>
 __device__ __forceinline__ void flash_forward_scores(float (*s)[BK / 8][4], float (*mrow)[2], float (*l)[2], float (*corr)[2],
                                                      int key0, int r0, float scale_log2) {
     int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -60,7 +60,7 @@ __device__ __forceinline__ void flash_forward_scores(float (*s)[BK / 8][4], floa
             float sum = 0.0f;
             for (int n = 0; n < BK / 8; n++)
                 for (int e = 0; e < 2; e++) {
-                    float p = flash_exp2(fmaf(s[m][n][2 * half + e], scale_log2, -mx));
+                    float x = fmaf(s[m][n][2 * half + e], scale_log2, -mx), p = EXP ? flash_exp2(x) : x;
                     s[m][n][2 * half + e] = p;
                     sum += p;
                 }

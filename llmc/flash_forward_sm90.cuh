@@ -42,8 +42,9 @@ static inline bool flash_sm90_head_size(int HS) { return HS == 64 || HS == 128; 
 
 // grid (NH·B, ceil(T/128)), 256 threads; shared memory: 1024 bytes of alignment slack, Q, the
 // (K, V) stages, their full and empty barriers. Where the device code has no wgmma (not sm_90a) the
-// body is empty: flash_attention_forward_sm90 refuses to launch it there.
-template <int HS>
+// body is empty: flash_attention_forward_sm90 refuses to launch it there. SKIP: the parts left out
+// (FlashSkip: EXP, PV; 0 but in dev_attention --ablate).
+template <int HS, int SKIP = 0>
 __global__ void __launch_bounds__(FlashFwdSm90Tile<HS>::WARPGROUPS * 128, FlashFwdSm90Tile<HS>::MIN_BLOCKS)
 flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int NKV, float scale_log2) {
 #if MMA_WGMMA
@@ -91,8 +92,9 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
     auto issue_pv = [&](int kt) {
 #pragma unroll
         for (int st = 0; st < BK / 16; st++)
-            Wgmma<HS>::template rs<1>(&o[0][0][0], p[st], flash_desc_n_major<BK>(sKV + (2 * ((kt - 1) % S) + 1) * BK * HS, st), 1);
-        wgmma_commit();
+            if (!(SKIP & FLASH_SKIP_PV))
+                Wgmma<HS>::template rs<1>(&o[0][0][0], p[st], flash_desc_n_major<BK>(sKV + (2 * ((kt - 1) % S) + 1) * BK * HS, st), 1);
+        wgmma_commit();  // (an empty group without the product)
     };
     auto finish_pv = [&](int kt) {
         wgmma_wait<0>(&o[0][0][0], HS / 2);
@@ -112,8 +114,9 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
         wgmma_commit();
     };
     auto softmax = [&](int kt, float (*s)[BK / 8][4], float (*corr)[2]) {  // the mask on the diagonal tiles only
-        if (kt * BK + BK - 1 > r0) flash_forward_scores<true, BK, 1>(s, mrow, l, corr, kt * BK, r0, scale_log2);
-        else flash_forward_scores<false, BK, 1>(s, mrow, l, corr, kt * BK, r0, scale_log2);
+        const bool EXP = !(SKIP & FLASH_SKIP_EXP);
+        if (kt * BK + BK - 1 > r0) flash_forward_scores<true, BK, 1, EXP>(s, mrow, l, corr, kt * BK, r0, scale_log2);
+        else flash_forward_scores<false, BK, 1, EXP>(s, mrow, l, corr, kt * BK, r0, scale_log2);
     };
     auto pack_p = [&](float (*s)[BK / 8][4]) {
 #pragma unroll

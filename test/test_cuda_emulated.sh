@@ -14,7 +14,8 @@
 #   - dev_attention --small: the fused flash kernels and the cuBLAS path against the CPU attention
 #     and each other, then again with every kernel's blocks run last first (flash bitwise the
 #     same); tiny (GPT-2's vocabulary) trained 8 steps with --attention flash and
-#     cublas, losses compared;
+#     cublas, losses compared; dev_attention --small --ablate: the wgmma kernels' variants with
+#     parts left out (timed on a GPU) leave out what they say;
 #   - test_blas_shim: the CBLAS / LAPACKE calls of the CPU references, served by cuBLAS / cuSOLVER
 #     in CUDA builds, against their definitions;
 #   - from here on the small test model (test/testlib.py: tiny's layers, 1000 tokens; the
@@ -121,6 +122,15 @@ rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/attn_launch.bin" ] && cmp -s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin"; then
     pass emu.flash_bitwise_blocks_reversed_low_threads_ahead_copies_early
 else fail emu.flash_bitwise_blocks_reversed_low_threads_ahead_copies_early "rc=$rc, $(stat -c %s "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | tr '\n' ' ')$(cmp "$TMP/attn_launch.bin" "$TMP/attn_reverse.bin" 2>&1 | head -1) $(why "$TMP/attn_reverse.out")"; fi
+
+# dev_attention --ablate's variants of the wgmma kernels (parts left out, for timing on a GPU), in
+# reversed block order: each leaves out what it says (what that part feeds differs from the kernel
+# as built, the rest bitwise the same) and ends (no wait left without its arrival); about 2 s
+EMU_BLOCK_ORDER=reverse EMU_THREAD_ORDER=low timeout 300 "$EMU/dev_attention" --small --ablate >"$TMP/ablate.out" 2>&1
+rc=$?
+sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/ablate.out"
+np=$(grep -c '^PASS dev_attention.ablate' "$TMP/ablate.out")
+[ $rc -eq 0 ] && [ "$np" -eq 12 ] || fail emu.dev_attention_ablate_exit "rc=$rc, $np passed (expected 12): $(why "$TMP/ablate.out")"
 
 # dev/emu's checks of a kernel's wgmma: one without a wgmma.fence before it, a thread that ends
 # without waiting for its wgmma

@@ -98,6 +98,39 @@ def main():
     got = (flash_model.sm90_wg_clk(f, 128, flash_model.H200, 1), flash_model.sm90_wg_clk(dict(f, Q_REGS=False), 128, flash_model.H200, 1)) if f else None
     check("flash_model_forward_sm90_pipeline_hs128_by_hand", got is not None and (f["BK"], f["Q_REGS"]) == (64, True) and
           abs(got[0] - 1032.1) < 0.1 and abs(got[1] - 1160.1) < 0.1, f"{f} {got}")
+    # by hand, the same tile with a part left out (dev_attention --ablate's variants): without P V,
+    # S alone 334.9, K's reads 128, the exp and FP32 as above, nothing hidden: 904.1; without the
+    # scores' exponentials, 4 x 32 x 2 row corrections 16.2 exp, the pipeline hiding the softmax
+    # (182.0 < 334.9): 669.9 + 256 + 16.2 + 165.7 - 182.0 = 925.9. The HS 64 backward's rest without
+    # the dQ product (the writer still reads the stage: 32768 + the fills 33792), without the
+    # writer's reads (the product's 65536 + the stage stored 32768 + 33792), without both (33792);
+    # a sub-tile without its exponentials: exp 0, the rest as above
+    got = (flash_model.sm90_wg_clk(f, 128, flash_model.H200, 1, ("pv",)), flash_model.sm90_wg_clk(f, 128, flash_model.H200, 1, ("exp",))) if f else None
+    rests = [flash_model.sm90_bwd_tile_rest(b, 64, sk) for sk in (("dq",), ("dq_sum",), ("dq", "dq_sum"))] if b else []
+    ok = got is not None and abs(got[0] - 904.1) < 0.1 and abs(got[1] - 925.9) < 0.1 and \
+        rests == [dict(wgmma=0, smem=66560), dict(wgmma=2097152, smem=132096), dict(wgmma=0, smem=33792)] and \
+        flash_model.sm90_bwd_wg_sub(b, 64, ("exp",)) == dict(sub, exp=0)
+    check("flash_model_sm90_parts_left_out_by_hand", ok, f"{got} {rests}")
+    # --ablation: each variant of dev_attention --ablate, against the kernel as built, whose time
+    # is the main table's; a part left out never costs time, both dQ parts left out save the most
+    # of the three; docs/gpu.md quotes the table (the prediction the GPU run is held to)
+    rc, out, err = run("--ablation", "--shape", "llama300m,llama600m")
+    _, main_rows, _ = rows_of("--shape", "llama300m,llama600m")
+    abl = [l.strip("| ").split(" | ") for l in out.splitlines() if l.startswith("| llama")]
+    by = {(r[0], r[1], r[2]): (float(r[3]), float(r[4])) for r in abl}
+    want = [(sh, d, v) for sh in ("llama300m", "llama600m") for d, vs in (("forward_sm90", ("as_built", "no_exp", "no_pv")),
+            ("backward_sm90", ("as_built", "no_exp", "no_dq_product", "no_dq_sum", "no_dq"))) for v in vs]
+    ok = rc == 0 and sorted(by) == sorted(want) and all(
+        abs(by[(sh, d, "as_built")][0] - float(row(main_rows, sh, d)["ms"])) < 1e-4 for sh in ("llama300m", "llama600m") for d in ("forward_sm90", "backward_sm90")) and \
+        all(0 < x[1] <= 1.0 for x in by.values()) and \
+        all(by[(sh, "backward_sm90", "no_dq")][1] <= min(by[(sh, "backward_sm90", v)][1] for v in ("no_dq_product", "no_dq_sum")) for sh in ("llama300m", "llama600m"))
+    check("flash_model_ablation_table", ok, f"rc {rc} {err.strip()} {sorted(by)}")
+    docs = open(os.path.join(REPO, "docs", "gpu.md")).read()
+    missing = [l for l in out.splitlines() if l.startswith("| llama") and l not in docs]
+    check("flash_model_ablation_in_gpu", rc == 0 and not missing, f"docs/gpu.md lacks {missing[:2]}")
+    rc, out, err = run("--ablation", "--shape", "1:256:4:4:32")
+    check("flash_model_ablation_refuses_other_head_sizes", rc == 1 and err.count("\n") == 1 and "--ablation: no shape of head size 64 or 128" in err,
+          f"rc {rc} {err!r}")
     # the tile expressions of the header: ordered comparisons and nested conditionals
     cv = flash_model.c_value
     ok = (cv("HS >= 64 ? 4 : 8", 64), cv("HS >= 64 ? 4 : 8", 32), cv("HS == 128 ? 32 : HS == 16 ? 128 : 64", 16),

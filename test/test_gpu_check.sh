@@ -83,6 +83,17 @@ done >"$out/metrics.jsonl"
 EOF
 cat >"$TMP/speed/dev_attention" <<'EOF'
 #!/bin/bash
+if [ "$1" = --ablate ]; then
+    for shape in llama300m llama600m; do
+        for v in as_built no_exp no_pv; do echo "PASS dev_attention.ablate.$shape.forward_sm90.$v: out differs"; done
+        echo "ablate $shape forward_sm90 as_built 0.5000 ms, 300.0 TFLOP/s counted as the kernel as built"
+        echo "ablate $shape forward_sm90 no_exp 0.4000 ms, 375.0 TFLOP/s counted as the kernel as built, 0.800x its time"
+        echo "ablate $shape forward_sm90 no_pv 0.4500 ms, 333.3 TFLOP/s counted as the kernel as built, 0.900x its time"
+        echo "ablate $shape backward_sm90 as_built 2.0000 ms, 200.0 TFLOP/s counted as the kernel as built"
+        echo "ablate $shape backward_sm90 no_dq 1.5000 ms, 266.7 TFLOP/s counted as the kernel as built, 0.750x its time"
+    done
+    exit 0
+fi
 echo "bench cuBLASLt bf16 GEMM 8192^3: 1.375 ms, 800.0 TFLOP/s"
 for shape in llama300m hs128_t4096; do for path in flash cublas; do for dir in forward backward; do
     echo "bench $shape $path $dir B=4: 1.000 ms, 157.76 TFLOP/s"
@@ -94,9 +105,13 @@ grep -v '^| bench_d12 ' dev/gpu_baseline.txt >"$TMP/speed/baseline_no_d12.txt"
 for b in full no_d12; do
     base=dev/gpu_baseline.txt; [ $b = no_d12 ] && base=$TMP/speed/baseline_no_d12.txt
     GPU_CHECK_BIN="$TMP/speed" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/speed/logs_$b" GPU_CHECK_BASELINE="$base" \
-        GPU_CHECK_ONLY='^bench_(d12|attention|virtual_ranks)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
+        GPU_CHECK_ONLY='^(bench_(d12|attention|virtual_ranks)|ablate_attention)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
 done
 S=$TMP/speed/logs_full/results.txt
+# the wgmma kernels' ablation: each variant's ratio to its kernel as built beside the model's
+m_exp=$(python3 dev/flash_model.py --ablation --csv --shape llama300m | awk -F, '$2 == "forward_sm90" && $3 == "no_exp" { print $5 }')
+check gpu_check.ablate_attention_ratios_beside_model '[ "$(result_of ablate_attention "$S")" = PASS ] && detail_of ablate_attention "$S" | grep -q "^6 checks passed; variant / as built: llama300m forward_sm90 as built 0.5000 ms, no_exp 0.800x (model ${m_exp}x), no_pv 0.900x (model .*x); llama300m backward_sm90 as built 2.0000 ms, no_dq 0.750x (model .*x); llama600m forward_sm90"' \
+    "model no_exp '$m_exp': $(row_of ablate_attention "$S")"
 check gpu_check.speed_row_ratio_to_baseline 'detail_of bench_d12 "$S" | grep -q "186182 tok/s, 22.0 ms/step, baseline 18.7 ms/step → ratio 1.18×; MFU ours"' \
     "$(row_of bench_d12 "$S") $(why "$TMP/speed/full.out")"
 # without bench_llama300m (not wanted here) the row still ends, on the unfused step alone
@@ -139,13 +154,15 @@ echo "bench llama300m flash forward B=4: 1.000 ms, 157.76 TFLOP/s"
 echo "bench llama300m flash backward B=4: 2.000 ms, 197.20 TFLOP/s"
 EOF
 chmod +x "$TMP/broke/dev_attention"
-GPU_CHECK_BIN="$TMP/broke" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/broke/logs" GPU_CHECK_ONLY='^(dev_attention|bench_attention)$' \
+GPU_CHECK_BIN="$TMP/broke" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/broke/logs" GPU_CHECK_ONLY='^(dev_attention|bench_attention|ablate_attention)$' \
     timeout 120 bash dev/gpu_check.sh >"$TMP/broke/out" 2>&1
 S=$TMP/broke/logs/results.txt
 check gpu_check.sm90_broke_kernels_rerun '[ "$(result_of dev_attention "$S")" = FAIL ] && [ "$(result_of dev_attention_no_sm90 "$S")" = PASS ] && detail_of dev_attention_no_sm90 "$S" | grep -qx "2 checks" && grep -qx -- "--validate-only --no-sm90" "$TMP/broke/args"' \
     "$(row_of dev_attention "$S") / $(row_of dev_attention_no_sm90 "$S") / $(tr '\n' ';' <"$TMP/broke/args")"
 check gpu_check.sm90_broke_bench_figures_without 'b=$(detail_of bench_attention "$S"); [ "$(result_of bench_attention "$S")" = FAIL ] && echo "$b" | grep -q "llama300m flash forward 157.76 TFLOP/s.*llama300m flash backward 197.20 TFLOP/s" && echo "$b" | grep -q "the wgmma kernels broke dev_attention --bench-only off (.*illegal instruction.*), its figures above from --no-sm90; --attention flash_sm90: 18.000 ms/step" && ! echo "$b" | grep -q "17.53"' \
     "$(row_of bench_attention "$S") $(why "$TMP/broke/out")"
+check gpu_check.sm90_broke_no_ablation '[ "$(result_of ablate_attention "$S")" = SKIP ] && detail_of ablate_attention "$S" | grep -q "the wgmma kernels broke dev_attention.s run off" && ! grep -q -- "--ablate" "$TMP/broke/args"' \
+    "$(row_of ablate_attention "$S")"
 
 # --- what the emulation needs (as test_cuda_emulated.sh)
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
@@ -188,7 +205,7 @@ else
 
     # --- the emulated run; $OUT watched while it runs
     mkdir -p "$TMP/out"
-    ONLY='^(tiny|mode_geofp8|bitwise|skip_nan_loss|dev_swiglu|test_(blas_shim|fp8_device)|(memcheck|racecheck)(_attention)?|bench_.*|scaling_model|torch_.*)$'
+    ONLY='^(tiny|mode_geofp8|bitwise|skip_nan_loss|dev_swiglu|test_(blas_shim|fp8_device)|(memcheck|racecheck)(_attention)?|bench_.*|ablate_attention|scaling_model|torch_.*)$'
     OUT=$TMP/out EMULATE=1 GPU_CHECK_EMU="$EMU" GPU_CHECK_REFS="$TMP/refs" GPU_CHECK_LOGS="$TMP/logs" GPU_CHECK_ONLY="$ONLY" \
         timeout 900 bash dev/gpu_check.sh >"$TMP/emu.out" 2>&1 &
     pid=$!
@@ -204,7 +221,7 @@ else
     check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(why "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
-    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention bench_buckets bench_geofp8 bench_virtual_ranks scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
+    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention ablate_attention bench_buckets bench_geofp8 bench_virtual_ranks scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
@@ -216,6 +233,9 @@ else
     if [ -n "$tiny_rel" ] && awk -v x="$tiny_rel" 'BEGIN { exit !(x >= 0 && x <= 5e-3) }'; then
         pass "gpu_check.emulated_tiny_measured: max rel $tiny_rel, bound 5e-3 (4 steps, bf16 against fp32)"
     else fail gpu_check.emulated_tiny_measured "no max rel in: $(detail_of tiny "$R")"; fi
+    # the wgmma kernels' ablation, emulated: its checks only (each variant leaves out what it says)
+    check gpu_check.emulated_ablate_attention_checks '[ "$(result_of ablate_attention "$R")" = PASS ] && detail_of ablate_attention "$R" | grep -qx "12 checks passed (emulated: --small, the checks only, no times)"' \
+        "$(row_of ablate_attention "$R")"
     check gpu_check.emulated_mode_labelled 'detail_of mode_geofp8 "$R" | grep -q "^orchestration only (1 rank): max rel"' "$(detail_of mode_geofp8 "$R")"
     for k in dev_swiglu memcheck racecheck memcheck_attention racecheck_attention bench_d12 bench_llama600m bench_attention bench_buckets scaling_model torch_llama300m; do
         check "gpu_check.emulated_${k}_skipped_with_reason" '[ "$(result_of $k "$R")" = SKIP ] && detail_of $k "$R" | grep -q "^emulated: ."' "$(row_of $k "$R")"
@@ -448,6 +468,9 @@ else
         check gpu_check.bundle_runs_away_from_repo '[ $rc -eq 1 ] && [ "$fails" = "refs " ] && [ "$(result_of bundle "$A")" = PASS ] && [ "$(result_of binaries "$A")" = PASS ] && [ "$(result_of libraries "$A")" = PASS ]' \
             "rc=$rc, FAIL rows: $fails; $(row_of bundle "$A") $(row_of binaries "$A") $(why "$TMP/away.out")"
         check gpu_check.bundle_refs_other_flags_named 'detail_of refs "$A" | grep -q "made with other flags"' "$(row_of refs "$A")"
+        # the model the speed rows quote, from the bundle's own copy: the wgmma kernels' rows too
+        abl=$(cd "$TMP/away/bundle" && python3 dev/flash_model.py --ablation --csv --shape llama300m 2>&1 | grep -c ',backward_sm90,')
+        check gpu_check.bundle_model_knows_wgmma_kernels '[ "$abl" -eq 5 ]' "$abl backward_sm90 rows from the bundle's dev/flash_model.py --ablation"
         check gpu_check.bundle_no_device_skips '[ "$(result_of gpu "$A")" = SKIP ] && [ "$(result_of tiny "$A")" = SKIP ] && [ "$(result_of dev_matmul "$A")" = SKIP ] && [ "$(result_of bench_llama300m "$A")" = SKIP ]' \
             "$(row_of gpu "$A") $(row_of tiny "$A")"
         # a file changed after the bundle was made

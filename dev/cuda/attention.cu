@@ -51,6 +51,7 @@
 // prints causal TFLOP/s (4·B·NH·T²·HS/2 forward, 2.5x that backward) next to a measured 8192³
 // cuBLASLt bf16 GEMM; with the flash path also the wgmma kernels (flash_sm90) and their speed-ups.
 // Usage: build/dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--no-sm90] [--dump FILE]
+//        build/dev_attention --ablate [--small]
 //   --small: the odd shapes and tiny only (what dev/emu runs); exit 0 ok, 1 failed, 77 no GPU (SKIP).
 //   --flash-only: validate the flash path alone, at the same shapes and tolerances, without the
 //     cuBLAS path or the flash-against-cuBLAS comparisons: no cuBLAS kernel runs (for
@@ -64,8 +65,13 @@
 //   --no-sm90: without the wgmma kernels (the rest as without it: where they fail so that the
 //     process cannot go on, the other kernels' checks and times still come).
 //   --dump FILE: the flash outputs of every validated shape, raw fp32 (for bitwise comparisons).
+//   --ablate: the wgmma kernels timed with parts left out, beside the kernels as built, at
+//     llama300m's and llama600m's shapes (B = 4), after checks that each variant leaves out what it
+//     says (see ablate below); with --small only the checks, at T 300. Lines "ablate SHAPE
+//     DIRECTION VARIANT MS ms, ...". Takes no other flag but --small.
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include "../../llmc/llama.h"
 #include "../../llmc/attention.h"
 #include "../../llmc/attention.cuh"
@@ -381,8 +387,107 @@ static std::string sm90_tag(const std::string& flash_tag) {  // dev_attention.fl
     return "dev_attention.flash_sm90" + flash_tag.substr(strlen("dev_attention.flash"));
 }
 
+// --ablate: the wgmma kernels with parts left out (llmc/flash_common.cuh's FlashSkip: their results
+// are wrong by design), each timed beside the kernel as built: where a kernel's time goes (what
+// dev/flash_model.py --ablation predicts). First each variant's outputs against the kernel's as
+// built, so that a part said to be left out is: what it feeds differs, the rest is bitwise the same
+// (with --small only these checks). Forward: no_exp, no_pv; backward: no_exp, no_dq_product,
+// no_dq_sum, no_dq (both).
+template <int S> using Skip = std::integral_constant<int, S>;
+
+// which of dq, dk, dv (the column parts of a (rows, QKV) dqkv) differ between a and b
+static void dqkv_parts_differ(const std::vector<float>& a, const std::vector<float>& b, size_t rows, int NH, int NKV, int HS, bool differ[3]) {
+    int c0[4] = {0, NH * HS, (NH + NKV) * HS, (NH + 2 * NKV) * HS};
+    for (int p = 0; p < 3; p++) {
+        differ[p] = false;
+        for (size_t r = 0; r < rows && !differ[p]; r++)
+            differ[p] = memcmp(&a[r * c0[3] + c0[p]], &b[r * c0[3] + c0[p]], (size_t)(c0[p + 1] - c0[p]) * sizeof(float)) != 0;
+    }
+}
+static const char* differs(bool d) { return d ? "differs" : "the same"; }
+
+static bool ablate(const char* shape, int B, int T, int NH, int NKV, int HS, bool time_it) {
+    int QKV = (NH + 2 * NKV) * HS;
+    size_t nqkv = (size_t)B * T * QKV, nout = (size_t)B * T * NH * HS, nlse = (size_t)B * NH * T;
+    AttentionScratch s;
+    attention_scratch_alloc(&s, ATTENTION_FLASH, B, T, NH, NKV, HS);
+    bf16 *qkv = cuda_malloc<bf16>(nqkv), *dout = cuda_malloc<bf16>(nout), *dqkv = cuda_malloc<bf16>(nqkv);
+    bf16 *out = cuda_malloc<bf16>(nout), *out_v = cuda_malloc<bf16>(nout);  // the forward as built (the backward's input), a variant's
+    float *lse = cuda_malloc<float>(nlse), *lse_v = cuda_malloc<float>(nlse);
+    cuda_fill_uniform(qkv, nqkv, 11, 2.0f);
+    cuda_fill_uniform(dout, nout, 12, 1.0f);
+    flash_attention_forward_sm90(out, lse, qkv, B, T, NH, NKV, HS, 0);
+    double flops = 2.0 * 2.0 * B * NH * (double)T * T * HS / 2.0;  // causal, as bench counts it
+    bool ok = true;
+    std::vector<float> base_out, base_lse, base_dqkv;  // the kernels' as built
+    float base_ms[2] = {0.0f, 0.0f};
+    // one variant: its outputs against the kernel's as built, then its time
+    auto variant = [&](auto backward, auto skip, const char* name) {
+        const bool BWD = decltype(backward)::value;
+        const int SKIP = decltype(skip)::value;
+        auto pass = [&] {
+            if constexpr (decltype(backward)::value)
+                flash_attention_backward_sm90<decltype(skip)::value>(dqkv, s.rowstats, s.dq_accum, s.order, dout, qkv, out, lse, B, T, NH, NKV, HS, 0);
+            else flash_attention_forward_sm90<decltype(skip)::value>(out_v, lse_v, qkv, B, T, NH, NKV, HS, 0);
+        };
+        // outputs and dQ sums poisoned (all bits set: NaN), so that what a variant leaves unwritten differs
+        CUDA_CHECK(cudaMemset(out_v, 0xff, nout * sizeof(bf16)));
+        CUDA_CHECK(cudaMemset(lse_v, 0xff, nlse * sizeof(float)));
+        CUDA_CHECK(cudaMemset(dqkv, 0xff, nqkv * sizeof(bf16)));
+        CUDA_CHECK(cudaMemset(s.dq_accum, 0xff, (size_t)B * NH * T * HS * sizeof(float)));
+        pass();
+        const char* dir = BWD ? "backward_sm90" : "forward_sm90";
+        std::string tag = std::string("dev_attention.ablate.") + shape + "." + dir + "." + name;
+        if (BWD) {  // dq differs; dk and dv too without the exponentials, else bitwise as built
+            std::vector<float> got = cuda_download_float(dqkv, nqkv);
+            if (SKIP == 0) base_dqkv = got;
+            else {
+                bool d[3], all = SKIP & FLASH_SKIP_EXP;
+                dqkv_parts_differ(got, base_dqkv, (size_t)B * T, NH, NKV, HS, d);
+                bool good = d[0] && d[1] == all && d[2] == all;
+                printf("%s %s: dq %s, dk %s, dv %s (expected: dq differs, dk and dv %s)\n", good ? "PASS" : "FAIL", tag.c_str(),
+                       differs(d[0]), differs(d[1]), differs(d[2]), all ? "too" : "the same");
+                ok &= good;
+            }
+        } else {  // out differs; lse too without the exponentials, bitwise as built without P V
+            std::vector<float> got_out = cuda_download_float(out_v, nout), got_lse = cuda_download(lse_v, nlse);
+            if (SKIP == 0) base_out = got_out, base_lse = got_lse;
+            else {
+                bool d_out = got_out != base_out, d_lse = memcmp(got_lse.data(), base_lse.data(), nlse * sizeof(float)) != 0;
+                bool exp = SKIP & FLASH_SKIP_EXP, good = d_out && d_lse == exp;
+                printf("%s %s: out %s, lse %s (expected: out differs, lse %s)\n", good ? "PASS" : "FAIL", tag.c_str(), differs(d_out),
+                       differs(d_lse), exp ? "too" : "the same");
+                ok &= good;
+            }
+        }
+        if (time_it) {
+            float ms = cuda_bench_ms(pass, 2, 10);
+            if (SKIP == 0) base_ms[BWD] = ms;
+            printf("ablate %s %s %s %.4f ms, %.1f TFLOP/s counted as the kernel as built", shape, dir, name, ms,
+                   (BWD ? 2.5 * flops : flops) / (ms * 1e-3) / 1e12);
+            if (SKIP != 0) printf(", %.3fx its time", ms / base_ms[BWD]);
+            printf("\n");
+        }
+        fflush(stdout);
+    };
+    std::false_type fwd;
+    std::true_type bwd;
+    variant(fwd, Skip<0>(), "as_built");
+    variant(fwd, Skip<FLASH_SKIP_EXP>(), "no_exp");
+    variant(fwd, Skip<FLASH_SKIP_PV>(), "no_pv");
+    variant(bwd, Skip<0>(), "as_built");
+    variant(bwd, Skip<FLASH_SKIP_EXP>(), "no_exp");
+    variant(bwd, Skip<FLASH_SKIP_DQ>(), "no_dq_product");
+    variant(bwd, Skip<FLASH_SKIP_DQ_SUM>(), "no_dq_sum");
+    variant(bwd, Skip<FLASH_SKIP_DQ | FLASH_SKIP_DQ_SUM>(), "no_dq");
+    void* bufs[] = {qkv, dout, dqkv, out, out_v, lse, lse_v};
+    for (void* b : bufs) CUDA_CHECK(cudaFree(b));
+    attention_scratch_free(&s);
+    return ok;
+}
+
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, bench_only = false, flash_only = false, racecheck = false;
+    bool validate_only = false, small = false, bench_only = false, flash_only = false, racecheck = false, ablation = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
         else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
@@ -390,16 +495,35 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--racecheck") == 0) racecheck = flash_only = validate_only = true;
         else if (strcmp(argv[i], "--bench-only") == 0) bench_only = true;
         else if (strcmp(argv[i], "--no-sm90") == 0) g_no_sm90 = true;
+        else if (strcmp(argv[i], "--ablate") == 0) ablation = true;
         else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
             if (!(g_dump = fopen(argv[++i], "wb"))) { fprintf(stderr, "dev_attention: --dump: cannot create '%s'\n", argv[i]); return 2; }
-        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--no-sm90] [--dump FILE]\n"); return 2; }
+        } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--no-sm90] [--dump FILE] | --ablate [--small]\n"); return 2; }
     }
     if (flash_only && bench_only) { fprintf(stderr, "dev_attention: --flash-only and --racecheck validate, --bench-only benchmarks: give one of them\n"); return 2; }
+    if (ablation && (flash_only || bench_only || g_no_sm90 || g_dump || (validate_only && !small))) {
+        fprintf(stderr, "dev_attention: --ablate takes only --small\n");
+        return 2;
+    }
     if (!cuda_device_present()) { printf("SKIP dev_attention: no CUDA device\n"); return 77; }
     matmul_init();
     AttentionKind kinds[2] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
     bool ok = true;
-    if (racecheck) {
+    if (ablation) {
+        if (!flash_sm90_available(64) || !flash_sm90_available(128)) {
+            printf("SKIP dev_attention.ablate: the wgmma kernels need a GPU of compute capability 9.0 and an sm_90a build\n");
+        } else if (small) {  // the checks only, at two key blocks of the backward, GQA groups of 2
+            ok &= ablate("hs64_T300", 1, 300, 2, 1, 64, false);
+            ok &= ablate("hs128_T300", 1, 300, 4, 2, 128, false);
+        } else {
+            const char* presets[] = {"llama300m", "llama600m"};
+            for (const char* name : presets) {
+                LlamaConfig c = {};
+                llama_preset(name, &c);
+                ok &= ablate(name, 4, c.T, c.NH, c.NKV, llama_head_size(&c), true);
+            }
+        }
+    } else if (racecheck) {
         struct { int B, T, NH, NKV, HS; } rc[] = {{1, 300, 6, 2, 32}, {1, 300, 2, 1, 64}, {1, 300, 4, 2, 128}, {1, 400, 3, 1, 16}};
         for (auto& o : rc) {
             std::string tag = "dev_attention.flash.racecheck_T" + std::to_string(o.T) + "_NH" + std::to_string(o.NH) + "_NKV" +
@@ -455,7 +579,7 @@ int main(int argc, char** argv) {
             ok &= flash_vs_cublas(tag.c_str(), 4, c.T, c.NH, c.NKV, llama_head_size(&c), 71);
         }
     }
-    if (!validate_only) {
+    if (!validate_only && !ablation) {
         // the presets at B=4 and their real T, then the reference shape of published flash kernels
         // (HS=128, T=4096; 16 heads)
         double ceiling = measured_gemm_flops();
