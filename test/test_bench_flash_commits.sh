@@ -2,7 +2,8 @@
 # test_bench_flash_commits.sh — dev/bench_flash_commits.sh without a GPU:
 #   - bad flags and folders: one line naming what was expected and found, exit 1, nothing on stdout;
 #   - --list: c950ed2 first, the kernel commits after it, the comment-only ones and one that changed
-#     only dev/emu branches left out with why;
+#     only dev/emu branches left out with why, and those named as compiling to the machine code of
+#     the commit before them;
 #   - --build with a stand-in nvcc at two commits (one named twice): each commit's own make rule,
 #     INDEX (commit, the -arch its rule passed, subject), the gzipped binary, that commit's
 #     dev/flash_model.py rows; a failed build writes nothing;
@@ -62,6 +63,10 @@ else
     # (#elif defined(EMU_WARP_MMA)); b1a8e12 and 61c9c47 changed the forward's code
     check bench_flash_commits.list_kernel_commits '[ $rc = 0 ] && [ "$(head -1 "$TMP/list.out" | cut -d" " -f1)" = c950ed2 ] && grep -q "^b1a8e12 " "$TMP/list.out" && grep -q "^61c9c47 " "$TMP/list.out" && ! grep -q "^0805ce4\|^244d1c7\|^fcd5d3c" "$TMP/list.out"' \
         "rc $rc: $(cut -c1-20 "$TMP/list.out" | tr '\n' ' ')"
+    if git rev-parse --verify --quiet 99357a4^{commit} >/dev/null; then
+        check bench_flash_commits.list_same_machine_code_left_out '! grep -q "^4967156 \|^99357a4 " "$TMP/list.out" && grep -q "^left out: 99357a4 .*(the machine code of the commit before)$" "$TMP/list.err" && grep -q "^left out: 4967156 .*(the machine code of the commit before)$" "$TMP/list.err"' \
+            "$(cat "$TMP/list.err")"
+    fi
     check bench_flash_commits.list_comment_only_left_out '( for c in 0805ce4 244d1c7 fcd5d3c; do grep -q "^left out: $c .*(comments, spacing or dev/emu branches only)$" "$TMP/list.err" || exit 1; done )' \
         "$(cat "$TMP/list.err")"
 fi
