@@ -190,13 +190,25 @@ row_detail() {
     awk -F' [|] ' -v k="$1" '{ key = $1; sub(/^[|] */, "", key); sub(/ +$/, "", key) }
         key == k && $2 ~ /PASS/ { d = $4; for (i = 5; i <= NF; i++) d = d " | " $i; print d; exit }' "$2" 2>/dev/null
 }
+# the card a results file's gpu row names ("N GPU(s); NAME, driver, ..."), else its first line's
+# ("... on one NAME (sm_90, ..."); empty if neither
+card_of() {  # FILE
+    local c
+    c=$(row_detail gpu "$1" | sed -n 's/^[0-9]* GPU(s); \([^,]*\),.*/\1/p')
+    [ -n "$c" ] || c=$(head -1 "$1" 2>/dev/null | sed -n 's/.* on one \(NVIDIA [^(,]*[^ (,]\).*/\1/p')
+    echo "$c"
+}
+BASE_CARD=$(card_of "$BASELINE")
+RUN_CARD=""  # this run's card (the gpu row's), or the --ratios file's
 # baseline_note KEY WHAT UNIT NOW: "baseline B UNIT → ratio R×", or "no baseline" when the baseline
-# has no such row or figure
+# has no such row or figure; where the two runs' cards differ (an H100 against the H200 baseline:
+# the same SMs, less memory bandwidth), the ratio says so
 baseline_note() {
-    local b
+    local b other=""
     b=$(figure_in "$(row_detail "$1" "$BASELINE")" "$2" "$3")
     if [ -z "$b" ] || [ -z "$4" ]; then echo "no baseline"; return; fi
-    awk -v b="$b" -v now="$4" -v unit="$3" 'BEGIN { if (b > 0) printf "baseline %s %s → ratio %.2f×\n", b, unit, now / b; else print "no baseline" }'
+    [ -n "$RUN_CARD" ] && [ -n "$BASE_CARD" ] && [ "$RUN_CARD" != "$BASE_CARD" ] && other=" (the baseline's card: $BASE_CARD; this run's: $RUN_CARD)"
+    awk -v b="$b" -v now="$4" -v unit="$3" -v other="$other" 'BEGIN { if (b > 0) printf "baseline %s %s → ratio %.2f×%s\n", b, unit, now / b, other; else print "no baseline" }'
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +309,7 @@ fi
 if [ "$ACTION" = ratios ]; then
     [ -f "$BASELINE" ] || die "--ratios: no baseline at $BASELINE (hint: GPU_CHECK_BASELINE=FILE)"
     echo "baseline: $BASELINE: $(head -1 "$BASELINE" | sed 's/^# *//')"
+    RUN_CARD=$(card_of "$RATIOS_OF")
     for key in $(awk -F' [|] ' '/^[|] / { k = $1; sub(/^[|] */, "", k); sub(/ +$/, "", k); print k }' "$RATIOS_OF"); do
         detail=$(row_detail "$key" "$RATIOS_OF")
         [ -n "$detail" ] || continue
@@ -436,6 +449,7 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
     ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     if [ "$ngpu" -gt 0 ]; then
         HAVE_GPU=1
+        RUN_CARD=${q%%,*}
         row gpu PASS "$(since "$t0")" "$ngpu GPU(s); $q (name, driver, memory, compute capability); driver's ${cuda:-CUDA Version ?}"
     else
         row gpu SKIP "$(since "$t0")" "nvidia-smi lists no GPU: $q"

@@ -133,6 +133,26 @@ GPU_CHECK_BASELINE=$TMP/speed/baseline_no_d12.txt bash dev/gpu_check.sh --ratios
 check gpu_check.ratios_skip_missing_row 'grep -qx "bench_d12: 22.0 ms/step; no baseline" "$TMP/speed/ratios.txt" && grep -qx "bench_attention llama300m flash forward: 157.76 TFLOP/s; baseline 185.6 TFLOP/s → ratio 0.85×" "$TMP/speed/ratios.txt"' \
     "$(cat "$TMP/speed/ratios.txt")"
 
+# the same on another card than the baseline's (a stand-in nvidia-smi naming an H100): each ratio
+# says so, in the run and in --ratios on its results
+mkdir -p "$TMP/smi"
+cat >"$TMP/smi/nvidia-smi" <<'EOF'
+#!/bin/bash
+case "$*" in
+    *--query-gpu=name*) echo "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB, 9.0" ;;
+    -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000)" ;;
+    *memory.used*) echo 1000 ;;
+    *) echo "| NVIDIA-SMI 580.159.04    Driver Version: 580.159.04    CUDA Version: 13.0 |" ;;
+esac
+EOF
+chmod +x "$TMP/smi/nvidia-smi"
+PATH="$TMP/smi:$PATH" GPU_CHECK_BIN="$TMP/speed" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/speed/logs_h100" GPU_CHECK_ONLY='^bench_d12$' \
+    timeout 120 bash dev/gpu_check.sh >"$TMP/speed/h100.out" 2>&1
+H=$TMP/speed/logs_h100/results.txt
+bash dev/gpu_check.sh --ratios "$H" >"$TMP/speed/h100_ratios.txt" 2>&1
+check gpu_check.speed_ratio_names_other_card 'detail_of bench_d12 "$H" | grep -q "baseline 18.7 ms/step → ratio 1.18× (the baseline.s card: NVIDIA H200; this run.s: NVIDIA H100 80GB HBM3); MFU" && grep -qx "bench_d12: 22.0 ms/step; baseline 18.7 ms/step → ratio 1.18× (the baseline.s card: NVIDIA H200; this run.s: NVIDIA H100 80GB HBM3)" "$TMP/speed/h100_ratios.txt"' \
+    "$(row_of gpu "$H") / $(row_of bench_d12 "$H") / $(cat "$TMP/speed/h100_ratios.txt") $(why "$TMP/speed/h100.out")"
+
 # --- a dev_attention whose wgmma kernels break its run off (a CUDA error after a flash_sm90 line)
 #     unless --no-sm90: the kernels row fails and a dev_attention_no_sm90 row gives the others'
 #     checks; bench_attention takes its figures from a --no-sm90 run and fails, saying why
