@@ -20,7 +20,8 @@
 // then leave dSᵀ (bf16) in one of two shared buffers, meet once (a named barrier: both halves of
 // dSᵀ are in, and both are done with the query buffer, which takes the tile after next), and
 //   dQ_part = dS K  wgmma m64n64k16 SS over the block's 128 keys, A = dSᵀ read M-major (TRANS_A),
-//                   B = K (N-major); warpgroup w the w-th 64 x 64 block of the BQ x HS part
+//                   B = K (N-major); warpgroup w the w-th 64 x 64 block of the BQ x HS part (the
+//                   query tile after next's copies issued while it runs)
 // into a shared stage for the dQ writer (flash_backward.cuh's flash_dq_writer, here the third
 // warpgroup's 128 threads), which adds it to dq_accum in the fixed order. The compute warpgroups
 // never wait on another block; they wait on the writer only when it is DQ_STAGES tiles behind.
@@ -222,7 +223,6 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
         }
         wgmma_fence_smem();  // the dSᵀ stores, seen by the tensor cores of both warpgroups after the barrier
         bar_sync(FLASH_BAR_COMPUTE, THREADS);  // all of dSᵀ is in; every compute thread is done with query buffer buf
-        if (idx + 2 < total) issue(idx + 2);
         float dq[32];  // this warpgroup's block of dQ_part = dS K
         if (!(SKIP & FLASH_SKIP_DQ)) {
             wgmma_fence();
@@ -230,8 +230,9 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
             for (int st = 0; st < BK / 16; st++)
                 Wgmma<64>::template ss<1, 1>(dq, flash_desc_n_major<BK>(ds_s + dq_r0 * BK, st), flash_desc_n_major<BK>(sK + dq_c0 * BK, st), st > 0);
             wgmma_commit();
-            wgmma_wait<0>(dq, 32);
         }
+        if (idx + 2 < total) issue(idx + 2);  // the copies issued while the product runs (it reads dSᵀ and K, not buffer buf)
+        if (!(SKIP & FLASH_SKIP_DQ)) wgmma_wait<0>(dq, 32);
         if (idx >= S) mbar_wait(sEmpty + stage, (idx / S - 1) & 1);  // the writer drained the stage
         float* part = sDQ + stage * BQ * HS;
         if (!(SKIP & FLASH_SKIP_DQ))
