@@ -488,6 +488,7 @@ static bool ablate(const char* shape, int B, int T, int NH, int NKV, int HS, boo
 
 int main(int argc, char** argv) {
     bool validate_only = false, small = false, bench_only = false, flash_only = false, racecheck = false, ablation = false;
+    const char* dump_path = NULL;  // --dump, opened once the flags are known to go together
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
         else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
@@ -497,14 +498,15 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--no-sm90") == 0) g_no_sm90 = true;
         else if (strcmp(argv[i], "--ablate") == 0) ablation = true;
         else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
-            if (!(g_dump = fopen(argv[++i], "wb"))) { fprintf(stderr, "dev_attention: --dump: cannot create '%s'\n", argv[i]); return 2; }
+            dump_path = argv[++i];
         } else { fprintf(stderr, "usage: dev_attention [--validate-only] [--small] [--flash-only] [--racecheck] [--bench-only] [--no-sm90] [--dump FILE] | --ablate [--small]\n"); return 2; }
     }
     if (flash_only && bench_only) { fprintf(stderr, "dev_attention: --flash-only and --racecheck validate, --bench-only benchmarks: give one of them\n"); return 2; }
-    if (ablation && (flash_only || bench_only || g_no_sm90 || g_dump || (validate_only && !small))) {
+    if (ablation && (flash_only || bench_only || g_no_sm90 || dump_path || (validate_only && !small))) {
         fprintf(stderr, "dev_attention: --ablate takes only --small\n");
         return 2;
     }
+    if (dump_path && !(g_dump = fopen(dump_path, "wb"))) { fprintf(stderr, "dev_attention: --dump: cannot create '%s'\n", dump_path); return 2; }
     if (!cuda_device_present()) { printf("SKIP dev_attention: no CUDA device\n"); return 77; }
     matmul_init();
     AttentionKind kinds[2] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
