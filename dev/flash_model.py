@@ -957,9 +957,11 @@ def main(argv=None):
     cfg = read_config(a.header, sorted({s[4] for _, s in shapes}))
     ptxas = read_ptxas(a.ptxas)
     if a.ablation:
+        if not any(s[4] in (64, 128) for _, s in shapes):
+            die(f"--ablation: no shape of head size 64 or 128 in '{a.shape}' (the wgmma kernels' head sizes)")
         rows = ablation_rows(a.header, shapes, ptxas)
         if not rows:
-            die(f"--ablation: no shape of head size 64 or 128 in '{a.shape}' (the wgmma kernels' head sizes)")
+            die(f"--ablation: no wgmma kernel source (flash_forward_sm90.cuh, flash_backward_sm90.cuh) beside '{a.header}'")
         head = ["shape", "direction", "variant", "modelled ms", "x as built"]
         if a.csv:
             csv.writer(sys.stdout, lineterminator="\n").writerows([head] + rows)

@@ -128,6 +128,16 @@ def main():
     docs = open(os.path.join(REPO, "docs", "gpu.md")).read()
     missing = [l for l in out.splitlines() if l.startswith("| llama") and l not in docs]
     check("flash_model_ablation_in_gpu", rc == 0 and not missing, f"docs/gpu.md lacks {missing[:2]}")
+    # the variants it models are the ones dev_attention --ablate times, by name
+    src = open(os.path.join(REPO, "dev", "cuda", "attention.cu")).read()
+    timed = {(("backward_sm90" if d == "bwd" else "forward_sm90"), v) for d, v in re.findall(r'variant\((fwd|bwd), Skip<[^>]*>\(\), "(\w+)"\)', src)}
+    modelled = {(d, v) for d, vs in flash_model.SM90_ABLATIONS.items() for v, _ in vs} | {(d, "as_built") for d in flash_model.SM90_ABLATIONS}
+    check("flash_model_ablation_names_are_dev_attentions", len(timed) == 8 and timed == modelled, f"dev_attention {sorted(timed)}, model {sorted(modelled)}")
+    hdr = os.path.join(tempfile.mkdtemp(), "flash_common.cuh")
+    shutil.copy(header, hdr)
+    rc, out, err = run("--ablation", "--shape", "llama300m", "--header", hdr)
+    check("flash_model_ablation_without_wgmma_sources", rc == 1 and err.count("\n") == 1 and "no wgmma kernel source" in err, f"rc {rc} {err!r}")
+    shutil.rmtree(os.path.dirname(hdr))
     rc, out, err = run("--ablation", "--shape", "1:256:4:4:32")
     check("flash_model_ablation_refuses_other_head_sizes", rc == 1 and err.count("\n") == 1 and "--ablation: no shape of head size 64 or 128" in err,
           f"rc {rc} {err!r}")
