@@ -26,9 +26,14 @@
 #                 dev/flash_model.py's modelled figures; each TFLOP/s beside the baseline's), then
 #                 llama300m (B=4, T=4096) again with --attention cublas (the unfused path): ms/step
 #                 and peak memory next to bench_llama300m's (flash), and the speed-up; where
-#                 dev_attention timed the wgmma kernels (flash_sm90 lines), also with --attention
-#                 flash_sm90: its ms/step and flash's / its; where they broke the run off, the
-#                 figures come from --no-sm90 and the row fails, saying so
+#                 dev_attention timed the wgmma kernels (flash_sm90 lines), each preset of the
+#                 bench_<p> rows whose shape they ran at with --attention flash_sm90: its ms/step
+#                 and flash's / its; where they broke the run off, the figures come from
+#                 --no-sm90 and the row fails, saying so
+#   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio (also the
+#                 ratio of bench_attention's --attention flash_sm90 step where it ran); ms/step
+#                 beside the baseline's. Right after the step's rows, so that the budget cannot
+#                 leave the comparison with PyTorch out
 #   ablate_attention  dev_attention --ablate: the wgmma kernels with one part left out each (the
 #                 exponentials, P V, the dQ product, the writer's dQ sums), after checks that each
 #                 leaves out what it says; each variant's time over the kernel's as built at
@@ -46,8 +51,6 @@
 #                 bench_d12's one-rank step, the communication's ms and the peak memory
 #   scaling_model scripts/scaling_model.py on the two --bucket-mb 0 runs: the predicted step time
 #                 and gain of fp8 over fp32 at 64 GPUs, without and with overlap
-#   torch_<p>     the same model and batch in PyTorch bf16 on the same GPU, and the ratio; ms/step
-#                 beside the baseline's
 #   memcheck, racecheck   compute-sanitizer on a short tiny run ("refused" / "absent" when so), last,
 #                 so that the speed rows come first. racecheck reads the report hazard by hazard: one
 #                 inside cuBLAS's own kernels (nvjet_*, ...) is counted and ignored, one that names
@@ -920,7 +923,7 @@ mem_sampler_start() {  # the device's used memory every 200 ms, into FILE
 }
 mem_sampler_stop() { [ -n "$MEM_PID" ] && kill "$MEM_PID" 2>/dev/null; [ -n "$MEM_PID" ] && wait "$MEM_PID" 2>/dev/null; MEM_PID=""; }
 
-declare -A OURS_TOKS=() OURS_MS=() OURS_MEM=()
+declare -A OURS_TOKS=() OURS_MS=() OURS_MEM=() SM90_TOKS=() SM90_MS=()
 for spec in "${BENCH[@]}"; do
     read -r preset B T <<<"$spec"
     key=bench_$preset
@@ -984,20 +987,25 @@ if wanted "$key"; then
                             awk -F, 'NR > 1 { printf "%s%s %s %s", sep, $1, $2, $13; sep = ", " }')
                 kern="kernels (causal, GEMM ceiling ${ceil:-?} TFLOP/s): $kern; modelled (dev/flash_model.py, TFLOP/s): ${model:-?}; "
             fi
-            B=4; T=4096
-            # the step on the wgmma kernels, where dev_attention found and timed them
+            # the step of each preset on the wgmma kernels, where dev_attention found and timed them
+            # at its shape (ms/step here; the torch_<p> rows give its ratio to PyTorch)
             sm90="" sm90_failed=""
-            if grep -q '^bench llama300m flash_sm90 ' "$LOGS/${key}_kernels.log" 2>/dev/null; then
-                rm -rf "${LOGS:?}/${key}_sm90"
-                run 150 "$LOGS/${key}_sm90.log" "$BIN/train_llama" -e llama300m -b $B -t $T --attention flash_sm90 -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$LOGS/${key}_sm90"
-                read -r n ms _ f b _ _ <<<"$(timed_means "$LOGS/${key}_sm90/metrics.jsonl")"
-                if [ $RC -ne 0 ]; then sm90_failed="--attention flash_sm90: $(why "$LOGS/${key}_sm90.log")"
-                elif [ "${n:-0}" -ne "$BENCH_TIMED" ]; then sm90_failed="--attention flash_sm90: $n timed steps logged, expected $BENCH_TIMED"
-                else
-                    sm90="; --attention flash_sm90: $ms ms/step (fwd $f bwd $b)"
-                    [ -n "${OURS_MS[llama300m]:-}" ] && sm90="$sm90, flash / flash_sm90 $(awk -v a="${OURS_MS[llama300m]}" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }')"
-                fi
-            fi
+            for spec in "${BENCH[@]}"; do
+                read -r preset B T <<<"$spec"
+                grep -q "^bench $preset flash_sm90 " "$LOGS/${key}_kernels.log" 2>/dev/null || continue
+                dir=$LOGS/${key}_sm90_$preset
+                rm -rf "${dir:?}"
+                run 150 "$dir.log" "$BIN/train_llama" -e "$preset" -b "$B" -t "$T" --attention flash_sm90 -x $((BENCH_WARMUP + BENCH_TIMED)) -v 0 -n -1 -o "$dir"
+                read -r n ms _ f b _ _ <<<"$(timed_means "$dir/metrics.jsonl")"
+                if [ $RC -ne 0 ]; then sm90_failed="$preset --attention flash_sm90: $(why "$dir.log")"; break
+                elif [ "${n:-0}" -ne "$BENCH_TIMED" ]; then sm90_failed="$preset --attention flash_sm90: $n timed steps logged, expected $BENCH_TIMED"; break; fi
+                SM90_MS[$preset]=$ms
+                SM90_TOKS[$preset]=$(awk -v B="$B" -v T="$T" -v ms="$ms" 'BEGIN { printf "%.0f", B * T / (ms / 1000) }')
+                sm90="$sm90${sm90:+; }$preset $ms ms/step (fwd $f bwd $b)"
+                [ -n "${OURS_MS[$preset]:-}" ] && sm90="$sm90, flash / flash_sm90 $(awk -v a="${OURS_MS[$preset]}" -v b="$ms" 'BEGIN { printf "%.2fx", a / b }')"
+            done
+            [ -n "$sm90" ] && sm90="; --attention flash_sm90: $sm90"
+            B=4; T=4096
             rm -rf "${LOGS:?}/$key"
             base=$(timeout 30 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
             mem_sampler_start "$LOGS/$key.mem"
@@ -1007,7 +1015,7 @@ if wanted "$key"; then
             peakmem=$(awk -v b="${base:-0}" '$1 ~ /^[0-9]+$/ && $1 > m { m = $1 } END { if (m > 0) printf "%.1f GiB", m / 1024; else print "n/a" }' "$LOGS/$key.mem" 2>/dev/null)
             if [ $RC -ne 0 ]; then row "$key" FAIL "$DT" "${kern}llama300m B=$B T=$T --attention cublas: $(why "$LOGS/$key.log")"
             elif [ "${n:-0}" -ne "$BENCH_TIMED" ]; then row "$key" FAIL "$DT" "${kern}$n timed steps logged, expected $BENCH_TIMED"
-            elif [ -n "$sm90_failed" ]; then row "$key" FAIL "$DT" "${kern}llama300m B=$B T=$T $sm90_failed"
+            elif [ -n "$sm90_failed" ]; then row "$key" FAIL "$DT" "${kern}$sm90_failed"
             elif [ -n "$sm90_broke_note" ]; then row "$key" FAIL "$DT" "${kern}llama300m B=$B T=$T --attention cublas: $ms ms/step; $sm90_broke_note$sm90"
             elif [ -z "${OURS_MS[llama300m]:-}" ]; then row "$key" PASS "$DT" "${kern}llama300m B=$B T=$T --attention cublas: $ms ms/step (fwd $f bwd $b), peak $peakmem; no bench_llama300m (flash) to compare$sm90"
             else
@@ -1016,6 +1024,40 @@ if wanted "$key"; then
         fi
     fi
 fi
+
+# the same model in PyTorch bf16 on the same GPU: the anchor, right after our steps (the rows
+# below it are the first the budget leaves out). torch loads its own CUDA libraries
+# (its wheels): it runs with the LD_LIBRARY_PATH this script found, not the one it set
+TORCH_ENV=(env -u LD_LIBRARY_PATH)
+[ -n "$ORIG_LDP" ] && TORCH_ENV=(env LD_LIBRARY_PATH="$ORIG_LDP")
+TORCH_WHY=""
+if [ "$EMULATE" = 1 ]; then TORCH_WHY="emulated: no GPU timing"
+elif [ "$HAVE_GPU" = 0 ]; then TORCH_WHY="no CUDA device"
+elif ! command -v python3 >/dev/null 2>&1; then TORCH_WHY="no python3"
+elif [ ! -f "$RUN_DIR/dev/bench_pytorch.py" ]; then TORCH_WHY="dev/bench_pytorch.py is not here"
+else
+    TORCH_WHY=$(timeout 120 "${TORCH_ENV[@]}" python3 -c 'import torch
+print("" if torch.cuda.is_available() else "torch %s sees no CUDA device" % torch.__version__)' 2>&1 | tail -1)
+    case $TORCH_WHY in *Error*|*error*) TORCH_WHY="no usable torch: $TORCH_WHY" ;; esac
+fi
+for spec in "${BENCH[@]}"; do
+    read -r preset B T <<<"$spec"
+    key=torch_$preset
+    wanted "$key" || continue
+    if [ -n "$TORCH_WHY" ]; then row "$key" SKIP 0 "$TORCH_WHY"; continue; fi
+    in_budget 30 || { out_of_budget "$key"; continue; }
+    run 180 "$LOGS/$key.log" "${TORCH_ENV[@]}" python3 dev/bench_pytorch.py --device cuda --dtype bfloat16 --preset "$preset" -b "$B" -t "$T" \
+        --warmup $BENCH_WARMUP --steps $BENCH_TIMED
+    line=$(grep -m1 '^pytorch ' "$LOGS/$key.log")
+    if [ $RC -ne 0 ] || [ -z "$line" ]; then row "$key" FAIL "$DT" "$(why "$LOGS/$key.log")"; continue; fi
+    tt=$(echo "$line" | sed -n 's/.* tokens\/s=\([0-9.]*\).*/\1/p')
+    tms=$(echo "$line" | sed -n 's/.* ms\/step=\([0-9.]*\).*/\1/p')
+    tmem=$(echo "$line" | sed -n 's/.* peak_mem_gib=\([0-9.]*\).*/\1/p')
+    ours=${OURS_TOKS[$preset]:-}
+    ratio=$(awk -v a="$ours" -v b="$tt" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
+    [ -n "${SM90_TOKS[$preset]:-}" ] && ratio="$ratio, with --attention flash_sm90 $(awk -v a="${SM90_TOKS[$preset]}" -v b="$tt" 'BEGIN { printf "%.2f", a / b }')"
+    row "$key" PASS "$DT" "B=$B T=$T eager bf16 autocast, fp32 weights, SDPA, Muon+AdamW: $tt tok/s, $tms ms/step, $(baseline_note "$key" "" ms/step "$tms"); peak ${tmem:-?} GiB (torch allocator); train_llama/torch = $ratio"
+done
 
 # the wgmma kernels with one part left out each (dev_attention --ablate; their results wrong by
 # design, after checks that each leaves out what it says): where their time goes, each variant's
@@ -1166,38 +1208,6 @@ if wanted "$key"; then
         else row "$key" FAIL "$DT" "$(why "$LOGS/$key.log") $(tail -1 "$LOGS/$key.log")"; fi
     fi
 fi
-
-# the same model in PyTorch bf16 on the same GPU: the anchor. torch loads its own CUDA libraries
-# (its wheels): it runs with the LD_LIBRARY_PATH this script found, not the one it set
-TORCH_ENV=(env -u LD_LIBRARY_PATH)
-[ -n "$ORIG_LDP" ] && TORCH_ENV=(env LD_LIBRARY_PATH="$ORIG_LDP")
-TORCH_WHY=""
-if [ "$EMULATE" = 1 ]; then TORCH_WHY="emulated: no GPU timing"
-elif [ "$HAVE_GPU" = 0 ]; then TORCH_WHY="no CUDA device"
-elif ! command -v python3 >/dev/null 2>&1; then TORCH_WHY="no python3"
-elif [ ! -f "$RUN_DIR/dev/bench_pytorch.py" ]; then TORCH_WHY="dev/bench_pytorch.py is not here"
-else
-    TORCH_WHY=$(timeout 120 "${TORCH_ENV[@]}" python3 -c 'import torch
-print("" if torch.cuda.is_available() else "torch %s sees no CUDA device" % torch.__version__)' 2>&1 | tail -1)
-    case $TORCH_WHY in *Error*|*error*) TORCH_WHY="no usable torch: $TORCH_WHY" ;; esac
-fi
-for spec in "${BENCH[@]}"; do
-    read -r preset B T <<<"$spec"
-    key=torch_$preset
-    wanted "$key" || continue
-    if [ -n "$TORCH_WHY" ]; then row "$key" SKIP 0 "$TORCH_WHY"; continue; fi
-    in_budget 30 || { out_of_budget "$key"; continue; }
-    run 180 "$LOGS/$key.log" "${TORCH_ENV[@]}" python3 dev/bench_pytorch.py --device cuda --dtype bfloat16 --preset "$preset" -b "$B" -t "$T" \
-        --warmup $BENCH_WARMUP --steps $BENCH_TIMED
-    line=$(grep -m1 '^pytorch ' "$LOGS/$key.log")
-    if [ $RC -ne 0 ] || [ -z "$line" ]; then row "$key" FAIL "$DT" "$(why "$LOGS/$key.log")"; continue; fi
-    tt=$(echo "$line" | sed -n 's/.* tokens\/s=\([0-9.]*\).*/\1/p')
-    tms=$(echo "$line" | sed -n 's/.* ms\/step=\([0-9.]*\).*/\1/p')
-    tmem=$(echo "$line" | sed -n 's/.* peak_mem_gib=\([0-9.]*\).*/\1/p')
-    ours=${OURS_TOKS[$preset]:-}
-    ratio=$(awk -v a="$ours" -v b="$tt" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
-    row "$key" PASS "$DT" "B=$B T=$T eager bf16 autocast, fp32 weights, SDPA, Muon+AdamW: $tt tok/s, $tms ms/step, $(baseline_note "$key" "" ms/step "$tms"); peak ${tmem:-?} GiB (torch allocator); train_llama/torch = $ratio"
-done
 
 # ---------------------------------------------------------------------------------------------
 # compute-sanitizer, last: the speed rows above come first, so that slow sanitizers cannot spend

@@ -99,13 +99,25 @@ for shape in llama300m hs128_t4096; do for path in flash cublas; do for dir in f
     echo "bench $shape $path $dir B=4: 1.000 ms, 157.76 TFLOP/s"
 done; done; done
 echo "bench llama300m flash_sm90 backward B=4: 0.800 ms, 197.20 TFLOP/s"
+echo "bench llama600m flash_sm90 backward B=4: 0.400 ms, 197.20 TFLOP/s"
 EOF
-chmod +x "$TMP/speed/train_llama" "$TMP/speed/dev_attention"
+# torch as the GPU machine's python3 would have it (the real python3 for everything else): 40 ms steps
+REAL_PY=$(command -v python3)
+cat >"$TMP/speed/python3" <<EOF
+#!/bin/bash
+case "\$1 \$2" in
+    "-c import torch"*) echo ""; exit 0 ;;
+    "dev/bench_pytorch.py "*) echo "pytorch preset=x B=4 T=1024 device=cuda dtype=bfloat16 ns_dtype=bfloat16 threads=1 tokens/s=102400  ms/step=40.0 peak_mem_gib=5.00 loss=9.0000"; exit 0 ;;
+esac
+exec "$REAL_PY" "\$@"
+EOF
+chmod +x "$TMP/speed/train_llama" "$TMP/speed/dev_attention" "$TMP/speed/python3"
 grep -v '^| bench_d12 ' dev/gpu_baseline.txt >"$TMP/speed/baseline_no_d12.txt"
 for b in full no_d12; do
     base=dev/gpu_baseline.txt; [ $b = no_d12 ] && base=$TMP/speed/baseline_no_d12.txt
     GPU_CHECK_BIN="$TMP/speed" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/speed/logs_$b" GPU_CHECK_BASELINE="$base" \
-        GPU_CHECK_ONLY='^(bench_(d12|attention|virtual_ranks)|ablate_attention)$' timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
+        GPU_CHECK_ONLY='^(bench_(d12|llama600m|attention|virtual_ranks)|ablate_attention|torch_(d12|llama600m))$' PATH="$TMP/speed:$PATH" \
+        timeout 120 bash dev/gpu_check.sh >"$TMP/speed/$b.out" 2>&1
 done
 S=$TMP/speed/logs_full/results.txt
 # the wgmma kernels' ablation: each variant's ratio to its kernel as built beside the model's
@@ -117,9 +129,16 @@ check gpu_check.speed_row_ratio_to_baseline 'detail_of bench_d12 "$S" | grep -q 
 # without bench_llama300m (not wanted here) the row still ends, on the unfused step alone
 check gpu_check.bench_attention_ratio_per_kernel '[ "$(result_of bench_attention "$S")" = PASS ] && detail_of bench_attention "$S" | grep -q "llama300m flash forward 157.76 TFLOP/s (baseline 185.6 TFLOP/s → ratio 0.85×), .*hs128_t4096 cublas backward 157.76 TFLOP/s (baseline 34.2 TFLOP/s → ratio 4.61×).*; .*--attention cublas: 30.000 ms/step"' \
     "$(row_of bench_attention "$S")"
-# where dev_attention timed the wgmma kernels, the step once more with them
-check gpu_check.bench_attention_flash_sm90_step 'detail_of bench_attention "$S" | grep -q "llama300m flash_sm90 backward 197.20 TFLOP/s.*; --attention flash_sm90: 18.000 ms/step (fwd 3.00 bwd 9.00)$"' \
+# where dev_attention timed the wgmma kernels at a preset's shape, that preset's step once more
+# with them (llama300m and llama600m here, not d12), beside its bench_<p> row where there is one
+check gpu_check.bench_attention_flash_sm90_step 'detail_of bench_attention "$S" | grep -q "llama300m flash_sm90 backward 197.20 TFLOP/s.*; --attention flash_sm90: llama300m 18.000 ms/step (fwd 3.00 bwd 9.00); llama600m 18.000 ms/step (fwd 3.00 bwd 9.00), flash / flash_sm90 1.22x$"' \
     "$(row_of bench_attention "$S")"
+# the PyTorch rows come right after the steps (before the rows the budget leaves out first), with
+# the ratio of the wgmma step where bench_attention ran it: 22 and 18 ms against torch's 40
+check gpu_check.torch_ratio_with_flash_sm90 'detail_of torch_llama600m "$S" | grep -q "102400 tok/s, 40.0 ms/step, .*; train_llama/torch = 3.64, with --attention flash_sm90 4.44$" && detail_of torch_d12 "$S" | grep -q "train_llama/torch = 1.82$"' \
+    "$(row_of torch_d12 "$S") / $(row_of torch_llama600m "$S")"
+keys=$(grep '^| ' "$S" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
+check gpu_check.torch_rows_after_steps 'echo "$keys" | grep -q " bench_d12 bench_llama600m bench_attention torch_d12 torch_llama600m ablate_attention bench_virtual_ranks $"' "rows: $keys"
 check gpu_check.speed_row_without_baseline_row 'detail_of bench_d12 "$TMP/speed/logs_no_d12/results.txt" | grep -q "22.0 ms/step, no baseline; MFU ours"' \
     "$(row_of bench_d12 "$TMP/speed/logs_no_d12/results.txt")"
 # the 64-virtual-rank row: each mode's ms/step, per logical rank against bench_d12's step
@@ -179,7 +198,7 @@ GPU_CHECK_BIN="$TMP/broke" GPU_CHECK_REBUILD=0 GPU_CHECK_LOGS="$TMP/broke/logs" 
 S=$TMP/broke/logs/results.txt
 check gpu_check.sm90_broke_kernels_rerun '[ "$(result_of dev_attention "$S")" = FAIL ] && [ "$(result_of dev_attention_no_sm90 "$S")" = PASS ] && detail_of dev_attention_no_sm90 "$S" | grep -qx "2 checks" && grep -qx -- "--validate-only --no-sm90" "$TMP/broke/args"' \
     "$(row_of dev_attention "$S") / $(row_of dev_attention_no_sm90 "$S") / $(tr '\n' ';' <"$TMP/broke/args")"
-check gpu_check.sm90_broke_bench_figures_without 'b=$(detail_of bench_attention "$S"); [ "$(result_of bench_attention "$S")" = FAIL ] && echo "$b" | grep -q "llama300m flash forward 157.76 TFLOP/s.*llama300m flash backward 197.20 TFLOP/s" && echo "$b" | grep -q "the wgmma kernels broke dev_attention --bench-only off (.*illegal instruction.*), its figures above from --no-sm90; --attention flash_sm90: 18.000 ms/step" && ! echo "$b" | grep -q "17.53"' \
+check gpu_check.sm90_broke_bench_figures_without 'b=$(detail_of bench_attention "$S"); [ "$(result_of bench_attention "$S")" = FAIL ] && echo "$b" | grep -q "llama300m flash forward 157.76 TFLOP/s.*llama300m flash backward 197.20 TFLOP/s" && echo "$b" | grep -q "the wgmma kernels broke dev_attention --bench-only off (.*illegal instruction.*), its figures above from --no-sm90; --attention flash_sm90: llama300m 18.000 ms/step" && ! echo "$b" | grep -q "17.53"' \
     "$(row_of bench_attention "$S") $(why "$TMP/broke/out")"
 check gpu_check.sm90_broke_no_ablation '[ "$(result_of ablate_attention "$S")" = SKIP ] && detail_of ablate_attention "$S" | grep -q "the wgmma kernels broke dev_attention.s run off" && ! grep -q -- "--ablate" "$TMP/broke/args"' \
     "$(row_of ablate_attention "$S")"
@@ -241,7 +260,7 @@ else
     check gpu_check.emulated_exit_0 '[ $rc -eq 0 ]' "rc=$rc: $(grep -E '\| FAIL' "$R" | head -3) $(why "$TMP/emu.out")"
     keys=$(grep '^| ' "$R" | tail -n +2 | cut -d'|' -f2 | tr -d ' ' | tr '\n' ' ')
     # shellcheck disable=SC2034  # read by check's eval
-    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention ablate_attention bench_buckets bench_geofp8 bench_virtual_ranks scaling_model torch_d12 torch_llama300m torch_llama600m memcheck racecheck memcheck_attention racecheck_attention "
+    want="gpu nvcc libraries refs binaries dev_swiglu test_blas_shim test_fp8_device tiny mode_geofp8 bitwise skip_nan_loss bench_d12 bench_llama300m bench_llama600m bench_attention torch_d12 torch_llama300m torch_llama600m ablate_attention bench_buckets bench_geofp8 bench_virtual_ranks scaling_model memcheck racecheck memcheck_attention racecheck_attention "
     check gpu_check.emulated_rows_in_order '[ "$keys" = "$want" ]' "rows: $keys"
     bad_time=$(grep '^| ' "$R" | tail -n +2 | awk -F' [|] ' '$3 !~ /^ *[0-9]+(\.[0-9])? s$/' | head -2)
     check gpu_check.emulated_rows_have_seconds '[ -z "$bad_time" ]' "$bad_time"
