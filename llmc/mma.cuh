@@ -305,6 +305,8 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_fence_smem() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#elif defined(EMU_WARP_MMA)
+    emu_fence_proxy_async();
 #endif
 }
 // closes the group of wgmma issued since the last commit

@@ -133,11 +133,15 @@ np=$(grep -c '^PASS dev_attention.ablate' "$TMP/ablate.out")
 [ $rc -eq 0 ] && [ "$np" -eq 12 ] || fail emu.dev_attention_ablate_exit "rc=$rc, $np passed (expected 12): $(why "$TMP/ablate.out")"
 
 # dev/emu's checks of a kernel's wgmma: one without a wgmma.fence before it, a thread that ends
-# without waiting for its wgmma
-for misuse in "no-fence|a wgmma without a wgmma.fence" "no-wait|a thread ends with 1 wgmma not waited for"; do
+# without waiting for its wgmma; an operand stored with no fence.proxy.async before the wgmma, or
+# with one only after its issue, and a warpgroup half of which fences (not modelled)
+for misuse in "no-fence|wgmma_misuse_kernel: a wgmma without a wgmma.fence" "no-wait|wgmma_misuse_kernel: a thread ends with 1 wgmma not waited for" \
+              "no-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at shared byte [0-9]* holds a store the async proxy has not seen" \
+              "late-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at shared byte [0-9]* was fenced to the async proxy only after the wgmma's issue" \
+              "partial-proxy-fence|wgmma_proxy_misuse_kernel: the threads of warpgroup 0 executed fence.proxy.async different numbers of times"; do
     { timeout 60 "$EMU/test_mma_layout" "--emu-wgmma-${misuse%%|*}" >"$TMP/misuse.out" 2>&1; } 2>/dev/null
     rc=$?
-    if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel wgmma_misuse_kernel: ${misuse#*|}" "$TMP/misuse.out"; then pass "emu.wgmma_${misuse%%|*}_stops"
+    if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel ${misuse#*|}" "$TMP/misuse.out"; then pass "emu.wgmma_${misuse%%|*}_stops"
     else fail "emu.wgmma_${misuse%%|*}_stops" "rc=$rc: $(why "$TMP/misuse.out")"; fi
 done
 

@@ -805,6 +805,7 @@ __global__ void wgmma_late_kernel(float* before, float* after, const uint4* img,
     uint8_t* base = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
     int t = threadIdx.x;
     for (int i = t; i < 2 * WG_REGION / 16; i += 128) reinterpret_cast<uint4*>(base)[i] = img[i];
+    wgmma_fence_smem();
     __syncthreads();
     float d[32];
     for (int i = 0; i < 32; i++) d[i] = -1.0f;
@@ -1049,6 +1050,32 @@ __global__ void wgmma_misuse_kernel(int fence, int wait) {
     wgmma_commit();
     if (wait) wgmma_wait<0>(d, 32);
 }
+
+// and the async proxy (fence.proxy.async, wgmma_fence_smem): B stored by the threads, then read by a
+// wgmma with no proxy fence between (mode 0), with the fence only after the wgmma's issue (mode 1),
+// or fenced by half the warpgroup only (mode 2)
+__global__ void wgmma_proxy_misuse_kernel(int mode) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    int t = threadIdx.x;
+    for (int i = t; i < 2048 / 16; i += 128) reinterpret_cast<uint4*>(b)[i] = make_uint4(0x3f803f80u, 0, 0, 0);
+    if (mode == 2) {
+        if (t < 64) wgmma_fence_smem();
+        __syncthreads();
+        return;
+    }
+    __syncthreads();
+    float d[32] = {0};
+    uint32_t a[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    wgmma_fence();
+    Wgmma<64>::rs<0>(d, a, wgmma_desc(b, 1024, 128, WGMMA_NO_SWIZZLE), 0);
+    wgmma_commit();
+    if (mode == 1) {
+        wgmma_fence_smem();
+        __syncthreads();
+    }
+    wgmma_wait<0>(d, 32);
+}
 #endif
 
 int main(int argc, char** argv) {
@@ -1060,6 +1087,13 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaDeviceSynchronize());
         return 0;
     }
+    const char* proxy_misuse[] = {"--emu-wgmma-no-proxy-fence", "--emu-wgmma-late-proxy-fence", "--emu-wgmma-partial-proxy-fence"};
+    for (int mode = 0; mode < 3; mode++)
+        if (argc == 2 && strcmp(argv[1], proxy_misuse[mode]) == 0) {
+            wgmma_proxy_misuse_kernel<<<1, 128, 4096>>>(mode);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            return 0;
+        }
 #endif
     if (argc > 1) {
         fprintf(stderr, "usage: test_mma_layout (no arguments)\n");

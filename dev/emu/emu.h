@@ -93,13 +93,18 @@ void emu_setmaxnreg(int count, int inc);
 // wgmma (llmc/mma.cuh's Wgmma, wgmma_fence / _commit / _wait), per the PTX ISA: the 128 threads of
 // a warpgroup issue each instruction together; a thread's D registers (the n / 2 floats at d)
 // change only at its own wgmma.wait_group that covers the instruction's group, and the operands
-// are read from shared memory (through the descriptors, llmc/mma.cuh's layout tables) at the first
-// such wait in the warpgroup, once all 128 threads have issued it. A wgmma without a wgmma.fence
+// are read from the async proxy's view of shared memory (through the descriptors, llmc/mma.cuh's
+// layout tables; see emu_fence_proxy_async) at the first such wait in the warpgroup, once all 128
+// threads have issued it. A wgmma without a wgmma.fence
 // since the thread's start or last wait, a warpgroup whose threads issue different instructions or
 // group them differently, and a thread that ends with a wgmma not waited for stop the program.
 // a_regs: the thread's A fragment (4 registers), or NULL for A from shared memory at desc_a.
 void emu_wgmma(int n, int trans_a, int trans_b, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, float* d, int accumulate);
 void emu_wgmma_fence();
+// fence.proxy.async.shared::cta: the thread's earlier stores to shared memory (and the copies it has
+// seen land) made visible to the async proxy, which wgmma reads through; dev/emu keeps the proxy's
+// view of shared memory apart and publishes a warpgroup's stores once all its threads have fenced
+void emu_fence_proxy_async();
 void emu_wgmma_commit();
 void emu_wgmma_wait(int n);
 // a shared-memory address as a descriptor holds it: the offset in the block's dynamic shared

@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <algorithm>
 #include <cstdlib>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -220,6 +221,7 @@ struct Fiber {
     long long wg_issued, wg_covered;  // wgmma issued so far, and how many of them its waits covered
     std::vector<long long> wg_group_end;  // per committed wgmma group: wg_issued at its commit
     bool wg_fenced;                 // a wgmma.fence since the start or the last wgmma wait
+    long long proxy_fences;         // its fence.proxy.async so far
 };
 // Fiber stacks: one region for the largest block (1024 threads), STACK bytes each, on transparent
 // huge pages where the kernel allows: resuming a fiber reads the top of its stack, and with 4 KiB
@@ -403,6 +405,7 @@ void emu_setmaxnreg(int count, int inc) {
 struct WgmmaOp {
     int n, trans_a, trans_b, accumulate, group, issued, released;
     bool a_regs, computed;
+    uint32_t issue_stamp;  // the async proxy's publications when the last of its 128 threads issued it
     uint64_t desc_a, desc_b;
     void* issue_sync;      // EMU_RACECHECK: what the first thread's issue releases to (NULL without)
     void* done_sync;       // EMU_RACECHECK: what the operands' read releases to, each wait acquires
@@ -413,6 +416,65 @@ struct WgmmaOp {
     float acc[128][128];   // each thread's C at issue (0 without accumulate), then its D
 };
 struct WarpGroupMma { std::deque<WgmmaOp> ops; long long base; };
+
+// The async proxy's view of the block's dynamic shared memory (the PTX ISA's memory proxies): what
+// a wgmma reads. Ordinary stores and landed cp.async copies are the generic proxy's; they reach the
+// view through fence.proxy.async. dev/emu publishes a warpgroup's stores when every one of its
+// threads has fenced once more since the warpgroup's last publication: each byte that differs from
+// shared memory is copied, stamped with the publication's number. A wgmma reads its operands from
+// the view, and stops the program where an operand byte differs from shared memory at the read (a
+// store not fenced: the fence is missing before the wgmma, or the operand was stored to before the
+// wgmma's wait) or was published after the last of its threads issued it (the same, fenced late).
+// The view starts as the block's shared memory does (0xFF bytes). A warpgroup whose threads fence
+// different numbers of times by the block's end is not modelled and stops the program.
+static std::vector<unsigned char> g_async_view;
+static std::vector<uint32_t> g_async_stamp;  // per byte: the publication that last changed it (0: none)
+static uint32_t g_async_pubs;                 // publications so far in the block
+static bool g_async_fresh;                    // the view not yet made for this block
+static std::vector<long long> g_wg_published; // per warpgroup: the fence rounds it has published
+static void async_view_reset(size_t warpgroups) {
+    g_async_fresh = true;
+    g_async_pubs = 0;
+    g_wg_published.assign(warpgroups, 0);
+}
+static void async_view_begin() {
+    if (!g_async_fresh) return;
+    g_async_fresh = false;
+    g_async_view.assign(g_dynamic_smem_bytes, 0xFF);  // the block's shared memory at its start
+    g_async_stamp.assign(g_dynamic_smem_bytes, 0);
+}
+static void async_publish() {
+    uint32_t stamp = ++g_async_pubs;
+    const unsigned char* live = g_dynamic_smem.data();
+    unsigned char* view = g_async_view.data();
+    for (size_t i = 0; i < g_dynamic_smem_bytes; i += 8) {
+        size_t n = std::min<size_t>(8, g_dynamic_smem_bytes - i);
+        if (memcmp(view + i, live + i, n) == 0) continue;
+        for (size_t j = i; j < i + n; j++)
+            if (view[j] != live[j]) { view[j] = live[j]; g_async_stamp[j] = stamp; }
+    }
+}
+void emu_fence_proxy_async() {
+    Unseen unseen;
+    if (!g_fiber_mode) return;  // no wgmma without fibers: nothing reads the async proxy's view
+    async_view_begin();
+    Fiber* f = g_cur;
+    f->proxy_fences++;
+    long long wg = f->linear / 128, first = 128 * wg, last = std::min<long long>(first + 128, g_nfibers);
+    long long rounds = f->proxy_fences;
+    for (long long i = first; i < last; i++) rounds = std::min(rounds, g_fibers[i].proxy_fences);
+    if (rounds > g_wg_published[wg]) { g_wg_published[wg] = rounds; async_publish(); }
+}
+static void async_view_check_end() {
+    for (size_t wg = 0; wg < g_wg_published.size(); wg++) {
+        long long first = 128 * (long long)wg, last = std::min<long long>(first + 128, g_nfibers), lo = LLONG_MAX, hi = 0;
+        for (long long i = first; i < last; i++) { lo = std::min(lo, g_fibers[i].proxy_fences); hi = std::max(hi, g_fibers[i].proxy_fences); }
+        if (first < last && lo != hi)
+            die("kernel %s: the threads of warpgroup %lld executed fence.proxy.async different numbers of times (at most %lld; dev/emu "
+                "publishes a warpgroup's stores to the async proxy when all its threads have fenced: a fence by some of them only is "
+                "not modelled)", g_kernel, (long long)wg, hi);
+    }
+}
 static std::vector<WarpGroupMma> g_wg_mma;
 static void* new_sync();
 static WarpGroupMma& wgmma_group() {
@@ -430,7 +492,7 @@ uint32_t emu_smem_address(const void* p) {
 }
 // element (x, k) of an operand at desc (x: A's row m or B's column n), bf16 as float, by the layout
 // tables of llmc/mma.cuh: K-major or MN-major, no swizzle or a swizzle of 32, 64 or 128 bytes
-static float wgmma_element(uint64_t desc, bool mn_major, int x, int k) {
+static float wgmma_element(uint64_t desc, bool mn_major, int x, int k, uint32_t issue_stamp) {
     uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4;
     uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
     int mode = (int)(desc >> 62), S = mode == 0 ? 0 : mode == 1 ? 128 : mode == 2 ? 64 : 32;
@@ -445,8 +507,15 @@ static float wgmma_element(uint64_t desc, bool mn_major, int x, int k) {
 #if defined(EMU_RACECHECK)
     __tsan_read2(g_dynamic_smem.data() + a);
 #endif
+    async_view_begin();
+    if (memcmp(g_async_view.data() + a, g_dynamic_smem.data() + a, 2) != 0)
+        die("kernel %s: a wgmma operand at shared byte %lld holds a store the async proxy has not seen (fence.proxy.async missing "
+            "between the store and the wgmma, or the operand stored to before the wgmma's wait)", g_kernel, (long long)a);
+    if (std::max(g_async_stamp[a], g_async_stamp[a + 1]) > issue_stamp)
+        die("kernel %s: a wgmma operand at shared byte %lld was fenced to the async proxy only after the wgmma's issue (fence.proxy.async "
+            "missing between the store and the wgmma, or the operand stored to before the wgmma's wait)", g_kernel, (long long)a);
     uint16_t h;
-    memcpy(&h, g_dynamic_smem.data() + a, 2);
+    memcpy(&h, g_async_view.data() + a, 2);
     float f;
     uint32_t u = (uint32_t)h << 16;
     memcpy(&f, &u, 4);
@@ -477,10 +546,10 @@ static void wgmma_compute(WarpGroupMma& g, WgmmaOp& op) {
                 int r = m % 16, t = 32 * (m / 16) + 4 * (r % 8) + (k % 8) / 2;
                 uint32_t reg = op.a[t][r / 8 + 2 * (k / 8)], u = ((reg >> (16 * (k % 2))) & 0xffff) << 16;
                 memcpy(&A[m][k], &u, 4);
-            } else A[m][k] = wgmma_element(op.desc_a, op.trans_a != 0, m, k);
+            } else A[m][k] = wgmma_element(op.desc_a, op.trans_a != 0, m, k, op.issue_stamp);
         }
     for (int k = 0; k < 16; k++)
-        for (int n = 0; n < op.n; n++) B[k][n] = wgmma_element(op.desc_b, op.trans_b != 0, n, k);
+        for (int n = 0; n < op.n; n++) B[k][n] = wgmma_element(op.desc_b, op.trans_b != 0, n, k, op.issue_stamp);
     for (int t = 0; t < 128; t++) {
         int w = t / 32, r = (t % 32) / 4, c = t % 4;
         for (int i = 0; i < op.n / 2; i++) {
@@ -526,7 +595,7 @@ void emu_wgmma(int n, int trans_a, int trans_b, const uint32_t* a_regs, uint64_t
         }
     for (int i = 0; i < n / 2; i++) op.acc[t][i] = accumulate ? d[i] : 0.0f;
     op.d[t] = d;
-    op.issued++;
+    if (++op.issued == 128) op.issue_stamp = g_async_pubs;
     if (t == 0) hb_release(op.issue_sync);  // EMU_RACECHECK: see wgmma_compute
 }
 void emu_wgmma_fence() {
@@ -840,6 +909,7 @@ static void run_block_fibers(dim3 block) {
     g_wg_regs.assign(nw / 4 + 1, WarpGroupRegs{0, 0, 0});
     g_wg_mma.resize(nw / 4 + 1);
     for (WarpGroupMma& g : g_wg_mma) { g.ops.clear(); g.base = 0; }
+    async_view_reset(nw / 4 + 1);
     g_idle_laps = 0; g_progress_at_lap = g_progress;
     for (int i = 0; i < n; i++) {
         Fiber& f = g_fibers[i];
@@ -852,6 +922,7 @@ static void run_block_fibers(dim3 block) {
         f.wg_issued = f.wg_covered = 0;
         f.wg_group_end.clear();
         f.wg_fenced = false;
+        f.proxy_fences = 0;
 #if defined(EMU_RACECHECK)
         if (!f.tsan) {
             char name[48];
@@ -897,6 +968,7 @@ static void run_block_fibers(dim3 block) {
     g_sync_used = 0;
     for (int i = 1; i < NAMED_BARRIERS; i++)
         if (g_nbar_count[i] != 0) die("kernel %s: named barrier %lld ends the block with %lld threads counted in", g_kernel, i, g_nbar_count[i]);
+    async_view_check_end();
     for (size_t i = 0; i < g_wg_regs.size(); i++)
         if (g_wg_regs[i].warps != 0)
             die("kernel %s: setmaxnreg executed by %lld of the 4 warps of warpgroup %lld", g_kernel, g_wg_regs[i].warps, (long long)i);
