@@ -79,7 +79,7 @@ $(BUILD)/test_%: test/test_%.cu $(CUDA_H) $(SHIM_H) test/test_util.h test/fixtur
 	@mkdir -p $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DCOMM_GPU_NO_MPI $< -o $@ $(NVCC_LDLIBS)
 
-$(BUILD)/dev_%: dev/cuda/%.cu $(CUDA_H) $(SHIM_H)
+$(BUILD)/dev_%: dev/cuda/%.cu dev/cuda/dev_flags.h $(CUDA_H) $(SHIM_H)
 	@mkdir -p $(BUILD)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_INCLUDES) -DCOMM_GPU_NO_MPI $< -o $@ $(NVCC_LDLIBS)
 

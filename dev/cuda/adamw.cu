@@ -16,6 +16,7 @@
 #include "../../llmc/llama.h"
 #include "../../llmc/adamw.h"
 #include "../../llmc/adamw.cuh"
+#include "dev_flags.h"
 
 static const double TOL_STATE = 1e-6;
 static const double TOL_DELTA = 1e-5;
@@ -71,12 +72,9 @@ static void bench(const char* preset, size_t n) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else { fprintf(stderr, "usage: dev_adamw [--validate-only] [--small]\n"); return 2; }
-    }
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_adamw", DEV_FLAG_SMALL, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small;
     if (!cuda_device_present()) { printf("SKIP dev_adamw: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     bool ok = validate("dev_adamw.odd_n1001", 1001, 0.1f, 1);

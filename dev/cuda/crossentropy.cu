@@ -33,6 +33,7 @@
 #include "../../llmc/llama.h"
 #include "../../llmc/crossentropy.h"
 #include "../../llmc/crossentropy.cuh"
+#include "dev_flags.h"
 
 static const double TOL_LOSS = 1e-5;
 static const double TOL_DLOGITS = 8e-3;
@@ -221,13 +222,9 @@ static bool compare(const char* preset, int N, int V, int Vp) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, compare_only = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
-        else { fprintf(stderr, "usage: dev_crossentropy [--validate-only] [--small] [--compare]\n"); return 2; }
-    }
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_crossentropy", DEV_FLAG_SMALL | DEV_FLAG_COMPARE, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small, compare_only = flags.compare;
     if (!cuda_device_present()) { printf("SKIP dev_crossentropy: no CUDA device\n"); return 77; }
     if (compare_only) {
         bool ok = true;

@@ -8,12 +8,13 @@
 // 1024 x 128, d12 4096 x 768, llama300m 16384 x 1024, llama600m 8192 x 1536, all with
 // Vp = 50304 (wte up to 7.7e7 elements), plus an odd N=300, C=100, Vp=512. Full size: the CPU
 // reference is a copy.
-// Usage: build/dev_encoder [--validate-only]   exit 0 ok, 1 a check failed, 77 no GPU (SKIP).
+// Usage: build/dev_encoder [--validate-only]   exit 0 ok, 1 a check failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
 #include "../../llmc/encoder.h"
 #include "../../llmc/encoder.cuh"
+#include "dev_flags.h"
 
 static bool validate(const char* tag, int N, int C, int Vp, int token_range, uint64_t seed) {
     std::vector<float> wte = cuda_host_uniform((size_t)Vp * C, seed, 1.0f);
@@ -73,7 +74,9 @@ static void bench(const char* preset, int N, int C, int Vp) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_encoder", 0, &flags)) return 2;
+    const bool validate_only = flags.validate_only;
     if (!cuda_device_present()) { printf("SKIP dev_encoder: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     bool ok = validate("dev_encoder.odd_C100", 300, 100, 512, 37, 11);

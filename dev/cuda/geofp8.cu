@@ -29,7 +29,7 @@
 // least 97x over the worst case across five OpenBLAS kernel families (dev/tolerance_sweep.py:
 // K-FAC accumulate in bf16 1.0e-6, Nyström U columns 5.7e-8, fidelity sums 5.4e-12); not yet
 // measured against cuBLAS on a GPU.
-// Usage: build/dev_geofp8 [--validate-only] [--small]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+// Usage: build/dev_geofp8 [--validate-only] [--small]   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 //   --small: validations only, without the llama600m-sized cases (what the CPU emulation runs).
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -Xcompiler -fopenmp dev/cuda/geofp8.cu
 //        -o build/dev_geofp8 -lcublas -lcublasLt -lcusolver -lnccl -lopenblas -llapacke -lgomp
@@ -42,6 +42,7 @@
 #include "../../llmc/geofp8.cuh"
 #include "../../llmc/geofp8_refresh.cuh"
 #include "../../llmc/comm.cuh"
+#include "dev_flags.h"
 
 static const double TOL_GEMM = 1e-4;
 static const double TOL_TRACE = 1e-12;
@@ -1251,12 +1252,10 @@ static void bench() {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false;  // --small: no llama600m-sized case (for the CPU emulation, dev/emu)
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else { fprintf(stderr, "usage: %s [--validate-only] [--small]\n", argv[0]); return 1; }
-    }
+    // --small: no llama600m-sized case (for the CPU emulation, dev/emu)
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_geofp8", DEV_FLAG_SMALL, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small;
     if (!cuda_device_present()) {
         printf("SKIP dev/cuda/geofp8: no CUDA device\n");
         return 77;

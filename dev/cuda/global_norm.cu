@@ -29,6 +29,7 @@
 #include "../../llmc/global_norm.cuh"
 #include "../../llmc/adamw.cuh"
 #include "../../llmc/muon.cuh"
+#include "dev_flags.h"
 
 // Version 1 of the sum of squares: one float a thread per step (GLOBAL_NORM_BLOCKS x GLOBAL_NORM_BLOCK)
 __global__ void v1_global_norm_squared_kernel(double* partials, const float* x, size_t n) {
@@ -264,13 +265,9 @@ static bool compare(const char* preset) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, compare_only = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
-        else { fprintf(stderr, "usage: dev_global_norm [--validate-only] [--small] [--compare]\n"); return 2; }
-    }
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_global_norm", DEV_FLAG_SMALL | DEV_FLAG_COMPARE, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small, compare_only = flags.compare;
     if (!cuda_device_present()) { printf("SKIP dev_global_norm: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     if (compare_only) {

@@ -43,6 +43,7 @@
 #include "../../llmc/llama.h"
 #include "../../llmc/matmul.h"
 #include "../../llmc/matmul.cuh"
+#include "dev_flags.h"
 
 static const double TOL_BF16 = 8e-3;
 static const double TOL_FP32 = 1e-4;
@@ -241,13 +242,9 @@ static void bench(const char* preset, const Proj& p, int N) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, compare_only = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
-        else { fprintf(stderr, "usage: dev_matmul [--validate-only] [--small] [--compare]\n"); return 2; }
-    }
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_matmul", DEV_FLAG_SMALL | DEV_FLAG_COMPARE, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small, compare_only = flags.compare;
     if (!cuda_device_present()) { printf("SKIP dev_matmul: no CUDA device\n"); return 77; }
     matmul_init();
     if (compare_only) {

@@ -59,6 +59,7 @@
 #include "../../llmc/llama.h"
 #include "../../llmc/muon.h"
 #include "../../llmc/muon.cuh"
+#include "dev_flags.h"
 
 static const double TOL_M = 1e-6;
 static const double TOL_DW_MAX = 6e-2;
@@ -511,13 +512,9 @@ static bool compare_passes(const char* preset, const char* what_name, int rows, 
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, compare_only = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
-        else { fprintf(stderr, "usage: dev_muon [--validate-only] [--small] [--compare [--small]]\n"); return 2; }
-    }
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_muon", DEV_FLAG_SMALL | DEV_FLAG_COMPARE, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small, compare_only = flags.compare;
     if (!cuda_device_present()) { printf("SKIP dev_muon: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     const int npresets = 4;

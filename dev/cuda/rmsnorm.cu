@@ -30,6 +30,7 @@
 #include "../../llmc/llama.h"
 #include "../../llmc/rmsnorm.h"
 #include "../../llmc/rmsnorm.cuh"
+#include "dev_flags.h"
 
 static const double TOL_BF16 = 8e-3;
 static const double TOL_FP32 = 1e-4;
@@ -277,13 +278,9 @@ static bool compare(const char* preset, int N, int C) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = false, small = false, compare_only = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--validate-only") == 0) validate_only = true;
-        else if (strcmp(argv[i], "--small") == 0) small = validate_only = true;
-        else if (strcmp(argv[i], "--compare") == 0) compare_only = true;
-        else { fprintf(stderr, "usage: dev_rmsnorm [--validate-only] [--small] [--compare]\n"); return 2; }
-    }
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_rmsnorm", DEV_FLAG_SMALL | DEV_FLAG_COMPARE, &flags)) return 2;
+    const bool validate_only = flags.validate_only, small = flags.small, compare_only = flags.compare;
     if (!cuda_device_present()) { printf("SKIP dev_rmsnorm: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     if (compare_only) {

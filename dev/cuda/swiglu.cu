@@ -7,12 +7,13 @@
 // 1024 x 384, d12 4096 x 2048, llama300m 16384 x 2816 (9.2e7 fc1 outputs), llama600m
 // 8192 x 4096, and an odd 33 x 37 (scalar path). Full tensors: the reference is two expf per
 // element (about 0.6 s on one core at llama300m).
-// Usage: build/dev_swiglu [--validate-only]   exit 0 ok, 1 failed, 77 no GPU (SKIP).
+// Usage: build/dev_swiglu [--validate-only]   exit 0 ok, 1 failed, 2 bad usage, 77 no GPU (SKIP).
 #include <cstring>
 #include <string>
 #include "../../llmc/llama.h"
 #include "../../llmc/swiglu.h"
 #include "../../llmc/swiglu.cuh"
+#include "dev_flags.h"
 
 static const double TOL_BF16 = 8e-3;
 
@@ -58,7 +59,9 @@ static void bench(const char* preset, int N, int FF) {
 }
 
 int main(int argc, char** argv) {
-    bool validate_only = argc > 1 && strcmp(argv[1], "--validate-only") == 0;
+    DevFlags flags;
+    if (!dev_flags_parse(argc, argv, "dev_swiglu", 0, &flags)) return 2;
+    const bool validate_only = flags.validate_only;
     if (!cuda_device_present()) { printf("SKIP dev_swiglu: no CUDA device\n"); return 77; }
     const char* presets[] = {"tiny", "d12", "llama300m", "llama600m"};
     bool ok = validate("dev_swiglu.odd_FF37_scalar", 33, 37, 9);
