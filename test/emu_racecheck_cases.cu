@@ -126,6 +126,7 @@ __global__ void wgmma_kernel(uint32_t* out, bool ordered) {
     uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
     int t = threadIdx.x;
     reinterpret_cast<uint4*>(b)[t] = make_uint4(t, t, t, t);
+    wgmma_fence_smem();
     if (ordered) __syncthreads();
     float d[32];
     uint32_t a[4] = {0, 0, 0, 0};
@@ -140,6 +141,7 @@ __global__ void wgmma_reuse_kernel(uint32_t* out, bool ordered) {
     uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
     int t = threadIdx.x;
     reinterpret_cast<uint4*>(b)[t] = make_uint4(t, t, t, t);
+    wgmma_fence_smem();
     __syncthreads();
     float d[32];
     uint32_t a[4] = {0, 0, 0, 0};

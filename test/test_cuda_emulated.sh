@@ -136,8 +136,8 @@ np=$(grep -c '^PASS dev_attention.ablate' "$TMP/ablate.out")
 # without waiting for its wgmma; an operand stored with no fence.proxy.async before the wgmma, or
 # with one only after its issue, and a warpgroup half of which fences (not modelled)
 for misuse in "no-fence|wgmma_misuse_kernel: a wgmma without a wgmma.fence" "no-wait|wgmma_misuse_kernel: a thread ends with 1 wgmma not waited for" \
-              "no-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at shared byte [0-9]* holds a store the async proxy has not seen" \
-              "late-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at shared byte [0-9]* was fenced to the async proxy only after the wgmma's issue" \
+              "no-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory holds a store the async proxy has not seen" \
+              "late-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory was fenced to the async proxy only after the wgmma's issue" \
               "partial-proxy-fence|wgmma_proxy_misuse_kernel: the threads of warpgroup 0 executed fence.proxy.async different numbers of times"; do
     { timeout 60 "$EMU/test_mma_layout" "--emu-wgmma-${misuse%%|*}" >"$TMP/misuse.out" 2>&1; } 2>/dev/null
     rc=$?

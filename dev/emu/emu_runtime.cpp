@@ -484,11 +484,16 @@ static WarpGroupMma& wgmma_group() {
         die("kernel %s: wgmma in warpgroup %lld, which a block of %lld threads holds only in part", g_kernel, wg, g_nfibers);
     return g_wg_mma[wg];
 }
+// The block's dynamic shared memory starts at this shared-memory address: aligned on 16 bytes only,
+// as the kernels declare it (__align__(16); a GPU may put it on a larger boundary), so that a
+// kernel's own alignment of its swizzle atoms (on 1024 bytes) takes its longest pad here, and a
+// launch without room for that pad reads outside its shared memory.
+static const uint32_t EMU_SMEM_BASE = 16;
 uint32_t emu_smem_address(const void* p) {
     const unsigned char* b = g_dynamic_smem.data();
     if (g_dynamic_smem_bytes == 0 || (const unsigned char*)p < b || (const unsigned char*)p >= b + g_dynamic_smem_bytes)
         die("kernel %s: the shared-memory address of a pointer outside the block's dynamic shared memory", g_kernel);
-    return (uint32_t)((const unsigned char*)p - b);
+    return EMU_SMEM_BASE + (uint32_t)((const unsigned char*)p - b);
 }
 // element (x, k) of an operand at desc (x: A's row m or B's column n), bf16 as float, by the layout
 // tables of llmc/mma.cuh: K-major or MN-major, no swizzle or a swizzle of 32, 64 or 128 bytes
@@ -502,20 +507,29 @@ static float wgmma_element(uint64_t desc, bool mn_major, int x, int k, uint32_t 
     else off = S == 0 ? (x % 8) * 2 + (x / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
                       : (x % (S / 2)) * 2 + (x / (S / 2)) * lbo + (k % 8) * S + (k / 8) * sbo;
     uint32_t a = start + off;
-    if (S) a ^= ((a >> 7) & (uint32_t)(S / 16 - 1)) << 4;
-    if ((size_t)a + 2 > g_dynamic_smem_bytes) die("kernel %s: a wgmma operand reads past the dynamic shared memory", g_kernel);
+    if (S) a ^= ((a >> 7) & (uint32_t)(S / 16 - 1)) << 4;  // the swizzle: on the address's own bits
+    if (a < EMU_SMEM_BASE || (size_t)(a - EMU_SMEM_BASE) + 2 > g_dynamic_smem_bytes)
+        die("kernel %s: a wgmma operand reads outside the dynamic shared memory", g_kernel);
+    a -= EMU_SMEM_BASE;  // from here on: the byte's index in the block's dynamic shared memory
+    uint16_t h;
 #if defined(EMU_RACECHECK)
+    // the async proxy's view is the plain build's check: here a store that reaches an operand
+    // unordered is ThreadSanitizer's to report, as a race with this read
+    (void)issue_stamp;
     __tsan_read2(g_dynamic_smem.data() + a);
-#endif
+    memcpy(&h, g_dynamic_smem.data() + a, 2);
+#else
     async_view_begin();
     if (memcmp(g_async_view.data() + a, g_dynamic_smem.data() + a, 2) != 0)
-        die("kernel %s: a wgmma operand at shared byte %lld holds a store the async proxy has not seen (fence.proxy.async missing "
-            "between the store and the wgmma, or the operand stored to before the wgmma's wait)", g_kernel, (long long)a);
+        die("kernel %s: a wgmma operand at byte %lld of the dynamic shared memory holds a store the async proxy has not seen "
+            "(fence.proxy.async missing between the store and the wgmma, or the operand stored to before the wgmma's wait)",
+            g_kernel, (long long)a);
     if (std::max(g_async_stamp[a], g_async_stamp[a + 1]) > issue_stamp)
-        die("kernel %s: a wgmma operand at shared byte %lld was fenced to the async proxy only after the wgmma's issue (fence.proxy.async "
-            "missing between the store and the wgmma, or the operand stored to before the wgmma's wait)", g_kernel, (long long)a);
-    uint16_t h;
+        die("kernel %s: a wgmma operand at byte %lld of the dynamic shared memory was fenced to the async proxy only after the "
+            "wgmma's issue (fence.proxy.async missing between the store and the wgmma, or the operand stored to before the "
+            "wgmma's wait)", g_kernel, (long long)a);
     memcpy(&h, g_async_view.data() + a, 2);
+#endif
     float f;
     uint32_t u = (uint32_t)h << 16;
     memcpy(&f, &u, 4);
