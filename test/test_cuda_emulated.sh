@@ -134,15 +134,19 @@ np=$(grep -c '^PASS dev_attention.ablate' "$TMP/ablate.out")
 
 # dev/emu's checks of a kernel's wgmma: one without a wgmma.fence before it, a thread that ends
 # without waiting for its wgmma; an operand stored with no fence.proxy.async before the wgmma, or
-# with one only after its issue, and a warpgroup half of which fences (not modelled)
+# with one only after its issue, and a warpgroup half of which fences (not modelled); a cp.async
+# past the launch's dynamic shared memory
 for misuse in "no-fence|wgmma_misuse_kernel: a wgmma without a wgmma.fence" "no-wait|wgmma_misuse_kernel: a thread ends with 1 wgmma not waited for" \
               "no-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory holds a store the async proxy has not seen" \
               "late-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory was fenced to the async proxy only after the wgmma's issue" \
-              "partial-proxy-fence|wgmma_proxy_misuse_kernel: the threads of warpgroup 0 executed fence.proxy.async different numbers of times"; do
-    { timeout 60 "$EMU/test_mma_layout" "--emu-wgmma-${misuse%%|*}" >"$TMP/misuse.out" 2>&1; } 2>/dev/null
+              "partial-proxy-fence|wgmma_proxy_misuse_kernel: the threads of warpgroup 0 executed fence.proxy.async different numbers of times" \
+              "cp-async-past-smem|cp_async_past_smem_kernel: a cp.async writes bytes 64.. of the dynamic shared memory, past the launch's 64"; do
+    opt=--emu-wgmma-${misuse%%|*} name=emu.wgmma_${misuse%%|*}_stops
+    [[ $misuse == cp-async* ]] && opt=--emu-${misuse%%|*} name=emu.${misuse%%|*}_stops
+    { timeout 60 "$EMU/test_mma_layout" "$opt" >"$TMP/misuse.out" 2>&1; } 2>/dev/null
     rc=$?
-    if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel ${misuse#*|}" "$TMP/misuse.out"; then pass "emu.wgmma_${misuse%%|*}_stops"
-    else fail "emu.wgmma_${misuse%%|*}_stops" "rc=$rc: $(why "$TMP/misuse.out")"; fi
+    if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel ${misuse#*|}" "$TMP/misuse.out"; then pass "$name"
+    else fail "$name" "rc=$rc: $(why "$TMP/misuse.out")"; fi
 done
 
 # dev/emu's orders and landing named wrong: one line naming the variable, a failed exit

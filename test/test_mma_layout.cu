@@ -1076,6 +1076,13 @@ __global__ void wgmma_proxy_misuse_kernel(int mode) {
     }
     wgmma_wait<0>(d, 32);
 }
+// and a cp.async past the launch's dynamic shared memory (64 bytes; the copy to bytes 64..79)
+__global__ void cp_async_past_smem_kernel(const uint4* src) {
+    extern __shared__ __align__(16) uint8_t past_smem[];
+    cp_async16(past_smem + 64, src, true);
+    cp_async_commit();
+    cp_async_wait<0>();
+}
 #endif
 
 int main(int argc, char** argv) {
@@ -1084,6 +1091,13 @@ int main(int argc, char** argv) {
     if (argc == 2 && (strcmp(argv[1], "--emu-wgmma-no-fence") == 0 || strcmp(argv[1], "--emu-wgmma-no-wait") == 0)) {
         bool fence = strcmp(argv[1], "--emu-wgmma-no-fence") != 0;
         wgmma_misuse_kernel<<<1, 128, 4096>>>(fence, !fence);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--emu-cp-async-past-smem") == 0) {
+        uint4* src;
+        CUDA_CHECK(cudaMalloc(&src, 16));
+        cp_async_past_smem_kernel<<<1, 32, 64>>>(src);
         CUDA_CHECK(cudaDeviceSynchronize());
         return 0;
     }

@@ -753,6 +753,13 @@ void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
     Unseen unseen;
     if (bytes != 16 && bytes != 8) die("kernel %s: cp.async of %lld bytes", g_kernel, (long long)bytes);
     if ((uintptr_t)dst % bytes != 0) die("kernel %s: cp.async destination 0x%llx not %lld-byte aligned", g_kernel, (long long)(uintptr_t)dst, (long long)bytes);
+    // into the dynamic shared memory's window but past what the launch gave the block (a static
+    // __shared__ array lies elsewhere)
+    const unsigned char* window = g_dynamic_smem.data();
+    if ((const unsigned char*)dst >= window && (const unsigned char*)dst < window + g_dynamic_smem.size() &&
+        (const unsigned char*)dst + bytes > window + g_dynamic_smem_bytes)
+        die("kernel %s: a cp.async writes bytes %lld.. of the dynamic shared memory, past the launch's %lld", g_kernel,
+            (long long)((const unsigned char*)dst - window), (long long)g_dynamic_smem_bytes);
     if (!g_fiber_mode || cp_async_early()) { Seen seen; if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes); return; }
     AsyncCopy c;
     c.dst = dst; c.bytes = bytes; c.thread = g_cur->linear; c.group = -1; c.issued = NULL;
@@ -1026,7 +1033,9 @@ static bool launch_config_ok(const char* name, dim3 grid, dim3 block, size_t sme
         return false;
     }
     g_dynamic_smem_bytes = smem;
-    if (g_dynamic_smem.size() < smem) g_dynamic_smem.resize(smem);
+    // the whole window sm_90 allows, whatever this launch asked for: a copy into it past the
+    // launch's own bytes is caught (emu_cp_async), not written into the heap
+    if (g_dynamic_smem.size() < EMU_MAX_DYNAMIC_SMEM) g_dynamic_smem.resize(EMU_MAX_DYNAMIC_SMEM);
     memset(g_dynamic_smem.data(), 0xFF, smem);  // garbage, as on a GPU
     g_kernel = name;
     gridDim = grid;
