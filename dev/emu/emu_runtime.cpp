@@ -437,6 +437,7 @@ static void async_view_reset(size_t warpgroups) {
     g_async_pubs = 0;
     g_wg_published.assign(warpgroups, 0);
 }
+#if !defined(EMU_RACECHECK)  // the racecheck build keeps no view (wgmma_element)
 static void async_view_begin() {
     if (!g_async_fresh) return;
     g_async_fresh = false;
@@ -454,16 +455,19 @@ static void async_publish() {
             if (view[j] != live[j]) { view[j] = live[j]; g_async_stamp[j] = stamp; }
     }
 }
+#endif
 void emu_fence_proxy_async() {
     Unseen unseen;
     if (!g_fiber_mode) return;  // no wgmma without fibers: nothing reads the async proxy's view
-    async_view_begin();
     Fiber* f = g_cur;
-    f->proxy_fences++;
+    f->proxy_fences++;  // counted in every build: unequal counts in a warpgroup stop the program
+#if !defined(EMU_RACECHECK)  // (the racecheck build reads no view: wgmma_element)
+    async_view_begin();
     long long wg = f->linear / 128, first = 128 * wg, last = std::min<long long>(first + 128, g_nfibers);
     long long rounds = f->proxy_fences;
     for (long long i = first; i < last; i++) rounds = std::min(rounds, g_fibers[i].proxy_fences);
     if (rounds > g_wg_published[wg]) { g_wg_published[wg] = rounds; async_publish(); }
+#endif
 }
 static void async_view_check_end() {
     for (size_t wg = 0; wg < g_wg_published.size(); wg++) {
