@@ -37,7 +37,8 @@
 // rounds of data between a producer and a consumer warp by parity, and the same with the data
 // copied by cp.async and announced by cp.async.mbarrier.arrive.noinc; setmaxnreg.inc / .dec
 // ("setmaxnreg": a multiple of 8 in 24..256, the same instruction by every warp of a warpgroup)
-// in three warpgroups that then finish and write; under dev/emu only (on a GPU the reads race),
+// in three warpgroups that then finish and write; a launch of 64 KB of dynamic shared memory refused
+// until the kernel opts in (cudaFuncSetAttribute), as dev/emu refuses it; under dev/emu only (on a GPU the reads race),
 // a cp.async's bytes absent until its wait_group, or its mbarrier's phase, completes; ex2.approx.ftz (llmc/flash_common.cuh's
 // flash_exp2: "ex2", subnormal results flushed to +0) against 2^x in double; wgmma (sm_90a; its tables
 // are above test_wgmma, from the ISA's wgmma sections): where it reads every element of A and B
@@ -574,6 +575,32 @@ static void test_mbarrier(const char* name) {
             if (got[r * 32 + l] != want) snprintf(first, sizeof first, "round %d lane %d: got 0x%08x, expected 0x%08x", r, l, got[r * 32 + l], want);
         }
     test_check(name, !first[0], "%s", first);
+}
+
+// a launch with more than 48 KB of dynamic shared memory (the CUDA C++ programming guide,
+// "Shared Memory": above 48 KB a kernel must opt in, cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), or its launch fails): refused before the
+// opt-in, run after it (the kernel fills its 64 KB and hands back the last word)
+static const int OPT_IN_BYTES = 64 << 10;
+__global__ void smem_opt_in_kernel(uint32_t* out) {
+    extern __shared__ __align__(16) uint32_t opt_in_smem[];
+    const int n = OPT_IN_BYTES / 4;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) opt_in_smem[i] = (uint32_t)i;
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = opt_in_smem[n - 1];
+}
+static void test_smem_opt_in(void) {
+    uint32_t zero = 0, got = 0;
+    uint32_t* out = to_dev(&zero, 1);
+    smem_opt_in_kernel<<<1, 128, OPT_IN_BYTES>>>(out);
+    cudaError_t before = cudaGetLastError();  // (a launch error: read and cleared here)
+    CUDA_CHECK(cudaFuncSetAttribute((const void*)smem_opt_in_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, OPT_IN_BYTES));
+    smem_opt_in_kernel<<<1, 128, OPT_IN_BYTES>>>(out);
+    KERNEL_CHECK();
+    to_host(&got, out, 1);
+    test_check("mma_layout.smem_past_48kb_refused_until_the_kernel_opts_in", before != cudaSuccess && got == OPT_IN_BYTES / 4 - 1,
+               "before the opt-in the launch gave '%s' (want an error); after it the last word %u (want %d)",
+               before == cudaSuccess ? "no error" : cudaGetErrorString(before), got, OPT_IN_BYTES / 4 - 1);
 }
 
 static void test_setmaxnreg(void) {
@@ -1134,6 +1161,7 @@ int main(int argc, char** argv) {
     test_mbarrier<false>("mma_layout.mbarrier_parity_passes_each_round");
     test_mbarrier<true>("mma_layout.cp_async_mbarrier_arrive_passes_the_copies_each_round");
     test_setmaxnreg();
+    test_smem_opt_in();
     test_warp_reductions();
     test_nan_results();
     test_wgmma();

@@ -29,22 +29,24 @@ extern dim3 blockDim, gridDim;
 
 // runs fn for every thread of the grid, each block's threads as fibers (the kernel uses barriers
 // or warp collectives); smem = the launch's dynamic shared memory bytes (what emu_dynamic_smem()
-// hands the kernel)
-void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn);
+// hands the kernel); kernel: the kernel's address, as cudaFuncSetAttribute takes it (a launch of
+// more than 48 KB is refused, as a GPU refuses it, unless that kernel was let have them)
+void emu_launch_fibers(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn);
 // A kernel without barriers runs its threads in a plain loop here, in the program's own code, so
 // that the compiler inlines the kernel's body into the loop (a call through std::function per
 // thread costs more than most of these bodies). emu_launch_begin checks the launch and sets
 // gridDim / blockDim (false: an invalid launch, recorded for cudaGetLastError); emu_launch_end
 // ends its profile entry.
-bool emu_launch_begin(const char* name, dim3 grid, dim3 block, size_t smem);
+bool emu_launch_begin(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem);
 void emu_launch_end(const char* name);
 // Blocks run in launch order (x fastest), or with EMU_BLOCK_ORDER=reverse in the opposite one: a
 // GPU promises no order, and a kernel whose result depends on it shows it there.
 // emu_set_block sets blockIdx to the i-th block to run.
 void emu_set_block(dim3 grid, size_t i);
 template <typename F>
-__attribute__((flatten)) static inline void emu_launch_plain(const char* name, dim3 grid, dim3 block, size_t smem, const F& fn) {
-    if (!emu_launch_begin(name, grid, block, smem)) return;
+__attribute__((flatten)) static inline void emu_launch_plain(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem,
+                                                             const F& fn) {
+    if (!emu_launch_begin(name, kernel, grid, block, smem)) return;
     for (size_t bi = 0; bi < (size_t)grid.x * grid.y * grid.z; bi++) {
         emu_set_block(grid, bi);
         for (unsigned tz = 0; tz < block.z; tz++)
@@ -57,11 +59,11 @@ __attribute__((flatten)) static inline void emu_launch_plain(const char* name, d
     emu_launch_end(name);
 }
 // fibers is the literal true or false that rewrite_launches.py writes
-#define EMU_LAUNCH(name, fibers, grid, block, smem, ...) EMU_LAUNCH_##fibers(name, grid, block, smem, __VA_ARGS__)
-#define EMU_LAUNCH_true(name, grid, block, smem, ...) \
-    emu_launch_fibers(name, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
-#define EMU_LAUNCH_false(name, grid, block, smem, ...) \
-    emu_launch_plain(name, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
+#define EMU_LAUNCH(name, fibers, kernel, grid, block, smem, ...) EMU_LAUNCH_##fibers(name, kernel, grid, block, smem, __VA_ARGS__)
+#define EMU_LAUNCH_true(name, kernel, grid, block, smem, ...) \
+    emu_launch_fibers(name, kernel, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
+#define EMU_LAUNCH_false(name, kernel, grid, block, smem, ...) \
+    emu_launch_plain(name, kernel, dim3(grid), dim3(block), (size_t)(smem), [&]() { __VA_ARGS__; })
 // `extern __shared__ T name[];` is rewritten to `T* name = (T*)emu_dynamic_smem();`: one buffer of
 // the launch's size, shared by the threads of the block running now
 void* emu_dynamic_smem();

@@ -193,10 +193,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { *s = new 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
-// the only attribute the engine sets: the opt-in dynamic shared memory of a kernel
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute a, int v) {
+// the only attribute the engine sets: the dynamic shared memory a kernel may be launched with
+// past the 48 KB every kernel may have (the CUDA programming guide: above it a kernel must opt
+// in, and a launch that asks for more than its attribute fails); kept per kernel address
+static std::map<const void*, int> g_max_dynamic_smem;
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute a, int v) {
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize) die("cudaFuncSetAttribute: unexpected attribute %s%lld", "", (long long)a);
     if (v < 0 || v > 227 * 1024) return cudaErrorInvalidValue;
+    g_max_dynamic_smem[kernel] = v;
     return cudaSuccess;
 }
 }
@@ -1024,11 +1028,23 @@ void* emu_dynamic_smem() {
     if (g_dynamic_smem_bytes == 0) die("kernel %s uses dynamic shared memory but was launched with 0 bytes of it", g_kernel);
     return g_dynamic_smem.data();
 }
-static bool launch_config_ok(const char* name, dim3 grid, dim3 block, size_t smem) {
+static const size_t EMU_DEFAULT_DYNAMIC_SMEM = 48 * 1024;  // what a kernel may have without opting in
+static bool launch_config_ok(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem) {
     if (smem > EMU_MAX_DYNAMIC_SMEM) {
         fprintf(stderr, "EMU: kernel %s: %zu bytes of dynamic shared memory (at most %zu)\n", name, smem, EMU_MAX_DYNAMIC_SMEM);
         g_last_error = cudaErrorInvalidConfiguration;
         return false;
+    }
+    if (smem > EMU_DEFAULT_DYNAMIC_SMEM) {
+        auto it = g_max_dynamic_smem.find(kernel);
+        size_t allowed = it == g_max_dynamic_smem.end() ? EMU_DEFAULT_DYNAMIC_SMEM : (size_t)it->second;
+        if (smem > allowed) {
+            fprintf(stderr, "EMU: kernel %s: %zu bytes of dynamic shared memory, more than its %zu (past 48 KB a kernel needs "
+                    "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first, for this very "
+                    "kernel, template arguments included); a GPU refuses the launch\n", name, smem, allowed);
+            g_last_error = cudaErrorInvalidValue;
+            return false;
+        }
     }
     long long nthreads = (long long)block.x * block.y * block.z;
     if (nthreads == 0 || nthreads > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
@@ -1053,8 +1069,8 @@ static void prof_add(const char* name, std::chrono::steady_clock::time_point t0,
     e.threads += (double)grid.x * grid.y * grid.z * block.x * block.y * block.z;
 }
 static std::chrono::steady_clock::time_point g_plain_t0;
-bool emu_launch_begin(const char* name, dim3 grid, dim3 block, size_t smem) {
-    if (!launch_config_ok(name, grid, block, smem)) return false;
+bool emu_launch_begin(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem) {
+    if (!launch_config_ok(name, kernel, grid, block, smem)) return false;
     g_fiber_mode = false;
     if (g_prof_on) g_plain_t0 = std::chrono::steady_clock::now();
     return true;
@@ -1071,8 +1087,8 @@ void emu_set_block(dim3 grid, size_t i) {
     blockIdx.z = (unsigned)(j / grid.x / grid.y);
 }
 // a kernel with barriers or warp collectives: every block's threads as fibers
-void emu_launch_fibers(const char* name, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
-    if (!launch_config_ok(name, grid, block, smem)) return;
+void emu_launch_fibers(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& fn) {
+    if (!launch_config_ok(name, kernel, grid, block, smem)) return;
     auto t0 = std::chrono::steady_clock::now();
     g_fn = &fn;
     g_fiber_mode = true;

@@ -3,9 +3,9 @@ dev/cuda/) from the repository root SRC into DST, turning every kernel launch
 
     kernel<<<grid, block, smem, stream>>>(args);
 into
-    EMU_LAUNCH("kernel", fibers, grid, block, smem, kernel(args));
+    EMU_LAUNCH("kernel", fibers, (const void*)(kernel), grid, block, smem, kernel(args));
 
-(smem 0 when the launch gives none) and every `extern __shared__ T name[];` into
+(smem 0 when the launch gives none; the kernel's address keys its cudaFuncSetAttribute) and every `extern __shared__ T name[];` into
 `T* name = (T*)emu_dynamic_smem();`, where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
 __syncthreads, a named barrier, an mbarrier, a warp collective, setmaxnreg or wgmma, so dev/emu runs its threads as fibers. data/ and
 test/fixtures are linked, not copied. Prints one line per kernel with its launch style."""
@@ -96,8 +96,8 @@ def main():
             while t[p].isspace():
                 p += 1
             args = block_after(t, p, "(", ")")[1:-1]
-            out += t[pos:m.start()] + 'EMU_LAUNCH("%s", %s, %s, %s, %s, %s%s(%s))' % (
-                name, "true" if fibers(name) else "false", cfg[0], cfg[1], cfg[2] if len(cfg) > 2 else "0",
+            out += t[pos:m.start()] + 'EMU_LAUNCH("%s", %s, (const void*)(%s%s), %s, %s, %s, %s%s(%s))' % (
+                name, "true" if fibers(name) else "false", name, targs, cfg[0], cfg[1], cfg[2] if len(cfg) > 2 else "0",
                 name, targs, args)
             pos = p + 1 + len(args) + 1
 
