@@ -105,7 +105,8 @@ test-gpu: cuda-all
 	exit $$status
 
 # One line per kernel of llmc/attention.cuh (flash_attention.cuh's included) and llmc/muon.cuh, from nvcc -Xptxas -v,
-# then dev/flash_model.py --check: each flash kernel fits its __launch_bounds__ blocks per SM (a spill is a WARN line).
+# then dev/flash_model.py --check: each flash kernel fits its __launch_bounds__ blocks per SM, and a backward's setmaxnreg
+# takes no more registers than its block was launched with (a spill is a WARN line).
 # PTXAS_REPORT=path writes the report elsewhere (test/test_flash_model.py compares it with the committed one).
 PTXAS_REPORT ?= dev/cuda/ptxas_report.txt
 ptxas-report:

@@ -7,7 +7,7 @@ waits, the causal tail) for the kernels as built and for the earlier designs tim
   python3 dev/flash_model.py --shape llama300m --csv
   python3 dev/flash_model.py --shape 1:8192:16:16:128   # B:T:NH:NKV:HS
   python3 dev/flash_model.py --calibration         # every measured row: measured ms, modelled ms, ratio
-  python3 dev/flash_model.py --check               # registers fit the launch bounds (spills: a warning)
+  python3 dev/flash_model.py --check               # registers fit the launch bounds and setmaxnreg (spills: a warning)
   python3 dev/flash_model.py --ablation --shape llama300m,llama600m   # the wgmma kernels with a part left out
 
 The model. A call's time is the end of its last block, plus the host's launch of each kernel
@@ -874,10 +874,24 @@ def as_built(cfg, ptxas, hs, header=None):
     return out
 
 
+def setmaxnreg_pool(k):
+    """A warp-specialised backward's registers after its setmaxnreg (PTX ISA, "setmaxnreg": the
+    block's registers at launch are a pool; .dec gives to it, .inc waits until it can take from
+    it): (registers the threads then hold, (compute threads, COMPUTE_REGS), (writer threads,
+    WRITER_REGS)), or None for a kernel without them."""
+    t = k["tiles"]
+    if "COMPUTE_REGS" not in t or "WRITER_REGS" not in t:
+        return None
+    compute = 128 * t["COMPUTE_WARPGROUPS"] if "COMPUTE_WARPGROUPS" in t else 32 * t["WARPS"]
+    writer = k["threads"] - compute
+    return compute * t["COMPUTE_REGS"] + writer * t["WRITER_REGS"], (compute, t["COMPUTE_REGS"]), (writer, t["WRITER_REGS"])
+
+
 def check(cfg, ptxas, hw, header=None):
     """Lines for --check: every as-built kernel is in the ptxas report and its registers and
     shared memory give the blocks per SM its launch bound asks (the backward block: (WARPS +
-    WRITER_WARPS) x 32 threads); spills are a WARN line (the model counts them as L1 traffic every tile).
+    WRITER_WARPS) x 32 threads), and a backward's setmaxnreg takes no more registers than the
+    block was launched with (setmaxnreg_pool); spills are a WARN line (the model counts them as L1 traffic every tile).
     (lines, all ok)."""
     lines, ok = [], True
     for hs in sorted(cfg):
@@ -892,6 +906,14 @@ def check(cfg, ptxas, hw, header=None):
             ok &= good
             lines.append(f"{'PASS' if good else 'FAIL'} {name}: {k['regs']} registers x {k['threads']} threads, "
                          f"{k['smem'] / 1024:.1f} KB shared: {blocks} blocks per SM, launch bound {k['min_blocks']}")
+            pool = setmaxnreg_pool(k)
+            if pool:
+                need, compute, writer = pool
+                fits = need <= k["regs"] * k["threads"]
+                ok &= fits
+                lines.append(f"{'PASS' if fits else 'FAIL'} {name}: setmaxnreg takes {compute[0]} x {compute[1]} + {writer[0]} x "
+                             f"{writer[1]} = {need} registers of the block's {k['regs']} x {k['threads']} = {k['regs'] * k['threads']}"
+                             + ("" if fits else " (setmaxnreg.inc waits until the block's pool has them: here, for ever)"))
             if k["spill"]:
                 lines.append(f"WARN {name}: {k['spill']} spill bytes a thread, stored + loaded (the launch bound caps it "
                              f"at {register_cap(k['threads'], k['min_blocks'], hw)} registers; the model counts them as L1 traffic every tile)")
@@ -929,7 +951,7 @@ def main(argv=None):
     ap.add_argument("--ablation", action="store_true",
                     help="the wgmma kernels' variants that dev_attention --ablate times (parts left out): modelled ms and ratio to the kernel as built")
     ap.add_argument("--check", action="store_true",
-                    help="only check the as-built kernels against the ptxas report: launch-bound blocks per SM (exit 1 if not); spills warn")
+                    help="only check the as-built kernels against the ptxas report: launch-bound blocks per SM and the backward's setmaxnreg within its launch registers (exit 1 if not); spills warn")
     a = ap.parse_args(argv)
     # a file named on the command line must be there, whichever mode reads it (where the default
     # report is absent the model goes without registers)

@@ -181,17 +181,23 @@ def main():
         check("flash_model_refuses_header_without_config", testlib.one_error_line(rc, err) and "cannot find struct FlashFwdTile" in err,
               f"rc {rc} {err.strip()}")
 
-        # --check on reports: the committed one passes (the backward's spills warn); a spill
+        # --check on reports: the committed one passes (the backward's spills warn; each of the 6
+        # backward kernels' setmaxnreg fits the registers it was launched with); a spill
         # elsewhere warns, 255 registers at HS 32 (one block of 256 threads where the launch
-        # bound asks 2) and a missing kernel fail
+        # bound asks 2), a missing kernel and a wgmma backward launched with 160 registers a
+        # thread (one block still fits; its setmaxnreg would wait for ever) fail
         committed = open(REPORT).read()
         rc, out = run_check(REPORT)
-        check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 12, f"rc {rc} {out.strip()}")
+        check("flash_model_check_committed_report", rc == 0 and out.count("PASS") == 18 and out.count("setmaxnreg takes") == 6,
+              f"rc {rc} {out.strip()}")
         cases = [("spill", lambda l: l if "flash_forward_kernel<128>" not in l else "251   0      0      8       8       " + l.split(None, 5)[5],
                   0, "WARN flash_forward_kernel<128>: 16 spill bytes"),
                  ("registers", lambda l: l if "flash_forward_kernel<32>" not in l else "255   0      0      0       0       " + l.split(None, 5)[5],
                   1, r"FAIL flash_forward_kernel<32>: 255 registers x 256 threads, [\d.]+ KB shared: 1 blocks per SM"),
-                 ("missing_kernel", lambda l: "" if "flash_backward_kernel<32>" in l else l, 1, "not in the ptxas report")]
+                 ("missing_kernel", lambda l: "" if "flash_backward_kernel<32>" in l else l, 1, "not in the ptxas report"),
+                 ("setmaxnreg_pool", lambda l: l if "flash_backward_sm90_kernel<64," not in l else "160   0      0      0       0       " + l.split(None, 5)[5],
+                  1, r"PASS flash_backward_sm90_kernel<64>: 160 registers x 384 threads.*\nFAIL flash_backward_sm90_kernel<64>: setmaxnreg "
+                     r"takes 256 x 232 \+ 128 x 40 = 64512 registers of the block's 160 x 384 = 61440 \(setmaxnreg.inc waits")]
         for name, edit, want_rc, want in cases:
             bad = os.path.join(tmp, name + ".txt")
             open(bad, "w").write("\n".join(edit(l) for l in committed.splitlines()) + "\n")
@@ -207,7 +213,7 @@ def main():
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
             lines = lambda text: [l for l in text.splitlines() if l and not l.startswith("#")]  # noqa: E731
             now = open(fresh).read() if os.path.exists(fresh) else ""
-            ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 12
+            ok = r.returncode == 0 and lines(now) == lines(committed) and r.stdout.count("PASS flash_") == 18
             diff = [l for l in lines(now) if l not in lines(committed)][:3]
             check("flash_model_ptxas_report_current", ok, f"rc {r.returncode}; new lines {diff}; {r.stdout.strip()[-300:]}")
 
