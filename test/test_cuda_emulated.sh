@@ -102,7 +102,7 @@ else fail emu.dev_geofp8_small "rc=$rc, $np passed, $nf failed: $(why "$TMP/geof
 timeout 300 "$EMU/test_mma_layout" >"$TMP/mma.out" 2>&1
 rc=$?
 sed -n 's/^\(PASS\|FAIL\) /\1 emu./p' "$TMP/mma.out"
-[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 52 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
+[ $rc -eq 0 ] && [ "$(grep -c '^PASS' "$TMP/mma.out")" -ge 53 ] || fail emu.test_mma_layout_exit "rc=$rc $(why "$TMP/mma.out")"
 # both attention paths (flash: llmc/flash_attention.cuh on the instructions above; cublas) against
 # llmc/attention.h and against each other: odd T at every head size, GQA groups 1-3, tiny (~5 s)
 timeout 600 "$EMU/dev_attention" --small --dump "$TMP/attn_launch.bin" >"$TMP/attn.out" 2>&1
@@ -136,14 +136,18 @@ np=$(grep -c '^PASS dev_attention.ablate' "$TMP/ablate.out")
 # dev/emu's checks of a kernel's wgmma: one without a wgmma.fence before it, a thread that ends
 # without waiting for its wgmma; an operand stored with no fence.proxy.async before the wgmma, or
 # with one only after its issue, and a warpgroup half of which fences (not modelled); a cp.async
-# past the launch's dynamic shared memory
+# past the launch's dynamic shared memory; a cp.async source, a load128 and a store128 off their
+# alignment (on a GPU: a misaligned address)
 for misuse in "no-fence|wgmma_misuse_kernel: a wgmma without a wgmma.fence" "no-wait|wgmma_misuse_kernel: a thread ends with 1 wgmma not waited for" \
               "no-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory holds a store the async proxy has not seen" \
               "late-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory was fenced to the async proxy only after the wgmma's issue" \
               "partial-proxy-fence|wgmma_proxy_misuse_kernel: the threads of warpgroup 0 executed fence.proxy.async different numbers of times" \
-              "cp-async-past-smem|cp_async_past_smem_kernel: a cp.async writes bytes 64.. of the dynamic shared memory, past the launch's 64"; do
+              "cp-async-past-smem|cp_async_past_smem_kernel: a cp.async writes bytes 64.. of the dynamic shared memory, past the launch's 64" \
+              "cp-async-misaligned-source|misaligned_kernel: cp.async source 0x[0-9a-f]* not 16-byte aligned" \
+              "load128-misaligned|misaligned_kernel: load128 at 0x[0-9a-f]*, not on a multiple of its 16 bytes" \
+              "store128-misaligned|misaligned_kernel: store128 at 0x[0-9a-f]*, not on a multiple of its 16 bytes"; do
     opt=--emu-wgmma-${misuse%%|*} name=emu.wgmma_${misuse%%|*}_stops
-    [[ $misuse == cp-async* ]] && opt=--emu-${misuse%%|*} name=emu.${misuse%%|*}_stops
+    [[ $misuse == cp-async* || $misuse == *128-* ]] && opt=--emu-${misuse%%|*} name=emu.${misuse%%|*}_stops
     { timeout 60 "$EMU/test_mma_layout" "$opt" >"$TMP/misuse.out" 2>&1; } 2>/dev/null
     rc=$?
     if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel ${misuse#*|}" "$TMP/misuse.out"; then pass "$name"

@@ -38,7 +38,8 @@
 // copied by cp.async and announced by cp.async.mbarrier.arrive.noinc; setmaxnreg.inc / .dec
 // ("setmaxnreg": a multiple of 8 in 24..256, the same instruction by every warp of a warpgroup)
 // in three warpgroups that then finish and write; a launch of 64 KB of dynamic shared memory refused
-// until the kernel opts in (cudaFuncSetAttribute), as dev/emu refuses it; under dev/emu only (on a GPU the reads race),
+// until the kernel opts in (cudaFuncSetAttribute), and a block of more threads than the kernel's
+// __launch_bounds__ refused, as dev/emu refuses them; under dev/emu only (on a GPU the reads race),
 // a cp.async's bytes absent until its wait_group, or its mbarrier's phase, completes; ex2.approx.ftz (llmc/flash_common.cuh's
 // flash_exp2: "ex2", subnormal results flushed to +0) against 2^x in double; wgmma (sm_90a; its tables
 // are above test_wgmma, from the ISA's wgmma sections): where it reads every element of A and B
@@ -603,6 +604,30 @@ static void test_smem_opt_in(void) {
                before == cudaSuccess ? "no error" : cudaGetErrorString(before), got, OPT_IN_BYTES / 4 - 1);
 }
 
+// a block of more threads than the kernel's __launch_bounds__ (the PTX ISA, ".maxntid": past it
+// the launch fails), as dev/emu refuses it: 128 threads of a kernel bounded to 64 run none of it
+// and leave a launch error; 64 run
+__global__ void __launch_bounds__(64) bounded_kernel(uint32_t* out) { out[threadIdx.x] = threadIdx.x + 1; }
+static void test_launch_bound(void) {
+    uint32_t init[128] = {0}, after_over[128], after_fit[128];
+    uint32_t* out = to_dev(init, 128);
+    bounded_kernel<<<1, 128>>>(out);
+    cudaError_t over = cudaGetLastError();  // (a launch error: read and cleared here)
+    CUDA_CHECK(cudaDeviceSynchronize());
+    to_host(after_over, out, 128);
+    bounded_kernel<<<1, 64>>>(out);
+    KERNEL_CHECK();
+    to_host(after_fit, out, 128);
+    int wrote_over = 0, wrong_fit = 0;
+    for (int i = 0; i < 128; i++) {
+        wrote_over += after_over[i] != 0;
+        wrong_fit += after_fit[i] != (i < 64 ? (uint32_t)i + 1 : 0u);
+    }
+    test_check("mma_layout.block_past_launch_bounds_refused", over != cudaSuccess && wrote_over == 0 && wrong_fit == 0,
+               "128 threads against a bound of 64: '%s' (want an error), %d words written (want 0); then 64 threads: %d words wrong",
+               over == cudaSuccess ? "no error" : cudaGetErrorString(over), wrote_over, wrong_fit);
+}
+
 static void test_setmaxnreg(void) {
     uint32_t got[384] = {0}, *d = to_dev(got, 384);
     setmaxnreg_kernel<<<2, 384>>>(d);
@@ -1110,6 +1135,23 @@ __global__ void cp_async_past_smem_kernel(const uint4* src) {
     cp_async_commit();
     cp_async_wait<0>();
 }
+// and addresses off their alignment: a 16-byte cp.async from src + 8 bytes (misuse 0), a load128
+// (misuse 1) and a store128 (misuse 2) at src + 4 floats + 1
+__global__ void misaligned_kernel(float* src, int misuse) {
+    extern __shared__ __align__(16) uint8_t mis_smem[];
+    if (misuse == 0) {
+        cp_async16(mis_smem, (const uint8_t*)src + 8, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+    } else if (misuse == 1) {
+        Packed128<float> x = load128(src + 5);
+        src[0] = x[0];
+    } else {
+        Packed128<float> x;
+        for (int i = 0; i < 4; i++) x[i] = 1.0f;
+        store128(src + 5, x);
+    }
+}
 #endif
 
 int main(int argc, char** argv) {
@@ -1128,6 +1170,15 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaDeviceSynchronize());
         return 0;
     }
+    const char* misaligned[] = {"--emu-cp-async-misaligned-source", "--emu-load128-misaligned", "--emu-store128-misaligned"};
+    for (int misuse = 0; misuse < 3; misuse++)
+        if (argc == 2 && strcmp(argv[1], misaligned[misuse]) == 0) {
+            float* src;
+            CUDA_CHECK(cudaMalloc(&src, 64));
+            misaligned_kernel<<<1, 32, 64>>>(src, misuse);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            return 0;
+        }
     const char* proxy_misuse[] = {"--emu-wgmma-no-proxy-fence", "--emu-wgmma-late-proxy-fence", "--emu-wgmma-partial-proxy-fence"};
     for (int mode = 0; mode < 3; mode++)
         if (argc == 2 && strcmp(argv[1], proxy_misuse[mode]) == 0) {
@@ -1162,6 +1213,7 @@ int main(int argc, char** argv) {
     test_mbarrier<true>("mma_layout.cp_async_mbarrier_arrive_passes_the_copies_each_round");
     test_setmaxnreg();
     test_smem_opt_in();
+    test_launch_bound();
     test_warp_reductions();
     test_nan_results();
     test_wgmma();

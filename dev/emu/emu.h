@@ -58,6 +58,10 @@ __attribute__((flatten)) static inline void emu_launch_plain(const char* name, c
     }
     emu_launch_end(name);
 }
+// opens a kernel declared with __launch_bounds__(max_threads, ...) (rewrite_launches.py): true for
+// a block of more threads, whose launch then runs none of the kernel and leaves an error for
+// cudaGetLastError, with an EMU: line (a GPU refuses the launch)
+bool emu_launch_bound(long long max_threads);
 // fibers is the literal true or false that rewrite_launches.py writes
 #define EMU_LAUNCH(name, fibers, kernel, grid, block, smem, ...) EMU_LAUNCH_##fibers(name, kernel, grid, block, smem, __VA_ARGS__)
 #define EMU_LAUNCH_true(name, kernel, grid, block, smem, ...) \
@@ -117,6 +121,9 @@ void __syncwarp(unsigned mask = 0xffffffffu);
 double emu_shfl_xor(double v, int lane_mask);
 unsigned int emu_reduce_max_u32(unsigned int v);
 unsigned int emu_reduce_add_u32(unsigned int v);
+// stops the program: a vector access of `bytes` (what: the wrapper) at p, off its alignment (on a
+// GPU the kernel stops with a misaligned address)
+void emu_misaligned(const void* p, int bytes, const char* what);
 // llmc/cuda_common.cuh's warp sums and max (EMU_WARP_REDUCE): every lane's result of the xor
 // butterfly over the warp's 32 values, computed once per warp in one exchange
 #define EMU_WARP_REDUCE 1

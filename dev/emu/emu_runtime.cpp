@@ -757,10 +757,26 @@ static bool cp_async_early() {
     static const bool early = env_choice("EMU_CP_ASYNC", "late", "early");
     return early;
 }
+bool emu_launch_bound(long long max_threads) {
+    long long n = (long long)blockDim.x * blockDim.y * blockDim.z;
+    if (n <= max_threads) return false;
+    if (g_last_error != cudaErrorLaunchOutOfResources)  // one line a launch, not one a thread
+        fprintf(stderr, "EMU: kernel %s: a block of %lld threads, more than its __launch_bounds__ of %lld; a GPU refuses the launch\n",
+                g_kernel, n, max_threads);
+    g_last_error = cudaErrorLaunchOutOfResources;
+    return true;
+}
+void emu_misaligned(const void* p, int bytes, const char* what) {
+    fprintf(stderr, "EMU FATAL: kernel %s: %s at 0x%llx, not on a multiple of its %d bytes (a GPU stops the kernel: misaligned address)\n",
+            g_kernel, what, (unsigned long long)(uintptr_t)p, bytes);
+    abort();
+}
 void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
     Unseen unseen;
     if (bytes != 16 && bytes != 8) die("kernel %s: cp.async of %lld bytes", g_kernel, (long long)bytes);
     if ((uintptr_t)dst % bytes != 0) die("kernel %s: cp.async destination 0x%llx not %lld-byte aligned", g_kernel, (long long)(uintptr_t)dst, (long long)bytes);
+    // (the PTX ISA, "cp.async": both addresses aligned to cp-size, a zero-filled copy's too)
+    if ((uintptr_t)src % bytes != 0) die("kernel %s: cp.async source 0x%llx not %lld-byte aligned", g_kernel, (long long)(uintptr_t)src, (long long)bytes);
     // into the dynamic shared memory's window but past what the launch gave the block (a static
     // __shared__ array lies elsewhere)
     const unsigned char* window = g_dynamic_smem.data();

@@ -5,7 +5,11 @@ dev/cuda/) from the repository root SRC into DST, turning every kernel launch
 into
     EMU_LAUNCH("kernel", fibers, (const void*)(kernel), grid, block, smem, kernel(args));
 
-(smem 0 when the launch gives none; the kernel's address keys its cudaFuncSetAttribute) and every `extern __shared__ T name[];` into
+(smem 0 when the launch gives none; the kernel's address keys its cudaFuncSetAttribute), and
+opens the body of every kernel declared with __launch_bounds__(MAX, ...) with
+`if (emu_launch_bound(MAX)) return;` (evaluated where the kernel's template arguments are known:
+a block of more threads runs none of the body and leaves a launch error, as a GPU refuses that
+launch) and every `extern __shared__ T name[];` into
 `T* name = (T*)emu_dynamic_smem();`, where fibers is true when the kernel's body (or a __device__ function it calls, transitively) uses
 __syncthreads, a named barrier, an mbarrier, a warp collective, setmaxnreg or wgmma, so dev/emu runs its threads as fibers. data/ and
 test/fixtures are linked, not copied. Prints one line per kernel with its launch style."""
@@ -82,6 +86,19 @@ def main():
             sys.exit("rewrite_launches: no body found for kernel %s" % name)
         return any(tok in kernels[name] for tok in tokens)
 
+    def bound_kernels(t):
+        """t with `if (emu_launch_bound(MAX)) return;` opening the body of each kernel defined
+        with __launch_bounds__(MAX[, MIN_BLOCKS])."""
+        spots = []
+        for m in re.finditer(r"__global__\s+void\s+__launch_bounds__\(((?:[^()]|\([^()]*\))*)\)\s+(\w+)\s*\(", t):
+            after = m.end() - 1 + len(block_after(t, m.end() - 1, "(", ")"))
+            body = re.match(r"\s*\{", t[after:])
+            if body:  # (a declaration without its body has none to open)
+                spots.append((after + body.end(), split_top(m.group(1))[0]))
+        for at, bound in reversed(spots):
+            t = t[:at] + " if (emu_launch_bound(%s)) return;" % bound + t[at:]
+        return t
+
     def rewrite(t):
         out, pos = "", 0
         while True:
@@ -108,7 +125,7 @@ def main():
         with open(path, "w", encoding="utf-8") as out:
             if f.endswith((".cu", ".cuh")):
                 t = re.sub(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\s*\[\s*\]\s*;",
-                           r"\1* \2 = (\1*)emu_dynamic_smem();", rewrite(t))
+                           r"\1* \2 = (\1*)emu_dynamic_smem();", rewrite(bound_kernels(t)))
             out.write(t)
     for d in ["data", "test/fixtures"]:
         os.symlink(os.path.abspath(os.path.join(src, d)), os.path.join(dst, d))
