@@ -757,12 +757,14 @@ static bool cp_async_early() {
     static const bool early = env_choice("EMU_CP_ASYNC", "late", "early");
     return early;
 }
+static bool g_launch_refused;  // this launch's block past its __launch_bounds__ (reset by launch_config_ok)
 bool emu_launch_bound(long long max_threads) {
     long long n = (long long)blockDim.x * blockDim.y * blockDim.z;
     if (n <= max_threads) return false;
-    if (g_last_error != cudaErrorLaunchOutOfResources)  // one line a launch, not one a thread
+    if (!g_launch_refused)  // one line a launch, not one a thread
         fprintf(stderr, "EMU: kernel %s: a block of %lld threads, more than its __launch_bounds__ of %lld; a GPU refuses the launch\n",
                 g_kernel, n, max_threads);
+    g_launch_refused = true;
     g_last_error = cudaErrorLaunchOutOfResources;
     return true;
 }
@@ -1069,6 +1071,7 @@ static bool launch_config_ok(const char* name, const void* kernel, dim3 grid, di
         return false;
     }
     g_dynamic_smem_bytes = smem;
+    g_launch_refused = false;
     // the whole window sm_90 allows, whatever this launch asked for: a copy into it past the
     // launch's own bytes is caught (emu_cp_async), not written into the heap
     if (g_dynamic_smem.size() < EMU_MAX_DYNAMIC_SMEM) g_dynamic_smem.resize(EMU_MAX_DYNAMIC_SMEM);

@@ -83,7 +83,7 @@ def main():
 
     def fibers(name):
         if name not in kernels:
-            sys.exit("rewrite_launches: no body found for kernel %s" % name)
+            sys.exit("error: rewrite_launches.py: no body found for kernel %s" % name)
         return any(tok in kernels[name] for tok in tokens)
 
     def bound_kernels(t):
@@ -118,6 +118,19 @@ def main():
                 name, targs, args)
             pos = p + 1 + len(args) + 1
 
+    real_src, real_dst = os.path.realpath(src), os.path.realpath(dst)
+    if real_dst == real_src or real_src.startswith(real_dst.rstrip(os.sep) + os.sep):
+        sys.exit("error: rewrite_launches.py: DST '%s' holds the sources SRC '%s' (it is emptied first): name a folder of its own" % (dst, src))
+    try:
+        write_tree(src, dst, texts, bound_kernels, rewrite)
+    except OSError as e:
+        sys.exit("error: rewrite_launches.py: cannot write '%s' (%s)" % (e.filename or dst, e.strerror))
+    for name in sorted(kernels):
+        print("  %-45s %s" % (name, "fibers" if fibers(name) else "plain"))
+
+
+def write_tree(src, dst, texts, bound_kernels, rewrite):
+    """DST emptied, then every source rewritten into it; data/ and test/fixtures linked."""
     shutil.rmtree(dst, ignore_errors=True)
     for f, t in texts.items():
         path = os.path.join(dst, f)
@@ -129,8 +142,6 @@ def main():
             out.write(t)
     for d in ["data", "test/fixtures"]:
         os.symlink(os.path.abspath(os.path.join(src, d)), os.path.join(dst, d))
-    for name in sorted(kernels):
-        print("  %-45s %s" % (name, "fibers" if fibers(name) else "plain"))
 
 
 if __name__ == "__main__":
