@@ -135,13 +135,16 @@ np=$(grep -c '^PASS dev_attention.ablate' "$TMP/ablate.out")
 
 # dev/emu's checks of a kernel's wgmma: one without a wgmma.fence before it, a thread that ends
 # without waiting for its wgmma; an operand stored with no fence.proxy.async before the wgmma, or
-# with one only after its issue, and a warpgroup half of which fences (not modelled); a cp.async
+# with one only after its issue, and a warpgroup half of which fences (not modelled); cp.async copies
+# an mbarrier landed, fenced before the wait for them (the fence orders nothing of other threads'
+# copies it has not waited for); a cp.async
 # past the launch's dynamic shared memory; a cp.async source, a load128 and a store128 off their
 # alignment (on a GPU: a misaligned address)
 for misuse in "no-fence|wgmma_misuse_kernel: a wgmma without a wgmma.fence" "no-wait|wgmma_misuse_kernel: a thread ends with 1 wgmma not waited for" \
               "no-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory holds a store the async proxy has not seen" \
               "late-proxy-fence|wgmma_proxy_misuse_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory was fenced to the async proxy only after the wgmma's issue" \
               "partial-proxy-fence|wgmma_proxy_misuse_kernel: the threads of warpgroup 0 executed fence.proxy.async different numbers of times" \
+              "proxy-fence-before-wait|wgmma_landed_kernel: a wgmma operand at byte [0-9]* of the dynamic shared memory holds a cp.async copy that phase 0 of the mbarrier at byte [0-9]* landed" \
               "cp-async-past-smem|cp_async_past_smem_kernel: a cp.async writes bytes 64.. of the dynamic shared memory, past the launch's 64" \
               "cp-async-misaligned-source|misaligned_kernel: cp.async source 0x[0-9a-f]* not 16-byte aligned" \
               "load128-misaligned|misaligned_kernel: load128 at 0x[0-9a-f]*, not on a multiple of its 16 bytes" \
@@ -153,6 +156,10 @@ for misuse in "no-fence|wgmma_misuse_kernel: a wgmma without a wgmma.fence" "no-
     if [ $rc -ne 0 ] && grep -q "^EMU FATAL: kernel ${misuse#*|}" "$TMP/misuse.out"; then pass "$name"
     else fail "$name" "rc=$rc: $(why "$TMP/misuse.out")"; fi
 done
+# the same copies fenced after the wait: the wgmma reads them
+{ timeout 60 "$EMU/test_mma_layout" --emu-wgmma-proxy-fence-after-wait >"$TMP/landed.out" 2>&1; } 2>/dev/null
+rc=$?
+[ $rc -eq 0 ] && pass emu.wgmma_proxy_fence_after_wait_runs || fail emu.wgmma_proxy_fence_after_wait_runs "rc=$rc: $(why "$TMP/landed.out")"
 
 # dev/emu's orders and landing named wrong: one line naming the variable, a failed exit
 for var in EMU_BLOCK_ORDER EMU_THREAD_ORDER EMU_CP_ASYNC; do

@@ -1128,6 +1128,28 @@ __global__ void wgmma_proxy_misuse_kernel(int mode) {
     }
     wgmma_wait<0>(d, 32);
 }
+// and B landed by cp.async on an mbarrier (each thread one 16-byte chunk of src), then read by a
+// wgmma: the fence.proxy.async before the wait for the copies (after 0: on a GPU it orders nothing
+// of the other threads' copies), or after it (after 1: right, it runs through)
+__global__ void wgmma_landed_kernel(const uint4* src, int after) {
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    uint8_t* b = wg_smem + (1024 - smem_address(wg_smem) % 1024) % 1024;
+    uint64_t* landed = (uint64_t*)(b + 2048);
+    int t = threadIdx.x;
+    if (t == 0) mbar_init(landed, 128);
+    __syncthreads();
+    cp_async16(b + 16 * t, src + t, true);
+    cp_async_mbar_arrive(landed);
+    if (!after) wgmma_fence_smem();
+    mbar_wait(landed, 0);
+    if (after) wgmma_fence_smem();
+    float d[32] = {0};
+    uint32_t a[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    wgmma_fence();
+    Wgmma<64>::rs<0>(d, a, wgmma_desc(b, 1024, 128, WGMMA_NO_SWIZZLE), 0);
+    wgmma_commit();
+    wgmma_wait<0>(d, 32);
+}
 // and a cp.async past the launch's dynamic shared memory (64 bytes; the copy to bytes 64..79)
 __global__ void cp_async_past_smem_kernel(const uint4* src) {
     extern __shared__ __align__(16) uint8_t past_smem[];
@@ -1176,6 +1198,16 @@ int main(int argc, char** argv) {
             float* src;
             CUDA_CHECK(cudaMalloc(&src, 64));
             misaligned_kernel<<<1, 32, 64>>>(src, misuse);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            return 0;
+        }
+    const char* landed[] = {"--emu-wgmma-proxy-fence-before-wait", "--emu-wgmma-proxy-fence-after-wait"};
+    for (int after = 0; after < 2; after++)
+        if (argc == 2 && strcmp(argv[1], landed[after]) == 0) {
+            uint4* src;
+            CUDA_CHECK(cudaMalloc(&src, 128 * sizeof(uint4)));
+            CUDA_CHECK(cudaMemset(src, 0x3f, 128 * sizeof(uint4)));
+            wgmma_landed_kernel<<<1, 128, 4096>>>(src, after);
             CUDA_CHECK(cudaDeviceSynchronize());
             return 0;
         }

@@ -226,6 +226,9 @@ struct Fiber {
     std::vector<long long> wg_group_end;  // per committed wgmma group: wg_issued at its commit
     bool wg_fenced;                 // a wgmma.fence since the start or the last wgmma wait
     long long proxy_fences;         // its fence.proxy.async so far
+    // per mbarrier: the phases completed when its latest wait on it returned, and as of its latest
+    // fence.proxy.async (what its fence orders of the copies those phases landed)
+    std::vector<std::pair<uint64_t*, uint32_t>> waited, waited_at_fence;
 };
 // Fiber stacks: one region for the largest block (1024 threads), STACK bytes each, on transparent
 // huge pages where the kernel allows: resuming a fiber reads the top of its stack, and with 4 KiB
@@ -431,15 +434,36 @@ struct WarpGroupMma { std::deque<WgmmaOp> ops; long long base; };
 // wgmma's wait) or was published after the last of its threads issued it (the same, fenced late).
 // The view starts as the block's shared memory does (0xFF bytes). A warpgroup whose threads fence
 // different numbers of times by the block's end is not modelled and stops the program.
+// A copy an mbarrier phase lands (cp.async.mbarrier.arrive) is another thread's write, which a
+// thread's fence orders only once the thread has waited for that phase (the wait acquires it): such
+// bytes are published only when every thread of the warpgroup had waited for the phase before its
+// latest fence. A fence before the wait (or without one) leaves them out of the view, and the
+// wgmma that reads them stops the program. (Copies landed by cp.async.wait_group, or at issue with
+// EMU_CP_ASYNC=early, carry no phase: the warpgroup's fences publish them as ordinary stores.)
 static std::vector<unsigned char> g_async_view;
 static std::vector<uint32_t> g_async_stamp;  // per byte: the publication that last changed it (0: none)
 static uint32_t g_async_pubs;                 // publications so far in the block
 static bool g_async_fresh;                    // the view not yet made for this block
 static std::vector<long long> g_wg_published; // per warpgroup: the fence rounds it has published
+static std::vector<uint64_t*> g_land_bars;    // the mbarriers whose phases landed copies in the block
+static std::vector<uint16_t> g_land_bar;      // per byte: 1 + its index there, until published (0: none)
+static std::vector<uint32_t> g_land_phase;    // per byte: the phase that landed it (completed phases before it)
+static size_t g_land_hi;                      // g_land_bar is 0 from here on (the block's marks lie below)
 static void async_view_reset(size_t warpgroups) {
     g_async_fresh = true;
     g_async_pubs = 0;
     g_wg_published.assign(warpgroups, 0);
+    g_land_bars.clear();
+    if (g_land_hi) memset(g_land_bar.data(), 0, g_land_hi * sizeof(uint16_t));
+    g_land_hi = 0;
+}
+static inline uint32_t phases_seen(const std::vector<std::pair<uint64_t*, uint32_t>>& seen, uint64_t* bar) {
+    for (const auto& w : seen) if (w.first == bar) return w.second;
+    return 0;
+}
+static void note_wait(Fiber* f, uint64_t* bar, uint32_t completed) {
+    for (auto& w : f->waited) if (w.first == bar) { w.second = std::max(w.second, completed); return; }
+    f->waited.push_back({bar, completed});
 }
 #if !defined(EMU_RACECHECK)  // the racecheck build keeps no view (wgmma_element)
 static void async_view_begin() {
@@ -448,15 +472,49 @@ static void async_view_begin() {
     g_async_view.assign(g_dynamic_smem_bytes, 0xFF);  // the block's shared memory at its start
     g_async_stamp.assign(g_dynamic_smem_bytes, 0);
 }
-static void async_publish() {
+// the stores of warpgroup threads first .. last - 1 (all of them fenced once more)
+static void async_publish(long long first, long long last) {
     uint32_t stamp = ++g_async_pubs;
     const unsigned char* live = g_dynamic_smem.data();
     unsigned char* view = g_async_view.data();
+    bool landings = g_land_hi > 0;
+    std::vector<long long> ordered(g_land_bars.size(), -1);  // per barrier: the phases every thread had waited for at its fence
+    auto publishable = [&](size_t j) {
+        if (!landings || j >= g_land_hi || g_land_bar[j] == 0) return true;
+        int b = g_land_bar[j] - 1;
+        if (ordered[b] < 0) {
+            ordered[b] = LLONG_MAX;
+            for (long long t = first; t < last; t++)
+                ordered[b] = std::min<long long>(ordered[b], phases_seen(g_fibers[t].waited_at_fence, g_land_bars[b]));
+        }
+        return (long long)g_land_phase[j] < ordered[b];
+    };
     for (size_t i = 0; i < g_dynamic_smem_bytes; i += 8) {
         size_t n = std::min<size_t>(8, g_dynamic_smem_bytes - i);
         if (memcmp(view + i, live + i, n) == 0) continue;
         for (size_t j = i; j < i + n; j++)
-            if (view[j] != live[j]) { view[j] = live[j]; g_async_stamp[j] = stamp; }
+            if (view[j] != live[j] && publishable(j)) {
+                view[j] = live[j];
+                g_async_stamp[j] = stamp;
+                if (landings && j < g_land_hi) g_land_bar[j] = 0;
+            }
+    }
+}
+// the bytes of copies that phase `phase` of bar landed (before their publication)
+static void land_phase(const std::vector<const AsyncCopy*>& copies, uint64_t* bar, uint32_t phase) {
+    const unsigned char* b = g_dynamic_smem.data();
+    size_t k = 0;
+    while (k < g_land_bars.size() && g_land_bars[k] != bar) k++;
+    if (k == g_land_bars.size()) {
+        if (k == 65535) die("kernel %s: more than 65534 mbarriers landed copies (not modelled)", g_kernel);
+        g_land_bars.push_back(bar);
+    }
+    for (const AsyncCopy* c : copies) {
+        const unsigned char* d = (const unsigned char*)c->dst;
+        if (d < b || d + c->bytes > b + g_dynamic_smem_bytes) continue;  // not the dynamic shared memory: no wgmma reads it
+        if (g_land_bar.size() < g_dynamic_smem_bytes) { g_land_bar.resize(g_dynamic_smem_bytes, 0); g_land_phase.resize(g_dynamic_smem_bytes, 0); }
+        for (int i = 0; i < c->bytes; i++) { g_land_bar[d - b + i] = (uint16_t)(k + 1); g_land_phase[d - b + i] = phase; }
+        g_land_hi = std::max(g_land_hi, (size_t)(d - b) + c->bytes);
     }
 }
 #endif
@@ -466,11 +524,12 @@ void emu_fence_proxy_async() {
     Fiber* f = g_cur;
     f->proxy_fences++;  // counted in every build: unequal counts in a warpgroup stop the program
 #if !defined(EMU_RACECHECK)  // (the racecheck build reads no view: wgmma_element)
+    f->waited_at_fence = f->waited;
     async_view_begin();
     long long wg = f->linear / 128, first = 128 * wg, last = std::min<long long>(first + 128, g_nfibers);
     long long rounds = f->proxy_fences;
     for (long long i = first; i < last; i++) rounds = std::min(rounds, g_fibers[i].proxy_fences);
-    if (rounds > g_wg_published[wg]) { g_wg_published[wg] = rounds; async_publish(); }
+    if (rounds > g_wg_published[wg]) { g_wg_published[wg] = rounds; async_publish(first, last); }
 #endif
 }
 static void async_view_check_end() {
@@ -528,6 +587,16 @@ static float wgmma_element(uint64_t desc, bool mn_major, int x, int k, uint32_t 
     memcpy(&h, g_dynamic_smem.data() + a, 2);
 #else
     async_view_begin();
+    for (uint32_t i = a; i < a + 2 && i < g_land_hi; i++)
+        if (g_land_bar[i] && g_async_view[i] != g_dynamic_smem[i]) {
+            char why[512];
+            const unsigned char* bar = (const unsigned char*)g_land_bars[g_land_bar[i] - 1];
+            snprintf(why, sizeof why, "kernel %s: a wgmma operand at byte %lld of the dynamic shared memory holds a cp.async copy "
+                     "that phase %lld of the mbarrier at byte %lld landed, and not every thread of the warpgroup waited for that "
+                     "phase before its latest fence.proxy.async (the fence must follow the wait)", g_kernel, (long long)i,
+                     (long long)g_land_phase[i], (long long)(bar - g_dynamic_smem.data()));
+            die("%s", why);
+        }
     if (memcmp(g_async_view.data() + a, g_dynamic_smem.data() + a, 2) != 0)
         die("kernel %s: a wgmma operand at byte %lld of the dynamic shared memory holds a store the async proxy has not seen "
             "(fence.proxy.async missing between the store and the wgmma, or the operand stored to before the wgmma's wait)",
@@ -740,6 +809,9 @@ static void mbar_arrive(uint64_t* bar) {
             std::vector<const AsyncCopy*> copies;
             for (const AsyncCopy& c : it->second) copies.push_back(&c);
             land(copies, {phase_sync(bar)});
+#if !defined(EMU_RACECHECK)
+            land_phase(copies, bar, m->phase);
+#endif
             g_mbar_copies.erase(it);
         }
         m->arrived = 0; m->phase++; g_progress++;
@@ -853,6 +925,7 @@ void emu_mbar_wait(uint64_t* bar, int parity) {
     MBar* m = mbar_of(bar);
     if (m->expected == 0) die("kernel %s: wait on an mbarrier never initialised", g_kernel);
     while ((int)(m->phase & 1) == (parity & 1)) wait_for_next();
+    note_wait(g_cur, bar, m->phase);
 #if defined(EMU_RACECHECK)
     if (m->phase >= 1) hb_acquire(&g_mbar_sync[bar].slot[(m->phase - 1) % 4]);  // phase - 1 has the parity waited for
 #endif
@@ -970,6 +1043,8 @@ static void run_block_fibers(dim3 block) {
         f.wg_group_end.clear();
         f.wg_fenced = false;
         f.proxy_fences = 0;
+        f.waited.clear();
+        f.waited_at_fence.clear();
 #if defined(EMU_RACECHECK)
         if (!f.tsan) {
             char name[48];
