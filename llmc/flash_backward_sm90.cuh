@@ -27,7 +27,9 @@
 // never wait on another block; they wait on the writer only when it is DQ_STAGES tiles behind.
 // Shared memory: K, V, Q, dO and dSᵀ as SW128 tiles (flash_load_tile's, the descriptors of
 // flash_common.cuh); each reader of landed copies or stored dSᵀ fences to the async proxy
-// (fence.proxy.async) between the barrier and its wgmma. Registers: the launch gives 168 a thread;
+// (fence.proxy.async) between the barrier and its wgmma: one fence a tile, before the barrier, for
+// the tile's dSᵀ and the next query tile's landed copies, ahead of the copies after next (so that
+// it finds none of the thread's copies in flight). Registers: the launch gives 168 a thread;
 // the writer keeps WRITER_REGS and the compute warpgroups take COMPUTE_REGS (setmaxnreg): Sᵀ, dPᵀ,
 // dK and dV (128 a thread at HS 64, 192 at HS 128) and at HS 64 K's and V's fragments (32) stay
 // in registers.
@@ -146,8 +148,10 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
         const bf16 *q_s = sQ + buf * QBUF, *do_s = sdO + buf * QBUF;
         const float2* r_s = sR + buf * BQ;
         bf16* ds_s = sdS + buf * BK * BQ;
-        mbar_wait(sLanded + buf, (idx / 2) & 1);  // query tile idx (and K, V) is in for every thread
-        wgmma_fence_smem();  // the landed copies, seen by the tensor cores
+        if (idx == 0) {  // query tile 0 (and K, V) is in for every thread, seen by the tensor cores
+            mbar_wait(sLanded, 0);
+            wgmma_fence_smem();
+        }  // (tile idx > 0: before the barrier of tile idx - 1)
         // the tile's queries 64 at a time (two sub-tiles at HS 64, one at HS 128)
 #pragma unroll 1
         for (int sub = 0; sub < BQ / 64; sub++) {
@@ -221,7 +225,13 @@ flash_backward_sm90_kernel(bf16* dqkv, float* dq_accum, int* order, const bf16* 
                 store_ds();
             }
         }
-        wgmma_fence_smem();  // the dSᵀ stores, seen by the tensor cores of both warpgroups after the barrier
+        // query tile idx + 1 is in for every thread (its copies were issued after the barrier of tile
+        // idx - 1); one fence then makes it and the dSᵀ stores seen by the tensor cores of both
+        // warpgroups after the barrier, and finds none of this thread's copies in flight (tile
+        // idx + 2's go out after it; the fence is a MEMBAR.ALL.CTA in the machine code, and whether
+        // that waits for cp.async copies in flight is not documented)
+        if (idx + 1 < total) mbar_wait(sLanded + (idx + 1) % 2, ((idx + 1) / 2) & 1);
+        wgmma_fence_smem();
         bar_sync(FLASH_BAR_COMPUTE, THREADS);  // all of dSᵀ is in; every compute thread is done with query buffer buf
         float dq[32];  // this warpgroup's block of dQ_part = dS K
         if (!(SKIP & FLASH_SKIP_DQ)) {

@@ -27,7 +27,10 @@
 // (flash_load_tile's SW128), the layout the descriptors name (mma.cuh's tables: K-major for Q and K,
 // N-major for V, the same bytes); a tile of HS 128 is two such column blocks, one after the other.
 // The copies land through the mbarriers (generic proxy); each consumer fences to the async proxy
-// (fence.proxy.async) after its wait, before the wgmma that reads them. A warpgroup skips the tiles
+// (fence.proxy.async) after its wait, before the wgmma that reads them: at the end of the tile
+// before, ahead of the refill's copies, so that the fence (a MEMBAR.ALL.CTA in the machine code;
+// whether that waits for cp.async copies in flight is not documented) finds none of the thread's
+// copies in flight. A warpgroup skips the tiles
 // whose keys all lie above its 64 rows (the branch is uniform in the warpgroup, as wgmma needs).
 // Precision as flash_forward.cuh: bf16 operands, fp32 accumulation and softmax, P rounded to bf16.
 #pragma once
@@ -101,9 +104,13 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
         wgmma_hold(&p[0][0], 4 * BK / 16);
         mbar_arrive(&empty[(kt - 1) % S]);
     };
-    auto issue_s = [&](int kt, float (*s)[BK / 8][4]) {  // S = Q Kᵀ of tile kt, once it landed
+    // tile kt's copies landed for every thread, then seen by the tensor cores (fence.proxy.async);
+    // at the end of tile kt - 1, before the refill's copies (above: no copy of the thread in flight)
+    auto land = [&](int kt) {
         mbar_wait(&full[kt % S], (kt / S) & 1);
-        wgmma_fence_smem();  // the landed copies, seen by the tensor cores
+        wgmma_fence_smem();
+    };
+    auto issue_s = [&](int kt, float (*s)[BK / 8][4]) {  // S = Q Kᵀ of tile kt, once land(kt)
         wgmma_fence();
 #pragma unroll
         for (int st = 0; st < HS / 16; st++) {
@@ -134,11 +141,13 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
     int nact = min(nkt, wg_last / BK + 1);
     {
         float s[1][BK / 8][4], corr[1][2];
+        land(0);
         issue_s(0, s);
         wgmma_wait<0>(&s[0][0][0], BK / 2);
         softmax(0, s, corr);  // O is zero: no rescale
         pack_p(s);
     }
+    if (1 < nact) land(1);
     refill(0);
 #pragma unroll 1
     for (int kt = 1; kt < nkt; kt++) {
@@ -151,6 +160,7 @@ flash_forward_sm90_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH,
             finish_pv(kt);
             flash_forward_rescale<HS, 1>(o, corr);  // once the product that added into O is done
             pack_p(s);
+            if (kt + 1 < nact) land(kt + 1);
         } else {
             mbar_wait(&full[kt % S], (kt / S) & 1);
             if (kt == nact) {  // the warpgroup's last P V
