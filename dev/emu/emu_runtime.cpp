@@ -506,7 +506,7 @@ static void land_phase(const std::vector<const AsyncCopy*>& copies, uint64_t* ba
     size_t k = 0;
     while (k < g_land_bars.size() && g_land_bars[k] != bar) k++;
     if (k == g_land_bars.size()) {
-        if (k == 65535) die("kernel %s: more than 65534 mbarriers landed copies (not modelled)", g_kernel);
+        if (k == 65535) die("kernel %s: more than 65535 mbarriers landed copies (not modelled)", g_kernel);
         g_land_bars.push_back(bar);
     }
     for (const AsyncCopy* c : copies) {
