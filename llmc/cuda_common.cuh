@@ -103,24 +103,24 @@ struct alignas(16) Packed128 {
     __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
 };
 
+static inline bool cuda_aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
 // (under dev/emu an address off 16 bytes stops the program, where a GPU stops the kernel with a
 // misaligned address and a CPU would read it unseen)
 template <typename T>
 __device__ __forceinline__ Packed128<T> load128(const T* p) {
 #if !defined(__CUDA_ARCH__) && defined(EMU_WARP_REDUCE)
-    if ((uintptr_t)p % 16 != 0) emu_misaligned(p, 16, "load128");
+    if (!cuda_aligned16(p)) emu_misaligned(p, 16, "load128");
 #endif
     return *reinterpret_cast<const Packed128<T>*>(p);
 }
 template <typename T>
 __device__ __forceinline__ void store128(T* p, const Packed128<T>& x) {
 #if !defined(__CUDA_ARCH__) && defined(EMU_WARP_REDUCE)
-    if ((uintptr_t)p % 16 != 0) emu_misaligned(p, 16, "store128");
+    if (!cuda_aligned16(p)) emu_misaligned(p, 16, "store128");
 #endif
     *reinterpret_cast<Packed128<T>*>(p) = x;
 }
-
-static inline bool cuda_aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 // ----------------------------------------------------------------------------
 // warp and block reductions (blockDim.x a multiple of 32, at most 1024)
