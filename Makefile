@@ -18,7 +18,7 @@ LLMC_H  = $(wildcard llmc/*.h)
 TEST_H  = test/test_util.h test/fixture.h
 NPROC  ?= $(shell nproc)
 
-.PHONY: FORCE all deps test test-build check check-build emu testdata test-cpu test-gpu demo clean bench fuzz fidelity study
+.PHONY: FORCE all deps test test-build check check-build emu testdata test-cpu test-gpu demo clean bench bench-checkpoint fuzz fidelity study
 
 all: train_llama_cpu
 
@@ -57,7 +57,7 @@ HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 # (test_cuda_emulated and test_gpu_check run them); the small test model's data (test/testlib.py).
 # A failed dev/emu build does not stop make: test_cuda_emulated then reports it as a FAIL row
 # (or SKIPs where the CUDA headers or MPI are missing).
-TEST_BUILD = train_llama_cpu $(CPU_TESTS) $(BUILD)/dump_logits $(BUILD)/fidelity testdata emu \
+TEST_BUILD = train_llama_cpu $(CPU_TESTS) $(BUILD)/dump_logits $(BUILD)/fidelity $(BUILD)/bench_checkpoint testdata emu \
              $(if $(and $(HAVE_NVCC),$(wildcard cuda.mk)),cuda-all gpu)
 test-build:
 	@$(if $(and $(HAVE_NVCC),$(wildcard cuda.mk)),,echo "nvcc not found: CUDA sources not compiled")
@@ -127,6 +127,14 @@ fuzz: $(BUILD)/fuzz_parsers
 # the engine's logits and greedy tokens on real text, for comparing an export (scripts/export_hf.py)
 $(BUILD)/dump_logits: dev/dump_logits.cpp train_llama_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
+
+# what a rank's state file costs at a checkpoint, version 1 against 2 (llmc/checkpoint.h), on this
+# disk: make bench-checkpoint (BENCH_CHECKPOINT_ARGS="--dir DIR --presets ... --ranks ...")
+BENCH_CHECKPOINT_ARGS ?=
+$(BUILD)/bench_checkpoint: dev/bench_checkpoint.cpp $(LLMC_H) | $(BUILD)
+	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
+bench-checkpoint: $(BUILD)/bench_checkpoint
+	$(BUILD)/bench_checkpoint $(BENCH_CHECKPOINT_ARGS)
 
 # tokens/s of the CPU engine against a plain PyTorch step of the same model (needs torch)
 bench: train_llama_cpu

@@ -1140,7 +1140,13 @@ int main(int argc, char** argv) {
             dataloader_get_state(&train_loader, st.data_state);
             st.skipped_steps = consecutive_skips;
             st.settings = settings;
-            llama_get_optimizer_state(&model, &st);
+            {  // this rank's share of the optimizer moments
+                CheckpointState all;
+                llama_get_optimizer_state(&model, &all);
+                watchdog_enter("the checkpoint's optimizer moments check");
+                run_state_moments(&ranks, &st, all.m.data(), all.v.data(), model.num_params);
+                watchdog_leave();
+            }
             for (int v = 0; v < V; v++) gradcomm_gpu_save(&gcs[v], &st.extras, v);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
             watchdog_enter("the checkpoint's barrier");

@@ -759,8 +759,7 @@ int main(int argc, char** argv) {
             dataloader_get_state(&train_loader, st.data_state);
             st.skipped_steps = consecutive_skips;
             st.settings = settings;
-            st.m.assign(model.opt_m, model.opt_m + model.num_params);
-            st.v.assign(model.opt_v, model.opt_v + model.num_params);
+            run_state_moments(&ranks, &st, model.opt_m, model.opt_v, model.num_params);  // this rank's share
             gradcomm_save(&gc, &st.extras);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
             comm_barrier(&grid);  // every state file is in place before DONE marks the checkpoint whole

@@ -1,8 +1,9 @@
 // checkpoint.h — model and training-state files (DESIGN §8), host only, shared by both engines.
 //
 //   DIR/model_%08d.bin        256 int32 header + fp32 weights in the flat layout (llama.h)
-//   DIR/state_%08d_%05d.bin   one per rank: step, data position, settings text, optimizer
-//                             moments, and named extra arrays (GeoFP8 factors and residuals)
+//   DIR/state_%08d_%05d.bin   one per rank: step, data position, settings text, the rank's
+//                             share of the optimizer moments (the state file section below),
+//                             and named extra arrays (GeoFP8 factors and residuals)
 //   DIR/DONE_%08d             empty; written last, so its presence means the checkpoint is whole
 //
 //   DIR/LOCK                  "pid P host H": the run writing DIR holds an fcntl lock on it
@@ -263,6 +264,21 @@ static inline bool checkpoint_try_read_model(const std::string& path, const Llam
 
 // ----------------------------------------------------------------------------
 // state file
+//
+// One per rank. The optimizer moments are the same on every rank of a data-parallel run, so
+// since version 2 they are split across the ranks' files: rank r of N keeps values
+// [r P / N, (r + 1) P / N) of m and of v (checkpoint_moments_slice; P the parameters), and a
+// checkpoint holds them once instead of N times (llama600m on 32 ranks: 4.9 GB in all instead of
+// 4.9 GB a rank). A file may hold the whole moments instead (the slice [0, P)): one rank's, what
+// every rank writes if the ranks' moments were found to differ (run_state_moments), and what
+// every version-1 file holds.
+//   header, 64 int64: 0 magic, 1 version, 2 step, 3 rank, 4 world size, 5-7 data position
+//     (shard, token, epoch), 8 skipped steps, 9 settings bytes, 10 and 11 the m and v values in
+//     the file, 12 extras, 13 CRC-32 of the settings and the extras (version 1: of the whole
+//     payload), 14 the slice's first parameter, 15 P, 16 CRC-32 of the moments (version 2)
+//   payload: the settings, m's slice, v's slice, then per extra its name's length (int64), the
+//     name, its length (int64) and its values (fp32)
+#define CHECKPOINT_STATE_VERSION 2
 
 typedef struct {
     std::string name;
@@ -275,17 +291,22 @@ typedef struct {
     int64_t data_state[3];    // dataloader: shard, position, epoch
     int64_t skipped_steps;    // consecutive non-finite steps at the time of the checkpoint
     std::string settings;     // train_config_settings() of the run that wrote it
-    std::vector<float> m;     // (num_params) first moments (AdamW) / momentum (Muon)
-    std::vector<float> v;     // (num_params) second moments (AdamW)
+    std::vector<float> m;     // first moments (AdamW) / momentum (Muon): values [moments_begin, moments_begin + m.size())
+    std::vector<float> v;     // second moments (AdamW), the same values
+    int64_t moments_begin = 0;   // the first parameter m and v hold
+    int64_t moments_total = -1;  // the parameters the moments cover (-1: m.size(), m and v whole)
     std::vector<CheckpointArray> extras;  // GeoFP8 factors, residuals, ...
 } CheckpointState;
 
+// The slice [*begin, *end) of the P parameters' moments that rank `rank` of `world_size` keeps.
+static inline void checkpoint_moments_slice(size_t P, int rank, int world_size, size_t* begin, size_t* end) {
+    *begin = (size_t)((unsigned long long)P * (unsigned long long)rank / (unsigned long long)world_size);
+    *end = (size_t)((unsigned long long)P * (unsigned long long)(rank + 1) / (unsigned long long)world_size);
+}
+
 static inline void checkpoint_crc_i64(uint32_t* crc, int64_t x) { *crc = crc32_update(*crc, &x, 8); }
 
-static inline uint32_t checkpoint_state_crc(const CheckpointState* s) {
-    uint32_t crc = crc32_update(0, s->settings.data(), s->settings.size());
-    crc = crc32_update(crc, s->m.data(), s->m.size() * 4);
-    crc = crc32_update(crc, s->v.data(), s->v.size() * 4);
+static inline uint32_t checkpoint_extras_crc(uint32_t crc, const CheckpointState* s) {
     for (const CheckpointArray& a : s->extras) {
         checkpoint_crc_i64(&crc, (int64_t)a.name.size());
         crc = crc32_update(crc, a.name.data(), a.name.size());
@@ -295,14 +316,20 @@ static inline uint32_t checkpoint_state_crc(const CheckpointState* s) {
     return crc;
 }
 
+static inline uint32_t checkpoint_moments_crc(const float* m, const float* v, size_t n) {
+    return crc32_update(crc32_update(0, m, n * 4), v, n * 4);
+}
+
 static inline void checkpoint_write_state(const std::string& path, const CheckpointState* s) {
     int64_t h[CHECKPOINT_STATE_HEADER_INTS] = {0};
-    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
+    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_STATE_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
     h[5] = s->data_state[0]; h[6] = s->data_state[1]; h[7] = s->data_state[2]; h[8] = s->skipped_steps;
     h[9] = (int64_t)s->settings.size(); h[10] = (int64_t)s->m.size(); h[11] = (int64_t)s->v.size();
     h[12] = (int64_t)s->extras.size();
-    uint32_t crc = checkpoint_state_crc(s);  // over everything after the header, in write order
-    h[13] = crc;
+    h[13] = checkpoint_extras_crc(crc32_update(0, s->settings.data(), s->settings.size()), s);
+    h[14] = s->moments_begin;
+    h[15] = s->moments_total >= 0 ? s->moments_total : (int64_t)s->m.size();
+    h[16] = checkpoint_moments_crc(s->m.data(), s->v.data(), std::min(s->m.size(), s->v.size()));
     CheckpointFile w;
     checkpoint_file_open(&w, path);
     checkpoint_file_write(&w, h, sizeof(int64_t), CHECKPOINT_STATE_HEADER_INTS);
@@ -319,6 +346,27 @@ static inline void checkpoint_write_state(const std::string& path, const Checkpo
     checkpoint_file_commit(&w, NULL, 0);
 }
 
+// The header's checks that need no payload: magic, version, the sections within `size` bytes, and
+// (version 2) the moments' slice within its parameters. On failure *why completes "state file 'X' ...".
+static inline bool checkpoint_check_state_header(const int64_t* h, long long size, std::string* why) {
+    char b[256];
+    if (h[0] != CHECKPOINT_STATE_MAGIC) { snprintf(b, sizeof(b), "is not a state file: expected magic %d, found %lld", CHECKPOINT_STATE_MAGIC, (long long)h[0]); *why = b; return false; }
+    if (h[1] != 1 && h[1] != CHECKPOINT_STATE_VERSION) {
+        snprintf(b, sizeof(b), "has version %lld, expected 1 or %d", (long long)h[1], CHECKPOINT_STATE_VERSION); *why = b; return false;
+    }
+    for (int k = 9; k <= 12; k++) {
+        if (h[k] < 0 || h[k] > size) { snprintf(b, sizeof(b), "is corrupted (section size %lld in a %lld-byte file)", (long long)h[k], size); *why = b; return false; }
+    }
+    long long fixed = CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9] + 4LL * (h[10] + h[11]);
+    if (size < fixed) { snprintf(b, sizeof(b), "is truncated: %lld bytes, expected at least %lld", size, fixed); *why = b; return false; }
+    if (h[1] >= 2 && (h[10] != h[11] || h[14] < 0 || h[15] < 0 || h[14] > h[15] || h[10] > h[15] - h[14])) {
+        snprintf(b, sizeof(b), "is corrupted (optimizer values [%lld, %lld + %lld) and [%lld, %lld + %lld) of %lld)", (long long)h[14],
+                 (long long)h[14], (long long)h[10], (long long)h[14], (long long)h[14], (long long)h[11], (long long)h[15]);
+        *why = b; return false;
+    }
+    return true;
+}
+
 // Parses a state file of `size` bytes from f without exiting (also the fuzzing entry point).
 // On failure *why completes "state file 'X' ...".
 static inline bool checkpoint_parse_state(FILE* f, long long size, CheckpointState* s, std::string* why) {
@@ -328,18 +376,14 @@ static inline bool checkpoint_parse_state(FILE* f, long long size, CheckpointSta
         snprintf(b, sizeof(b), "is truncated: %lld bytes, shorter than its %d-byte header", size, CHECKPOINT_STATE_HEADER_INTS * 8);
         *why = b; return false;
     }
-    if (h[0] != CHECKPOINT_STATE_MAGIC) { snprintf(b, sizeof(b), "is not a state file: expected magic %d, found %lld", CHECKPOINT_STATE_MAGIC, (long long)h[0]); *why = b; return false; }
-    if (h[1] != CHECKPOINT_VERSION) { snprintf(b, sizeof(b), "has version %lld, expected %d", (long long)h[1], CHECKPOINT_VERSION); *why = b; return false; }
-    for (int k = 9; k <= 12; k++) {
-        if (h[k] < 0 || h[k] > size) { snprintf(b, sizeof(b), "is corrupted (section size %lld in a %lld-byte file)", (long long)h[k], size); *why = b; return false; }
-    }
+    if (!checkpoint_check_state_header(h, size, why)) return false;
     s->step = h[2]; s->rank = h[3]; s->world_size = h[4];
     s->data_state[0] = h[5]; s->data_state[1] = h[6]; s->data_state[2] = h[7]; s->skipped_steps = h[8];
-    long long fixed = CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9] + 4LL * (h[10] + h[11]);
-    if (size < fixed) { snprintf(b, sizeof(b), "is truncated: %lld bytes, expected at least %lld", size, fixed); *why = b; return false; }
     s->settings.assign((size_t)h[9], '\0');
     s->m.resize((size_t)h[10]);
     s->v.resize((size_t)h[11]);
+    s->moments_begin = h[1] >= 2 ? h[14] : 0;
+    s->moments_total = h[1] >= 2 ? h[15] : h[10];
     bool ok = fread(&s->settings[0], 1, (size_t)h[9], f) == (size_t)h[9] &&
               fread(s->m.data(), 4, s->m.size(), f) == s->m.size() &&
               fread(s->v.data(), 4, s->v.size(), f) == s->v.size();
@@ -355,9 +399,71 @@ static inline bool checkpoint_parse_state(FILE* f, long long size, CheckpointSta
     }
     if (!ok) { snprintf(b, sizeof(b), "is truncated or corrupted (%lld bytes)", size); *why = b; return false; }
     if (ftell(f) != size) { snprintf(b, sizeof(b), "has trailing bytes (%lld bytes in all); corrupted?", size); *why = b; return false; }
-    uint32_t crc = checkpoint_state_crc(s);
-    if ((int64_t)crc != h[13]) { snprintf(b, sizeof(b), "is corrupted: CRC-32 %08x, the header says %08llx", crc, (unsigned long long)h[13]); *why = b; return false; }
+    uint32_t crc = crc32_update(0, s->settings.data(), s->settings.size()), want_moments = 0, moments = 0;
+    if (h[1] == 1) crc = crc32_update(crc32_update(crc, s->m.data(), s->m.size() * 4), s->v.data(), s->v.size() * 4);
+    else { moments = checkpoint_moments_crc(s->m.data(), s->v.data(), s->m.size()); want_moments = (uint32_t)h[16]; }
+    crc = checkpoint_extras_crc(crc, s);
+    if ((int64_t)crc != h[13] || moments != want_moments) {
+        if ((int64_t)crc != h[13]) snprintf(b, sizeof(b), "is corrupted: CRC-32 %08x, the header says %08llx", crc, (unsigned long long)h[13]);
+        else snprintf(b, sizeof(b), "is corrupted: the optimizer values' CRC-32 %08x, the header says %08x", moments, want_moments);
+        *why = b; return false;
+    }
     return true;
+}
+
+// Reads another rank's slice of the optimizer moments into m and v (P values each, at the slice's
+// place) without exiting: the file must be a version-2 state file of this step and of rank `rank`
+// of `world_size`, holding the slice checkpoint_moments_slice gives that rank, and the values must
+// match their CRC-32 (the rest of the file is its own rank's to check). On failure *why completes
+// "state file 'X' ..." and *io_error says whether the file could not be read at all.
+static inline bool checkpoint_try_read_moments(const std::string& path, int step, int rank, int world_size, size_t P, float* m, float* v,
+                                               std::string* why, bool* io_error) {
+    *io_error = false;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        *why = errno == ENOENT ? std::string("is missing") : std::string("cannot be opened (") + strerror(errno) + ")";
+        *io_error = errno != ENOENT;
+        return false;
+    }
+    errno = 0;
+    long long size = file_size_bytes(f);
+    int64_t h[CHECKPOINT_STATE_HEADER_INTS];
+    size_t begin, end;
+    checkpoint_moments_slice(P, rank, world_size, &begin, &end);
+    char b[256];
+    bool ok = fread(h, 8, CHECKPOINT_STATE_HEADER_INTS, f) == CHECKPOINT_STATE_HEADER_INTS;
+    if (!ok) snprintf(b, sizeof(b), "is truncated: %lld bytes, shorter than its %d-byte header", size, CHECKPOINT_STATE_HEADER_INTS * 8);
+    std::string w;
+    if (ok && !checkpoint_check_state_header(h, size, &w)) { snprintf(b, sizeof(b), "%s", w.c_str()); ok = false; }
+    if (ok && (h[1] < 2 || h[2] != step || h[3] != rank || h[4] != world_size)) {
+        snprintf(b, sizeof(b), "holds version %lld, step %lld, rank %lld of %lld, expected version %d, step %d, rank %d of %d", (long long)h[1],
+                 (long long)h[2], (long long)h[3], (long long)h[4], CHECKPOINT_STATE_VERSION, step, rank, world_size);
+        ok = false;
+    }
+    if (ok && (h[15] != (int64_t)P || h[14] != (int64_t)begin || h[10] != (int64_t)(end - begin))) {
+        snprintf(b, sizeof(b), "holds optimizer values [%lld, %lld) of %lld, expected [%zu, %zu) of %zu", (long long)h[14],
+                 (long long)(h[14] + h[10]), (long long)h[15], begin, end, P);
+        ok = false;
+    }
+    if (ok) {
+        size_t n = end - begin;
+        ok = fseek(f, (long)(CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9]), SEEK_SET) == 0 && fread(m + begin, 4, n, f) == n &&
+             fread(v + begin, 4, n, f) == n;
+        if (!ok) snprintf(b, sizeof(b), "is truncated (%lld bytes)", size);
+        uint32_t crc = ok ? checkpoint_moments_crc(m + begin, v + begin, n) : 0;
+        if (ok && crc != (uint32_t)h[16]) {
+            snprintf(b, sizeof(b), "is corrupted: the optimizer values' CRC-32 %08x, the header says %08x", crc, (uint32_t)h[16]);
+            ok = false;
+        }
+    }
+    if (ferror(f)) {  // a read that failed, not a damaged file
+        snprintf(b, sizeof(b), "cannot be read (%s)", strerror(errno ? errno : EIO));
+        *io_error = true;
+        ok = false;
+    }
+    fclose(f);
+    if (!ok) *why = b;
+    return ok;
 }
 
 // Reads and validates a state file without exiting; on failure *why completes "state file 'X' ..."

@@ -539,10 +539,16 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
     }
     int64_t want_data[3];
     dataloader_state_after(train, (long long)step * accum_steps, want_data);
+    size_t P = llama_num_params(lc), begin, end;  // the moments: all of them, or this rank's share
+    checkpoint_moments_slice(P, rank, world_size, &begin, &end);
+    bool whole = state->moments_begin == 0 && state->m.size() == P;
+    bool slice = state->moments_begin == (int64_t)begin && state->m.size() == end - begin;
     if (state->step != step) snprintf(b, sizeof(b), "holds step %lld, expected %d (its name's)", (long long)state->step, step);
     else if (state->rank != rank) snprintf(b, sizeof(b), "holds rank %lld's state, expected rank %d's (its name's)", (long long)state->rank, rank);
-    else if (state->m.size() != llama_num_params(lc) || state->v.size() != llama_num_params(lc))
-        snprintf(b, sizeof(b), "holds %zu and %zu optimizer values, expected %zu", state->m.size(), state->v.size(), llama_num_params(lc));
+    else if (state->moments_total != (int64_t)P || state->v.size() != state->m.size() || !(whole || slice))
+        snprintf(b, sizeof(b), "holds optimizer values [%lld, %lld) and [%lld, %lld) of %lld, expected [%zu, %zu) (this rank's share) or all %zu",
+                 (long long)state->moments_begin, (long long)(state->moments_begin + (int64_t)state->m.size()), (long long)state->moments_begin,
+                 (long long)(state->moments_begin + (int64_t)state->v.size()), (long long)state->moments_total, begin, end, P);
     else if (state->data_state[0] != want_data[0] || state->data_state[1] != want_data[1] || state->data_state[2] != want_data[2])
         snprintf(b, sizeof(b), "holds data position (shard %lld, token %lld, epoch %lld), but step %d of this data is at (shard %lld, token %lld, epoch %lld)",
                  (long long)state->data_state[0], (long long)state->data_state[1], (long long)state->data_state[2], step,
@@ -561,7 +567,63 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
         *why = "model file '" + mpath + "' " + w;
         return 1;
     }
+    if (!whole) {  // this rank's share of the moments: the other ranks' from their files
+        std::vector<float> m(P), v(P);
+        std::copy(state->m.begin(), state->m.end(), m.begin() + begin);
+        std::copy(state->v.begin(), state->v.end(), v.begin() + begin);
+        for (int q = 0; q < world_size; q++) {
+            if (q == rank) continue;
+            std::string qpath = checkpoint_state_path(tc->output_dir, step, q);
+            if (!checkpoint_try_read_moments(qpath, step, q, world_size, P, m.data(), v.data(), &w, &io_error)) {
+                if (io_error) { *why = "-y: checkpoint step " + std::to_string(step) + ": state file '" + qpath + "' " + w + run_io_error_hint(); return 3; }
+                *why = "state file '" + qpath + "' " + w + " (rank " + std::to_string(q) + "'s share of the optimizer moments)";
+                return 1;
+            }
+        }
+        state->m.swap(m);
+        state->v.swap(v);
+        state->moments_begin = 0;
+    }
     return 0;
+}
+
+// This rank's share of the optimizer moments (m and v: P values each) into its state file's *st.
+// The ranks of a data-parallel run apply the same update and so hold the same moments: each file
+// keeps its rank's slice (checkpoint_moments_slice) and a checkpoint holds them once, not once a
+// rank. That they are the same is checked first, cheaply: a CRC-32 of every 61st value of m and v,
+// each rank's against rank 0's. Were they to differ (a defect), each rank that differs says so
+// and every rank writes its whole moments, so that each resumes with its own.
+// Test hook: TRAIN_LLAMA_TEST_MOMENTS_DIFFER=R changes rank R's CRC.
+static inline void run_state_moments(RunRanks* r, CheckpointState* st, const float* m, const float* v, size_t P) {
+    uint32_t crc = 0;
+    float sample[1024];
+    for (const float* x : {m, v}) {
+        size_t k = 0;
+        for (size_t i = 0; i < P; i += 61) {
+            sample[k++] = x[i];
+            if (k == 1024) { crc = crc32_update(crc, sample, sizeof(sample)); k = 0; }
+        }
+        crc = crc32_update(crc, sample, k * sizeof(float));
+    }
+    const char* hook = getenv("TRAIN_LLAMA_TEST_MOMENTS_DIFFER");
+    if (hook && atoi(hook) == r->rank) crc ^= 1;
+    char mine[16];
+    snprintf(mine, sizeof(mine), "%08x", crc);
+    std::string first = r->broadcast(r->ctx, mine);
+    bool differs = first != mine;
+    if (differs) {
+        std::string line = "warning: checkpoint step " + std::to_string((long long)st->step) + ": rank " + std::to_string(r->rank) +
+                           "'s optimizer moments differ from rank 0's (CRC-32 of a sample " + mine + ", rank 0's " + first +
+                           "): every rank writes all its moments\n";
+        fwrite(line.data(), 1, line.size(), stderr);
+        fflush(stderr);
+    }
+    size_t begin = 0, end = P;
+    if (r->max_int(r->ctx, differs ? 1 : 0) == 0) checkpoint_moments_slice(P, r->rank, r->world_size, &begin, &end);
+    st->m.assign(m + begin, m + end);
+    st->v.assign(v + begin, v + end);
+    st->moments_begin = (int64_t)begin;
+    st->moments_total = (int64_t)P;
 }
 
 // With -y 1: the newest complete checkpoint in -o that every rank finds sound (each rank checks

@@ -92,20 +92,41 @@ static inline long long file_size_bytes(FILE* f) {
 }
 
 // CRC-32 (IEEE 802.3, reflected, poly 0xEDB88320): the same value as Python's zlib.crc32,
-// so the reference scripts can write checkpoints the engines accept.
-static inline uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-    static uint32_t table[256];
-    static int ready = 0;
-    if (!ready) {
+// so the reference scripts can write checkpoints the engines accept. Eight bytes a step through
+// eight tables (slicing-by-8, on little-endian hosts; byte by byte elsewhere): the large presets'
+// checkpoints are gigabytes, and the byte-at-a-time loop ran at about 0.5 GB/s.
+struct Crc32Tables {
+    uint32_t t[8][256];  // t[0]: one byte; t[s][b]: byte b followed by s zero bytes
+};
+static inline const Crc32Tables& crc32_tables() {
+    static const Crc32Tables tables = [] {
+        Crc32Tables x;
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t c = i;
             for (int k = 0; k < 8; k++) c = (c & 1) ? (0xEDB88320u ^ (c >> 1)) : (c >> 1);
-            table[i] = c;
+            x.t[0][i] = c;
         }
-        ready = 1;
-    }
+        for (int s = 1; s < 8; s++)
+            for (uint32_t i = 0; i < 256; i++) x.t[s][i] = (x.t[s - 1][i] >> 8) ^ x.t[0][x.t[s - 1][i] & 0xFF];
+        return x;
+    }();
+    return tables;
+}
+
+static inline uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+    const uint32_t (*t)[256] = crc32_tables().t;
     const unsigned char* p = (const unsigned char*)data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; n >= 8; p += 8, n -= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= crc;
+        crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+              t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
+    }
+#endif
+    for (; n > 0; p++, n--) crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }

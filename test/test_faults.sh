@@ -278,6 +278,8 @@ tamper data_position "h = np.memmap(d + '/state_00000004_00000.bin', dtype=np.in
     "state file '.*' holds data position (shard 0, token 320, epoch 0), but step 4 of this data is at (shard 0, token 256, epoch 0)"
 tamper truncated_state "os.truncate(d + '/state_00000004_00000.bin', 4096)" "state file '.*' is corrupted (section size"
 tamper state_payload "f = open(d + '/state_00000004_00000.bin', 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2); f.write(bytes([b[0] ^ 1]))" \
+    "state file '.*' is corrupted: the optimizer values' CRC-32"  # (fp32: no extras, so the end of v)
+tamper state_settings "f = open(d + '/state_00000004_00000.bin', 'r+b'); f.seek(512 + 3); b = f.read(1); f.seek(512 + 3); f.write(bytes([b[0] ^ 1]))" \
     "state file '.*' is corrupted: CRC-32"
 tamper missing_model "os.remove(d + '/model_00000004.bin')" "model file '.*' is missing"
 

@@ -275,6 +275,41 @@ int main(void) {
         test_check("checkpoint_try_read_model_checks", sound && other_step && flipped, "sound %d other_step %d flipped %d (%s)",
                    sound, other_step, flipped, why.c_str());
         checkpoint_delete(d, 7, 1);
+        // the moments split across 3 ranks' files (10 parameters: shares of 3, 3 and 4), each file
+        // read back whole by its rank and each share by the others, into the whole moments
+        std::vector<float> mall(10), vall(10);
+        for (int i = 0; i < 10; i++) { mall[i] = 0.5f * (float)i - 1.0f; vall[i] = 1e-3f * (float)(i * i); }
+        size_t cuts[3][2];
+        for (int r = 0; r < 3; r++) {
+            checkpoint_moments_slice(10, r, 3, &cuts[r][0], &cuts[r][1]);
+            CheckpointState sr = st;
+            sr.step = 9; sr.rank = r; sr.world_size = 3;
+            sr.m.assign(mall.begin() + cuts[r][0], mall.begin() + cuts[r][1]);
+            sr.v.assign(vall.begin() + cuts[r][0], vall.begin() + cuts[r][1]);
+            sr.moments_begin = (int64_t)cuts[r][0]; sr.moments_total = 10;
+            checkpoint_write_state(checkpoint_state_path(d, 9, r), &sr);
+        }
+        bool shares = cuts[0][0] == 0 && cuts[0][1] == 3 && cuts[1][1] == 6 && cuts[2][1] == 10;
+        for (int r = 0; r < 3; r++) {
+            CheckpointState back_r;
+            checkpoint_read_state(checkpoint_state_path(d, 9, r), &back_r);
+            shares &= back_r.moments_begin == (int64_t)cuts[r][0] && back_r.moments_total == 10 && back_r.extras.size() == 1 &&
+                      back_r.m == std::vector<float>(mall.begin() + cuts[r][0], mall.begin() + cuts[r][1]);
+            std::vector<float> m3(10, 0.0f), v3(10, 0.0f);
+            bool io = false;
+            for (int q = 0; q < 3; q++)
+                shares &= checkpoint_try_read_moments(checkpoint_state_path(d, 9, q), 9, q, 3, 10, m3.data(), v3.data(), &why, &io);
+            shares &= m3 == mall && v3 == vall;
+        }
+        bool io = false;
+        std::vector<float> m3(10), v3(10);
+        bool wrong_rank = !checkpoint_try_read_moments(checkpoint_state_path(d, 9, 1), 9, 2, 3, 10, m3.data(), v3.data(), &why, &io) && !io &&
+                          why == "holds version 2, step 9, rank 1 of 3, expected version 2, step 9, rank 2 of 3";
+        bool wrong_total = !checkpoint_try_read_moments(checkpoint_state_path(d, 9, 1), 9, 1, 3, 12, m3.data(), v3.data(), &why, &io) && !io &&
+                           why == "holds optimizer values [3, 6) of 10, expected [4, 8) of 12";
+        test_check("checkpoint_moments_shares_round_trip", shares && wrong_rank && wrong_total, "shares %d wrong_rank %d wrong_total %d (%s)",
+                   shares, wrong_rank, wrong_total, why.c_str());
+        for (int r = 0; r < 3; r++) remove(checkpoint_state_path(d, 9, r).c_str());
         rmdir(dir);
     }
 

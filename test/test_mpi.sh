@@ -94,9 +94,86 @@ cp -r "$TMP/straight" "$TMP/resumed"
 rm -f "$TMP/resumed/DONE_00000008" "$TMP/resumed/model_00000008.bin" "$TMP/resumed/state_00000008_"*
 "${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/resumed" >"$TMP/r.out" 2>&1
 if cmp -s "$TMP/straight/model_00000008.bin" "$TMP/resumed/model_00000008.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/resumed/state_00000008_00000.bin" &&
    cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/resumed/state_00000008_00001.bin"; then
     pass mpi_resume_bitwise_np2
 else fail mpi_resume_bitwise_np2 "step-8 files differ: $(why "$TMP/r.out")"; fi
+
+# --- the optimizer moments, the same on both ranks, are split across their state files (rank 0
+#     the first half, rank 1 the second); where the ranks' moments differ (a test hook changes
+#     rank 1's check) both write all of theirs, and the halves are those moments bit for bit
+"${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_MOMENTS_DIFFER=1 "$BIN" "${RUN[@]}" -o "$TMP/differ" >"$TMP/d.out" 2>"$TMP/d.err"
+rc=$?
+split=$(python3 - "$TMP/straight" "$TMP/differ" <<'EOF'
+import sys, numpy as np
+def state(d, step, rank):  # version, the share's first value, its length, P; m's share, v's
+    p = f"{d}/state_{step:08d}_{rank:05d}.bin"
+    h = np.fromfile(p, dtype="<i8", count=64)
+    x = np.fromfile(p, dtype="<u4", offset=512 + int(h[9]), count=int(h[10] + h[11]))
+    return int(h[1]), int(h[14]), int(h[10]), int(h[15]), x[:h[10]], x[h[10]:]
+s0, s1 = state(sys.argv[1], 8, 0), state(sys.argv[1], 8, 1)
+w0, w1 = state(sys.argv[2], 8, 0), state(sys.argv[2], 8, 1)
+P = s0[3]
+ok = (s0[:4] == (2, 0, P // 2, P) and s1[:4] == (2, P // 2, P - P // 2, P) and w0[:4] == (2, 0, P, P) and w1[:4] == (2, 0, P, P) and
+      np.array_equal(np.concatenate([s0[4], s1[4]]), w0[4]) and np.array_equal(np.concatenate([s0[5], s1[5]]), w0[5]) and
+      np.array_equal(w0[4], w1[4]) and np.array_equal(w0[5], w1[5]))
+print("ok" if ok else f"split {s0[:4]} {s1[:4]}, whole {w0[:4]} {w1[:4]}")
+EOF
+)
+if [ $rc -eq 0 ] && [ "$split" = ok ] && cmp -s "$TMP/straight/model_00000008.bin" "$TMP/differ/model_00000008.bin" &&
+   grep -q "^warning: checkpoint step 8: rank 1's optimizer moments differ from rank 0's (CRC-32 of a sample [0-9a-f]*, rank 0's [0-9a-f]*): every rank writes all its moments$" "$TMP/d.err"; then
+    pass mpi_state_moments_split_np2
+else fail mpi_state_moments_split_np2 "rc=$rc, $split: $(head -c 300 "$TMP/d.err")"; fi
+# a checkpoint of whole moments resumes as the split one does
+rm -f "$TMP/differ/DONE_00000008" "$TMP/differ/model_00000008.bin" "$TMP/differ/state_00000008_"*
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/differ" >"$TMP/dr.out" 2>&1
+if cmp -s "$TMP/straight/model_00000008.bin" "$TMP/differ/model_00000008.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/differ/state_00000008_00000.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/differ/state_00000008_00001.bin"; then pass mpi_resume_whole_moments_bitwise_np2
+else fail mpi_resume_whole_moments_bitwise_np2 "step-8 files differ: $(why "$TMP/dr.out")"; fi
+# a version-1 checkpoint (every rank's file holds all the moments; written here by python, with
+# zlib's CRC-32, from the straight run's step 4) resumes bitwise too
+cp -r "$TMP/straight" "$TMP/v1"
+rm -f "$TMP/v1/DONE_00000008" "$TMP/v1/model_00000008.bin" "$TMP/v1/state_00000008_"*
+python3 - "$TMP/v1" <<'EOF'
+import sys, zlib, numpy as np
+d = sys.argv[1]
+parts = []
+for r in (0, 1):
+    b = open(f"{d}/state_00000004_{r:05d}.bin", "rb").read()
+    h = np.frombuffer(b[:512], dtype="<i8").copy()
+    n, at = int(h[10]), 512 + int(h[9])
+    parts.append((h, b[512:at], b[at:at + 4 * n], b[at + 4 * n:at + 8 * n], b[at + 8 * n:]))
+m, v = parts[0][2] + parts[1][2], parts[0][3] + parts[1][3]
+for r, (h, settings, _, _, extras) in enumerate(parts):
+    h[1], h[10], h[11], h[14], h[15], h[16] = 1, len(m) // 4, len(v) // 4, 0, 0, 0
+    h[13] = zlib.crc32(settings + m + v + extras)
+    open(f"{d}/state_00000004_{r:05d}.bin", "wb").write(h.tobytes() + settings + m + v + extras)
+EOF
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/v1" >"$TMP/v1.out" 2>&1
+if grep -q "resuming from step 4" "$TMP/v1.out" && cmp -s "$TMP/straight/model_00000008.bin" "$TMP/v1/model_00000008.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/v1/state_00000008_00000.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/v1/state_00000008_00001.bin"; then pass mpi_resume_version1_checkpoint_np2
+else fail mpi_resume_version1_checkpoint_np2 "step-8 files differ: $(why "$TMP/v1.out")"; fi
+# one flipped bit in rank 1's share of the moments: both ranks find the checkpoint damaged (rank 0
+# naming rank 1's share), and the run resumes from the older one to the same step-8 files
+cp -r "$TMP/straight" "$TMP/share"
+python3 - "$TMP/share/state_00000008_00001.bin" <<'EOF'
+import sys, numpy as np
+h = np.fromfile(sys.argv[1], dtype="<i8", count=64)
+with open(sys.argv[1], "r+b") as f:
+    f.seek(512 + int(h[9]) + 4 * int(h[10]) + 8)  # a value of v's share
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 4]))
+EOF
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/share" >"$TMP/sh.out" 2>"$TMP/sh.err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resuming from step 4" "$TMP/sh.out" &&
+   grep -q "^warning: -y: checkpoint step 8 is damaged: state file '.*state_00000008_00001.bin' is corrupted: the optimizer values' CRC-32 [0-9a-f]*, the header says [0-9a-f]* (rank 1's share of the optimizer moments); trying" "$TMP/sh.err" &&
+   cmp -s "$TMP/straight/model_00000008.bin" "$TMP/share/model_00000008.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/share/state_00000008_00000.bin"; then pass mpi_resume_damaged_moments_share_falls_back
+else fail mpi_resume_damaged_moments_share_falls_back "rc=$rc: $(head -c 400 "$TMP/sh.err")"; fi
 
 # --- a checkpoint from another rank count is refused
 "${MPIRUN[@]}" -np 1 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/straight" >"$TMP/o.out" 2>"$TMP/o.err"

@@ -20,3 +20,8 @@ extra = struct.pack("<q", 1) + b"r" + struct.pack("<q", 1) + struct.pack("<f", 5
 crc = zlib.crc32(settings + m + v + extra)
 hdr = [20250302, 1, 3, 0, 1, 0, 0, 0, 0, len(settings), 2, 2, 1, crc] + [0] * 50
 open(os.path.join(out, "state"), "wb").write(b"\2" + struct.pack("<64q", *hdr) + settings + m + v + extra)
+# 3: a valid version-2 state file: the share [2, 4) of 6 parameters' moments, which carry their own CRC
+m2 = struct.pack("<2f", 1.5, 2.5)
+v2 = struct.pack("<2f", 3.5, 4.5)
+hdr = [20250302, 2, 3, 1, 3, 0, 0, 0, 0, len(settings), 2, 2, 1, zlib.crc32(settings + extra), 2, 6, zlib.crc32(m2 + v2)] + [0] * 47
+open(os.path.join(out, "state_v2"), "wb").write(b"\2" + struct.pack("<64q", *hdr) + settings + m2 + v2 + extra)
