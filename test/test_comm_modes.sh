@@ -148,6 +148,7 @@ resume_check() {
     rm -f "${d}_r/DONE_00000012" "${d}_r/model_00000012.bin" "${d}_r/state_00000012_"*
     timeout 300 mpirun --oversubscribe -np 2 "$BIN" "${R[@]}" "$@" -y 1 -o "${d}_r" >"${d}_r.out" 2>&1
     if grep -q "resuming from step 6" "${d}_r.out" && cmp -s "${d}_s/model_00000012.bin" "${d}_r/model_00000012.bin" &&
+       cmp -s "${d}_s/state_00000012_00000.bin" "${d}_r/state_00000012_00000.bin" &&
        cmp -s "${d}_s/state_00000012_00001.bin" "${d}_r/state_00000012_00001.bin"; then pass "$name"
     else fail "$name" "$(tail -2 "${d}_r.out")"; fi
 }

@@ -446,6 +446,7 @@ truncate -s 4096 "$TMP/resumed/state_00000006_00001.bin"
 if grep -q "warning: -y: checkpoint step 6 is damaged: state file '.*state_00000006_00001.bin' is" "$TMP/r.err" &&
    grep -q "resuming from step 3" "$TMP/r.out" &&
    cmp -s "$TMP/straight/model_00000006.bin" "$TMP/resumed/model_00000006.bin" &&
+   cmp -s "$TMP/straight/state_00000006_00000.bin" "$TMP/resumed/state_00000006_00000.bin" &&
    cmp -s "$TMP/straight/state_00000006_00001.bin" "$TMP/resumed/state_00000006_00001.bin"; then
     pass emu.geofp8_resume_fallback_bitwise_np2
 else fail emu.geofp8_resume_fallback_bitwise_np2 "step-6 files differ or missing: $(head -c 300 "$TMP/r.err") $(why "$TMP/r.out")"; fi

@@ -303,6 +303,7 @@ mv "$TMP/swap/state_00000004_00000.bin" "$TMP/swap/x" && mv "$TMP/swap/state_000
 rc=$?
 if [ $rc -eq 0 ] && grep -q "holds rank 1's state, expected rank 0's" "$TMP/sw.err" && grep -q "holds rank 0's state, expected rank 1's" "$TMP/sw.err" &&
    grep -q "resuming from step 2" "$TMP/sw.out" && cmp -s "$TMP/np2/model_00000006.bin" "$TMP/swap/model_00000006.bin" &&
+   cmp -s "$TMP/np2/state_00000006_00000.bin" "$TMP/swap/state_00000006_00000.bin" &&
    cmp -s "$TMP/np2/state_00000006_00001.bin" "$TMP/swap/state_00000006_00001.bin"; then pass faults_swapped_rank_states_fall_back
 else fail faults_swapped_rank_states_fall_back "rc=$rc $(head -c 400 "$TMP/sw.err")"; fi
 
@@ -430,6 +431,7 @@ PYEOF
 ktally=$(grep '^tally' "$TMP/kill_loop.txt")
 if grep -q "final run rc 0" "$TMP/kill_loop.txt" && grep -q "'killed': 8, 'finished_first': 0, 'refused': 0" "$TMP/kill_loop.txt" &&
    cmp -s "$TMP/kstraight/model_00000016.bin" "$TMP/kloop/model_00000016.bin" &&
+   cmp -s "$TMP/kstraight/state_00000016_00000.bin" "$TMP/kloop/state_00000016_00000.bin" &&
    cmp -s "$TMP/kstraight/state_00000016_00001.bin" "$TMP/kloop/state_00000016_00001.bin"; then
     pass "faults_kill_loop_bitwise ($ktally)"
 else fail faults_kill_loop_bitwise "$(tail -5 "$TMP/kill_loop.txt" | tr '\n' ';')"; fi
