@@ -897,9 +897,28 @@ static void llama_save_model(LlamaModel* m, const std::string& path, int step) {
     checkpoint_write_model(path, &m->config, host.data(), step);
 }
 
-static void llama_get_optimizer_state(LlamaModel* m, CheckpointState* st) {
-    st->m = cuda_download(m->opt_m, m->num_params);
-    st->v = cuda_download(m->opt_v, m->num_params);
+// every RUN_MOMENTS_SAMPLE_STRIDE-th value of m, then the same of v (n of each), gathered for
+// llama_moments_sample_crc
+__global__ void llama_moments_sample_kernel(float* out, const float* m, const float* v, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        out[i] = m[i * RUN_MOMENTS_SAMPLE_STRIDE];
+        out[n + i] = v[i * RUN_MOMENTS_SAMPLE_STRIDE];
+    }
+}
+
+// run_moments_sample_crc of the device's moments: the sample gathered on the device and only it
+// downloaded (a checkpoint then downloads this rank's share of the moments, not all of them)
+static uint32_t llama_moments_sample_crc(LlamaModel* m) {
+    size_t n = (m->num_params + RUN_MOMENTS_SAMPLE_STRIDE - 1) / RUN_MOMENTS_SAMPLE_STRIDE;
+    float* d = cuda_malloc<float>(2 * n);
+    CUDA_CHECK(cudaDeviceSynchronize());  // the step's update is in
+    llama_moments_sample_kernel<<<cuda_grid_for(n, 256), 256>>>(d, m->opt_m, m->opt_v, n);
+    KERNEL_CHECK();
+    std::vector<float> h = cuda_download(d, 2 * n);
+    CUDA_CHECK(cudaFree(d));
+    return crc32_update(0, h.data(), h.size() * sizeof(float));
 }
 
 static void llama_set_optimizer_state(LlamaModel* m, const CheckpointState* st) {
@@ -1140,12 +1159,16 @@ int main(int argc, char** argv) {
             dataloader_get_state(&train_loader, st.data_state);
             st.skipped_steps = consecutive_skips;
             st.settings = settings;
-            {  // this rank's share of the optimizer moments
-                CheckpointState all;
-                llama_get_optimizer_state(&model, &all);
+            {  // this rank's share of the optimizer moments (the ranks compare a sample first)
+                size_t begin, end;
+                uint32_t crc = llama_moments_sample_crc(&model);
                 watchdog_enter("the checkpoint's optimizer moments check");
-                run_state_moments(&ranks, &st, all.m.data(), all.v.data(), model.num_params);
+                run_moments_share(&ranks, step, crc, model.num_params, &begin, &end);
                 watchdog_leave();
+                st.m = cuda_download(model.opt_m + begin, end - begin);
+                st.v = cuda_download(model.opt_v + begin, end - begin);
+                st.moments_begin = (int64_t)begin;
+                st.moments_total = (int64_t)model.num_params;
             }
             for (int v = 0; v < V; v++) gradcomm_gpu_save(&gcs[v], &st.extras, v);
             checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);

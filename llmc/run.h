@@ -587,39 +587,55 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
     return 0;
 }
 
-// This rank's share of the optimizer moments (m and v: P values each) into its state file's *st.
-// The ranks of a data-parallel run apply the same update and so hold the same moments: each file
-// keeps its rank's slice (checkpoint_moments_slice) and a checkpoint holds them once, not once a
-// rank. That they are the same is checked first, cheaply: a CRC-32 of every 61st value of m and v,
-// each rank's against rank 0's. Were they to differ (a defect), each rank that differs says so
-// and every rank writes its whole moments, so that each resumes with its own.
-// Test hook: TRAIN_LLAMA_TEST_MOMENTS_DIFFER=R changes rank R's CRC.
-static inline void run_state_moments(RunRanks* r, CheckpointState* st, const float* m, const float* v, size_t P) {
+// The ranks compare their optimizer moments through a CRC-32 of a sample: every
+// RUN_MOMENTS_SAMPLE_STRIDE-th value of m, then the same of v, in that order (here from host
+// arrays; the GPU engine gathers the same values on the device).
+#define RUN_MOMENTS_SAMPLE_STRIDE 61
+static inline uint32_t run_moments_sample_crc(const float* m, const float* v, size_t P) {
     uint32_t crc = 0;
     float sample[1024];
     for (const float* x : {m, v}) {
         size_t k = 0;
-        for (size_t i = 0; i < P; i += 61) {
+        for (size_t i = 0; i < P; i += RUN_MOMENTS_SAMPLE_STRIDE) {
             sample[k++] = x[i];
             if (k == 1024) { crc = crc32_update(crc, sample, sizeof(sample)); k = 0; }
         }
         crc = crc32_update(crc, sample, k * sizeof(float));
     }
+    return crc;
+}
+
+// Which of the optimizer moments (P values each of m and v) this rank's state file keeps:
+// [*begin, *end). The ranks of a data-parallel run apply the same update and so hold the same
+// moments: each file keeps its rank's share (checkpoint_moments_slice) and a checkpoint holds them
+// once, not once a rank. That they are the same is checked first, cheaply: each rank's
+// sample_crc (run_moments_sample_crc) against rank 0's. Were they to differ (a defect), each rank
+// that differs says so and every rank keeps all its moments, so that each resumes with its own.
+// Test hook: TRAIN_LLAMA_TEST_MOMENTS_DIFFER=R changes rank R's CRC.
+static inline void run_moments_share(RunRanks* r, int64_t step, uint32_t sample_crc, size_t P, size_t* begin, size_t* end) {
     const char* hook = getenv("TRAIN_LLAMA_TEST_MOMENTS_DIFFER");
-    if (hook && atoi(hook) == r->rank) crc ^= 1;
+    if (hook && atoi(hook) == r->rank) sample_crc ^= 1;
     char mine[16];
-    snprintf(mine, sizeof(mine), "%08x", crc);
+    snprintf(mine, sizeof(mine), "%08x", sample_crc);
     std::string first = r->broadcast(r->ctx, mine);
     bool differs = first != mine;
     if (differs) {
-        std::string line = "warning: checkpoint step " + std::to_string((long long)st->step) + ": rank " + std::to_string(r->rank) +
+        std::string line = "warning: checkpoint step " + std::to_string((long long)step) + ": rank " + std::to_string(r->rank) +
                            "'s optimizer moments differ from rank 0's (CRC-32 of a sample " + mine + ", rank 0's " + first +
                            "): every rank writes all its moments\n";
         fwrite(line.data(), 1, line.size(), stderr);
         fflush(stderr);
     }
-    size_t begin = 0, end = P;
-    if (r->max_int(r->ctx, differs ? 1 : 0) == 0) checkpoint_moments_slice(P, r->rank, r->world_size, &begin, &end);
+    *begin = 0;
+    *end = P;
+    if (r->max_int(r->ctx, differs ? 1 : 0) == 0) checkpoint_moments_slice(P, r->rank, r->world_size, begin, end);
+}
+
+// This rank's share of the optimizer moments (host arrays m and v, P values each) into its state
+// file's *st (run_moments_share).
+static inline void run_state_moments(RunRanks* r, CheckpointState* st, const float* m, const float* v, size_t P) {
+    size_t begin, end;
+    run_moments_share(r, st->step, run_moments_sample_crc(m, v, P), P, &begin, &end);
     st->m.assign(m + begin, m + end);
     st->v.assign(v + begin, v + end);
     st->moments_begin = (int64_t)begin;

@@ -450,6 +450,36 @@ if grep -q "warning: -y: checkpoint step 6 is damaged: state file '.*state_00000
    cmp -s "$TMP/straight/state_00000006_00001.bin" "$TMP/resumed/state_00000006_00001.bin"; then
     pass emu.geofp8_resume_fallback_bitwise_np2
 else fail emu.geofp8_resume_fallback_bitwise_np2 "step-6 files differ or missing: $(head -c 300 "$TMP/r.err") $(why "$TMP/r.out")"; fi
+# ... and each rank's state file held its half of the optimizer moments (the ranks' sampled
+# CRC-32s, gathered on the device, agreed), as the CPU engine's do
+shares=$(python3 - "$TMP/straight" <<'EOF'
+import sys, numpy as np
+h = [np.fromfile(f"{sys.argv[1]}/state_00000006_{r:05d}.bin", dtype="<i8", count=64) for r in (0, 1)]
+P = int(h[0][15])
+got = [(int(x[1]), int(x[14]), int(x[10]), int(x[15])) for x in h]
+print("ok" if got == [(2, 0, P // 2, P), (2, P // 2, P - P // 2, P)] else got)
+EOF
+)
+if [ "$shares" = ok ] && ! grep -q "optimizer moments differ" "$TMP/s.out"; then pass emu.state_moments_split_np2
+else fail emu.state_moments_split_np2 "$shares $(grep -m1 'moments differ' "$TMP/s.out")"; fi
+# where rank 1's CRC differs (the test hook), both files hold all the moments: the halves above
+"${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_MOMENTS_DIFFER=1 "$EMU/train_llama" "${RES[@]}" -o "$TMP/differ" >"$TMP/d.out" 2>&1
+whole=$(python3 - "$TMP/straight" "$TMP/differ" <<'EOF'
+import sys, numpy as np
+def moments(d, r):
+    p = f"{d}/state_00000006_{r:05d}.bin"
+    h = np.fromfile(p, dtype="<i8", count=64)
+    return int(h[10]), np.fromfile(p, dtype="<u4", offset=512 + int(h[9]), count=int(h[10] + h[11]))
+(n0, s0), (n1, s1) = moments(sys.argv[1], 0), moments(sys.argv[1], 1)
+(w0, a0), (w1, a1) = moments(sys.argv[2], 0), moments(sys.argv[2], 1)
+P = n0 + n1
+halves = np.concatenate([s0[:n0], s1[:n1], s0[n0:], s1[n1:]])
+print("ok" if w0 == w1 == P and np.array_equal(a0, halves) and np.array_equal(a1, halves) else f"{n0} {n1} {w0} {w1}")
+EOF
+)
+if [ "$whole" = ok ] && grep -q "^warning: checkpoint step 6: rank 1's optimizer moments differ from rank 0's" "$TMP/d.out" &&
+   cmp -s "$TMP/straight/model_00000006.bin" "$TMP/differ/model_00000006.bin"; then pass emu.state_moments_differ_whole_np2
+else fail emu.state_moments_differ_whole_np2 "$whole $(why "$TMP/d.out")"; fi
 
 # --- the fair fidelity figures' state across a resume: 3 steps + resume + 3 == 6 straight, with the
 #     resume inside a window of 4 steps (steps 1-4), whose sums and counterfactual residuals the

@@ -290,7 +290,10 @@ int main(int argc, char** argv) {
         st.step = 3; st.rank = 0; st.world_size = 1;
         st.data_state[0] = 0; st.data_state[1] = 4096; st.data_state[2] = 1; st.skipped_steps = 0;
         st.settings = "B=2\nT=32\n";
-        llama_get_optimizer_state(&m, &st);
+        st.m = cuda_download(m.opt_m, P);  // the whole moments, as one rank's file holds them
+        st.v = cuda_download(m.opt_v, P);
+        // the sample the ranks compare at a checkpoint, gathered on the device: the host's
+        test_check("gpu_moments_sample_crc_is_the_hosts", llama_moments_sample_crc(&m) == run_moments_sample_crc(st.m.data(), st.v.data(), P));
         checkpoint_write_state(checkpoint_state_path(d, 3, 0), &st);
         checkpoint_write_done(d, 3);
         // ... the CPU engine's readers read it back bitwise
