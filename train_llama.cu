@@ -897,28 +897,32 @@ static void llama_save_model(LlamaModel* m, const std::string& path, int step) {
     checkpoint_write_model(path, &m->config, host.data(), step);
 }
 
-// every RUN_MOMENTS_SAMPLE_STRIDE-th value of m, then the same of v (n of each), gathered for
-// llama_moments_sample_crc
-__global__ void llama_moments_sample_kernel(float* out, const float* m, const float* v, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+// out[k] = x[(first + k) RUN_MOMENTS_SAMPLE_STRIDE], k < count: a piece of llama_moments_sample_crc's sample
+__global__ void llama_moments_sample_kernel(float* out, const float* x, size_t first, size_t count) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) {
-        out[i] = m[i * RUN_MOMENTS_SAMPLE_STRIDE];
-        out[n + i] = v[i * RUN_MOMENTS_SAMPLE_STRIDE];
-    }
+    for (; k < count; k += stride) out[k] = x[(first + k) * RUN_MOMENTS_SAMPLE_STRIDE];
 }
 
-// run_moments_sample_crc of the device's moments: the sample gathered on the device and only it
-// downloaded (a checkpoint then downloads this rank's share of the moments, not all of them)
-static uint32_t llama_moments_sample_crc(LlamaModel* m) {
-    size_t n = (m->num_params + RUN_MOMENTS_SAMPLE_STRIDE - 1) / RUN_MOMENTS_SAMPLE_STRIDE;
-    float* d = cuda_malloc<float>(2 * n);
+// run_moments_sample_crc of the device's moments: the sample gathered on the device `piece` values
+// at a time (4 MB of device memory) and only it downloaded, so that a checkpoint downloads this
+// rank's share of the moments rather than all of them
+static uint32_t llama_moments_sample_crc(LlamaModel* m, size_t piece = (size_t)1 << 20) {
+    const size_t n = (m->num_params + RUN_MOMENTS_SAMPLE_STRIDE - 1) / RUN_MOMENTS_SAMPLE_STRIDE;
+    float* d = cuda_malloc<float>(std::min(n, piece));
+    std::vector<float> h(std::min(n, piece));
     CUDA_CHECK(cudaDeviceSynchronize());  // the step's update is in
-    llama_moments_sample_kernel<<<cuda_grid_for(n, 256), 256>>>(d, m->opt_m, m->opt_v, n);
-    KERNEL_CHECK();
-    std::vector<float> h = cuda_download(d, 2 * n);
+    uint32_t crc = 0;
+    for (const float* x : {(const float*)m->opt_m, (const float*)m->opt_v})
+        for (size_t first = 0; first < n; first += piece) {
+            size_t count = std::min(piece, n - first);
+            llama_moments_sample_kernel<<<cuda_grid_for(count, 256), 256>>>(d, x, first, count);
+            KERNEL_CHECK();
+            cuda_download_to(h.data(), d, count);
+            crc = crc32_update(crc, h.data(), count * sizeof(float));
+        }
     CUDA_CHECK(cudaFree(d));
-    return crc32_update(0, h.data(), h.size() * sizeof(float));
+    return crc;
 }
 
 static void llama_set_optimizer_state(LlamaModel* m, const CheckpointState* st) {

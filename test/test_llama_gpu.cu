@@ -292,8 +292,11 @@ int main(int argc, char** argv) {
         st.settings = "B=2\nT=32\n";
         st.m = cuda_download(m.opt_m, P);  // the whole moments, as one rank's file holds them
         st.v = cuda_download(m.opt_v, P);
-        // the sample the ranks compare at a checkpoint, gathered on the device: the host's
-        test_check("gpu_moments_sample_crc_is_the_hosts", llama_moments_sample_crc(&m) == run_moments_sample_crc(st.m.data(), st.v.data(), P));
+        // the sample the ranks compare at a checkpoint, gathered on the device (in one piece, and
+        // in pieces of 1000 values): the host's
+        uint32_t host_crc = run_moments_sample_crc(st.m.data(), st.v.data(), P);
+        test_check("gpu_moments_sample_crc_is_the_hosts", llama_moments_sample_crc(&m) == host_crc && llama_moments_sample_crc(&m, 1000) == host_crc &&
+                                                          P > 2000 * RUN_MOMENTS_SAMPLE_STRIDE);
         checkpoint_write_state(checkpoint_state_path(d, 3, 0), &st);
         checkpoint_write_done(d, 3);
         // ... the CPU engine's readers read it back bitwise
