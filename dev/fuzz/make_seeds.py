@@ -4,8 +4,16 @@ import struct
 import sys
 import zlib
 
+if len(sys.argv) != 2:
+    sys.exit("usage: make_seeds.py DIR (the corpus folder, made if missing)")
 out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
+try:
+    os.makedirs(out, exist_ok=True)
+    probe = os.path.join(out, ".probe")
+    open(probe, "wb").close()
+    os.remove(probe)
+except OSError as e:
+    sys.exit(f"error: cannot write in '{out}' ({e.strerror})")
 # 0: a shard of 10 tokens
 h = struct.pack("<3i", 20240520, 1, 10) + b"\0" * (1024 - 12)
 open(os.path.join(out, "shard"), "wb").write(b"\0" + h + bytes(20))
