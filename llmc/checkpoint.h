@@ -270,7 +270,7 @@ static inline bool checkpoint_try_read_model(const std::string& path, const Llam
 // [r P / N, (r + 1) P / N) of m and of v (checkpoint_moments_slice; P the parameters), and a
 // checkpoint holds them once instead of N times (llama600m on 32 ranks: 4.9 GB in all instead of
 // 4.9 GB a rank). A file may hold the whole moments instead (the slice [0, P)): one rank's, what
-// every rank writes if the ranks' moments were found to differ (run_state_moments), and what
+// every rank writes if the ranks' moments were found to differ (run_moments_share), and what
 // every version-1 file holds.
 //   header, 64 int64: 0 magic, 1 version, 2 step, 3 rank, 4 world size, 5-7 data position
 //     (shard, token, epoch), 8 skipped steps, 9 settings bytes, 10 and 11 the m and v values in
@@ -360,8 +360,8 @@ static inline bool checkpoint_check_state_header(const int64_t* h, long long siz
     long long fixed = CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9] + 4LL * (h[10] + h[11]);
     if (size < fixed) { snprintf(b, sizeof(b), "is truncated: %lld bytes, expected at least %lld", size, fixed); *why = b; return false; }
     if (h[1] >= 2 && (h[10] != h[11] || h[14] < 0 || h[15] < 0 || h[14] > h[15] || h[10] > h[15] - h[14])) {
-        snprintf(b, sizeof(b), "is corrupted (optimizer values [%lld, %lld + %lld) and [%lld, %lld + %lld) of %lld)", (long long)h[14],
-                 (long long)h[14], (long long)h[10], (long long)h[14], (long long)h[14], (long long)h[11], (long long)h[15]);
+        snprintf(b, sizeof(b), "is corrupted (%lld values of m and %lld of v from parameter %lld of %lld)", (long long)h[10], (long long)h[11],
+                 (long long)h[14], (long long)h[15]);
         *why = b; return false;
     }
     return true;

@@ -307,8 +307,17 @@ int main(void) {
                           why == "holds version 2, step 9, rank 1 of 3, expected version 2, step 9, rank 2 of 3";
         bool wrong_total = !checkpoint_try_read_moments(checkpoint_state_path(d, 9, 1), 9, 1, 3, 12, m3.data(), v3.data(), &why, &io) && !io &&
                            why == "holds optimizer values [3, 6) of 10, expected [4, 8) of 12";
-        test_check("checkpoint_moments_shares_round_trip", shares && wrong_rank && wrong_total, "shares %d wrong_rank %d wrong_total %d (%s)",
-                   shares, wrong_rank, wrong_total, why.c_str());
+        // a header whose m and v counts differ is refused before the payload is read
+        FILE* hf = fopen(checkpoint_state_path(d, 9, 1).c_str(), "r+b");
+        int64_t v_count = 2;
+        fseek(hf, 11 * 8, SEEK_SET);
+        fwrite(&v_count, 8, 1, hf);
+        fclose(hf);
+        CheckpointState bad;
+        bool counts = !checkpoint_try_read_state(checkpoint_state_path(d, 9, 1), &bad, &why) &&
+                      why == "is corrupted (3 values of m and 2 of v from parameter 3 of 10)";
+        test_check("checkpoint_moments_shares_round_trip", shares && wrong_rank && wrong_total && counts,
+                   "shares %d wrong_rank %d wrong_total %d counts %d (%s)", shares, wrong_rank, wrong_total, counts, why.c_str());
         for (int r = 0; r < 3; r++) remove(checkpoint_state_path(d, 9, r).c_str());
         rmdir(dir);
     }
