@@ -36,13 +36,7 @@ static void write_state_v1(const std::string& path, const CheckpointState* s) {
     uint32_t crc = crc32_bytewise(0, s->settings.data(), s->settings.size());
     crc = crc32_bytewise(crc32_bytewise(crc, s->m.data(), s->m.size() * 4), s->v.data(), s->v.size() * 4);
     h[13] = crc;
-    CheckpointFile w;
-    checkpoint_file_open(&w, path);
-    checkpoint_file_write(&w, h, sizeof(int64_t), CHECKPOINT_STATE_HEADER_INTS);
-    checkpoint_file_write(&w, s->settings.data(), 1, s->settings.size());
-    checkpoint_file_write(&w, s->m.data(), 4, s->m.size());
-    checkpoint_file_write(&w, s->v.data(), 4, s->v.size());
-    checkpoint_file_commit(&w, NULL, 0);
+    checkpoint_write_state_file(path, h, s);  // (no extras here: the payload version 1 had)
 }
 
 static std::vector<std::string> split_list(const std::string& s) {

@@ -320,16 +320,8 @@ static inline uint32_t checkpoint_moments_crc(const float* m, const float* v, si
     return crc32_update(crc32_update(0, m, n * 4), v, n * 4);
 }
 
-static inline void checkpoint_write_state(const std::string& path, const CheckpointState* s) {
-    int64_t h[CHECKPOINT_STATE_HEADER_INTS] = {0};
-    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_STATE_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
-    h[5] = s->data_state[0]; h[6] = s->data_state[1]; h[7] = s->data_state[2]; h[8] = s->skipped_steps;
-    h[9] = (int64_t)s->settings.size(); h[10] = (int64_t)s->m.size(); h[11] = (int64_t)s->v.size();
-    h[12] = (int64_t)s->extras.size();
-    h[13] = checkpoint_extras_crc(crc32_update(0, s->settings.data(), s->settings.size()), s);
-    h[14] = s->moments_begin;
-    h[15] = s->moments_total >= 0 ? s->moments_total : (int64_t)s->m.size();
-    h[16] = checkpoint_moments_crc(s->m.data(), s->v.data(), std::min(s->m.size(), s->v.size()));
+// Writes a state file: the header h, then s's payload (settings, m, v, extras), committed.
+static inline void checkpoint_write_state_file(const std::string& path, const int64_t h[CHECKPOINT_STATE_HEADER_INTS], const CheckpointState* s) {
     CheckpointFile w;
     checkpoint_file_open(&w, path);
     checkpoint_file_write(&w, h, sizeof(int64_t), CHECKPOINT_STATE_HEADER_INTS);
@@ -344,6 +336,19 @@ static inline void checkpoint_write_state(const std::string& path, const Checkpo
         checkpoint_file_write(&w, a.data.data(), 4, a.data.size());
     }
     checkpoint_file_commit(&w, NULL, 0);
+}
+
+static inline void checkpoint_write_state(const std::string& path, const CheckpointState* s) {
+    int64_t h[CHECKPOINT_STATE_HEADER_INTS] = {0};
+    h[0] = CHECKPOINT_STATE_MAGIC; h[1] = CHECKPOINT_STATE_VERSION; h[2] = s->step; h[3] = s->rank; h[4] = s->world_size;
+    h[5] = s->data_state[0]; h[6] = s->data_state[1]; h[7] = s->data_state[2]; h[8] = s->skipped_steps;
+    h[9] = (int64_t)s->settings.size(); h[10] = (int64_t)s->m.size(); h[11] = (int64_t)s->v.size();
+    h[12] = (int64_t)s->extras.size();
+    h[13] = checkpoint_extras_crc(crc32_update(0, s->settings.data(), s->settings.size()), s);
+    h[14] = s->moments_begin;
+    h[15] = s->moments_total >= 0 ? s->moments_total : (int64_t)s->m.size();
+    h[16] = checkpoint_moments_crc(s->m.data(), s->v.data(), std::min(s->m.size(), s->v.size()));
+    checkpoint_write_state_file(path, h, s);
 }
 
 // The header's checks that need no payload: magic, version, the sections within `size` bytes, and

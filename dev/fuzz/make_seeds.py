@@ -5,8 +5,10 @@ import sys
 import zlib
 
 if len(sys.argv) != 2:
-    sys.exit("usage: make_seeds.py DIR (the corpus folder, made if missing)")
+    sys.exit(f"error: expected one argument, the corpus folder DIR (made if missing), found {len(sys.argv) - 1}")
 out = sys.argv[1]
+if os.path.exists(out) and not os.path.isdir(out):
+    sys.exit(f"error: '{out}' is not a folder (expected the corpus folder DIR)")
 try:
     os.makedirs(out, exist_ok=True)
     probe = os.path.join(out, ".probe")
