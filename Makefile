@@ -128,8 +128,9 @@ fuzz: $(BUILD)/fuzz_parsers
 $(BUILD)/dump_logits: dev/dump_logits.cpp train_llama_cpu.cpp $(LLMC_H) | $(BUILD)
 	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
 
-# what a rank's state file costs at a checkpoint, version 1 against 2 (llmc/checkpoint.h), on this
-# disk: make bench-checkpoint (BENCH_CHECKPOINT_ARGS="--dir DIR --presets ... --ranks ...")
+# what a checkpoint costs on this disk: a rank's state file, version 1 against 2 (llmc/checkpoint.h),
+# and rank 0's files on the training loop, --checkpoint-async 0 against 1 (llmc/checkpoint_writer.h):
+# make bench-checkpoint (BENCH_CHECKPOINT_ARGS="--dir DIR --presets ... --ranks ... --step-ms MS")
 BENCH_CHECKPOINT_ARGS ?=
 $(BUILD)/bench_checkpoint: dev/bench_checkpoint.cpp $(LLMC_H) | $(BUILD)
 	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)

@@ -892,11 +892,6 @@ static StepStats llama_train_step(LlamaModel* m, const TrainConfig* tc, const Mu
 // ----------------------------------------------------------------------------
 // checkpoints: the same files as the CPU engine (fp32 weights; fp32 m and v in the state file)
 
-static void llama_save_model(LlamaModel* m, const std::string& path, int step) {
-    std::vector<float> host = llama_get_params(m);
-    checkpoint_write_model(path, &m->config, host.data(), step);
-}
-
 // out[k] = x[(first + k) RUN_MOMENTS_SAMPLE_STRIDE], k < count: a piece of llama_moments_sample_crc's sample
 __global__ void llama_moments_sample_kernel(float* out, const float* x, size_t first, size_t count) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1131,11 +1126,13 @@ int main(int argc, char** argv) {
     bool stopped = false;
     // a step, a validation pass and a checkpoint are the waits --comm-timeout watches (llmc/watchdog.h)
     if (grid.world_size > 1) watchdog_start(tc.comm_timeout, grid.rank);
+    CheckpointWriter writer;  // the checkpoint being written while training goes on (llmc/checkpoint_writer.h)
     for (int step = start_step; step <= tc.steps; step++) {
         watchdog_set_step(step);  // the validation and checkpoint of this step; the training of step + 1 below
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
         const bool stopping = stop_sig != 0 && !last;
+        run_checkpoint_settle(&ranks, &writer, &tc, step, false);  // DONE once every rank's files are in place
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
             std::vector<double> mean(V, 0.0);  // each logical rank's mean over its val batches
@@ -1157,8 +1154,13 @@ int main(int argc, char** argv) {
             llama_sample(&model, &tokenizer, &tc, tc.seed + (unsigned long long)step);
         }
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
-            if (grid.rank == 0) llama_save_model(&model, checkpoint_model_path(tc.output_dir, step), step);
-            CheckpointState st;
+            // copies of what the files hold, written while the next steps train (--checkpoint-async)
+            double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
+            if (grid.rank == 0) {
+                writer.params.resize(model.num_params);
+                cuda_download_to(writer.params.data(), model.params, model.num_params);
+            }
+            CheckpointState& st = writer.state;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
             dataloader_get_state(&train_loader, st.data_state);
             st.skipped_steps = consecutive_skips;
@@ -1169,22 +1171,16 @@ int main(int argc, char** argv) {
                 watchdog_enter("the checkpoint's optimizer moments check");
                 run_moments_share(&ranks, step, crc, model.num_params, &begin, &end);
                 watchdog_leave();
-                st.m = cuda_download(model.opt_m + begin, end - begin);
-                st.v = cuda_download(model.opt_v + begin, end - begin);
+                st.m.resize(end - begin);
+                st.v.resize(end - begin);
+                cuda_download_to(st.m.data(), model.opt_m + begin, end - begin);
+                cuda_download_to(st.v.data(), model.opt_v + begin, end - begin);
                 st.moments_begin = (int64_t)begin;
                 st.moments_total = (int64_t)model.num_params;
             }
+            st.extras.clear();
             for (int v = 0; v < V; v++) gradcomm_gpu_save(&gcs[v], &st.extras, v);
-            checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
-            watchdog_enter("the checkpoint's barrier");
-            llama_comm_max_int(&grid, 0);  // a barrier: every state file is in place before DONE marks the checkpoint whole
-            watchdog_leave();
-            checkpoint_test_crash("done", step);
-            if (grid.rank == 0) {
-                checkpoint_write_done(tc.output_dir, step);
-                checkpoint_prune(tc.output_dir, tc.keep_checkpoints, grid.world_size);
-                printf("checkpoint: %s (step %d)\n", tc.output_dir.c_str(), step);
-            }
+            run_checkpoint_write(&ranks, &writer, &tc, &model.config, step, t_ckpt, last || stopping);
         }
         if (stopping) {
             // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as

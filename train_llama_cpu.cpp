@@ -729,11 +729,13 @@ int main(int argc, char** argv) {
     int stop_sig = 0;  // a stop signal every rank has agreed on (llmc/run.h)
     bool stopped = false;
     if (grid.world_size > 1) watchdog_start(tc.comm_timeout, grid.rank);  // every MPI call from here on (llmc/watchdog.h)
+    CheckpointWriter writer;  // the checkpoint being written while training goes on (llmc/checkpoint_writer.h)
     for (int step = start_step; step <= tc.steps; step++) {
         watchdog_set_step(step);  // the validation and checkpoint of this step; the training of step + 1 below
         bool last = step == tc.steps;
         bool fresh = step == start_step && start_step > 0;  // just resumed: this step was already evaluated and saved
         const bool stopping = stop_sig != 0 && !last;
+        run_checkpoint_settle(&ranks, &writer, &tc, step, false);  // DONE once every rank's files are in place
 
         if (do_val && !fresh && (step % tc.val_every == 0 || last)) {
             std::vector<double> mean(V, 0.0);  // each logical rank's mean over its val batches
@@ -753,22 +755,18 @@ int main(int argc, char** argv) {
             llama_sample(&model, &tokenizer, &tc, tc.seed + (unsigned long long)step);
         }
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
-            if (grid.rank == 0) checkpoint_write_model(checkpoint_model_path(tc.output_dir, step), &lc, model.params, step);
-            CheckpointState st;
+            // copies of what the files hold, written while the next steps train (--checkpoint-async)
+            double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
+            if (grid.rank == 0) writer.params.assign(model.params, model.params + model.num_params);
+            CheckpointState& st = writer.state;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
             dataloader_get_state(&train_loader, st.data_state);
             st.skipped_steps = consecutive_skips;
             st.settings = settings;
             run_state_moments(&ranks, &st, model.opt_m, model.opt_v, model.num_params);  // this rank's share
+            st.extras.clear();
             gradcomm_save(&gc, &st.extras);
-            checkpoint_write_state(checkpoint_state_path(tc.output_dir, step, grid.rank), &st);
-            comm_barrier(&grid);  // every state file is in place before DONE marks the checkpoint whole
-            checkpoint_test_crash("done", step);
-            if (grid.rank == 0) {
-                checkpoint_write_done(tc.output_dir, step);
-                checkpoint_prune(tc.output_dir, tc.keep_checkpoints, grid.world_size);
-                printf("checkpoint: %s (step %d)\n", tc.output_dir.c_str(), step);
-            }
+            run_checkpoint_write(&ranks, &writer, &tc, &lc, step, t_ckpt, last || stopping);
         }
         if (stopping) {
             // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as

@@ -1,21 +1,26 @@
-// bench_checkpoint.cpp — what writing its state file costs each rank of a data-parallel run at
-// a checkpoint, version 1 against version 2 of the file (llmc/checkpoint.h), on this machine's
-// disk. v1 = the version replaced: every rank wrote all the optimizer moments (m and v, 8 bytes a
-// parameter) and took their CRC-32 a byte at a time; v2 = llmc/'s: each rank writes its 1/N
-// share of them, its CRC-32 eight bytes at a time. Both rows write the same header and settings,
-// with fsync and rename (checkpoint_file_commit), and time it end to end; the bytes on the file
-// system a checkpoint are N times a rank's (v1) or the moments once (v2). v1 is timed twice
-// (the faster kept: the first write of a size pays the page cache's turnover); a row is printed
-// as it completes; the files are removed. One process stands for one rank (the others write
-// their shares beside it).
-// Usage: build/bench_checkpoint [--dir DIR] [--presets LIST] [--ranks LIST]
-//   --dir      where the files go (default /tmp)
-//   --presets  comma list of llama.h presets (default llama300m,llama600m)
-//   --ranks    comma list of rank counts (default 1,8,32)
+// bench_checkpoint.cpp — what a checkpoint costs the ranks of a data-parallel run, on this
+// machine's disk. Two tables, each row printed as it completes, the files removed.
+//
+// 1. A rank's state file, version 1 against version 2 (llmc/checkpoint.h). v1 = the version
+// replaced: every rank wrote all the optimizer moments (m and v, 8 bytes a parameter) and took
+// their CRC-32 a byte at a time; v2 = llmc/'s: each rank writes its 1/N share of them, its CRC-32
+// eight bytes at a time. Both rows write the same header and settings, with fsync and rename
+// (checkpoint_file_commit), and time it end to end; the bytes on the file system a checkpoint are
+// N times a rank's (v1) or the moments once (v2). v1 is timed twice (the faster kept: the first
+// write of a size pays the page cache's turnover). One process stands for one rank.
+//
+// 2. Rank 0's checkpoint (the model file and its share of the moments) on the training loop,
+// written by llmc/checkpoint_writer.h as the engines write it: --checkpoint-async 0 (the loop
+// waits for the files) against 1 (the loop copies them and goes on; the writes run on a thread).
+// The loop's steps are idle sleeps of --step-ms, as a GPU engine's host thread is while its
+// device trains. "held" is the loop's time on the checkpoint: the copies, and with 0 the writes;
+// the second of two checkpoints is timed (the first pays the copies' page faults).
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 #include "../llmc/checkpoint.h"
+#include "../llmc/checkpoint_writer.h"
 
 static double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -48,11 +53,18 @@ static std::vector<std::string> split_list(const std::string& s) {
 }
 
 int main(int argc, char** argv) {
-    std::string dir = "/tmp", presets = "llama300m,llama600m", ranks = "1,8,32";
+    std::string dir = "/tmp", presets = "llama300m,llama600m", ranks = "1,8,32", step_ms_s = "100";
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        if ((a == "--dir" || a == "--presets" || a == "--ranks") && i + 1 < argc) (a == "--dir" ? dir : a == "--presets" ? presets : ranks) = argv[++i];
-        else { fprintf(stderr, "usage: bench_checkpoint [--dir DIR] [--presets LIST] [--ranks LIST]\n"); return 2; }
+        if ((a == "--dir" || a == "--presets" || a == "--ranks" || a == "--step-ms") && i + 1 < argc)
+            (a == "--dir" ? dir : a == "--presets" ? presets : a == "--ranks" ? ranks : step_ms_s) = argv[++i];
+        else { fprintf(stderr, "usage: bench_checkpoint [--dir DIR] [--presets LIST] [--ranks LIST] [--step-ms MS]\n"); return 2; }
+    }
+    char* step_end = NULL;
+    const double step_ms = strtod(step_ms_s.c_str(), &step_end);
+    if (step_ms_s.empty() || *step_end || !(step_ms >= 1 && step_ms <= 60000)) {
+        fprintf(stderr, "error: --step-ms: expected milliseconds from 1 to 60000, found '%s'\n", step_ms_s.c_str());
+        return 1;
     }
     struct stat st;
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) { fprintf(stderr, "error: --dir: '%s' is not a directory\n", dir.c_str()); return 1; }
@@ -62,6 +74,10 @@ int main(int argc, char** argv) {
         long n = strtol(r.c_str(), &end, 10);
         if (r.empty() || *end || n < 1 || n > 100000) { fprintf(stderr, "error: --ranks: expected rank counts from 1 to 100000, found '%s'\n", r.c_str()); return 1; }
         counts.push_back((int)n);
+    }
+    for (const std::string& name : split_list(presets)) {
+        LlamaConfig c = {};
+        if (!llama_preset(name.c_str(), &c)) { fprintf(stderr, "error: --presets: unknown preset '%s' (expected %s)\n", name.c_str(), LLAMA_PRESET_LIST); return 1; }
     }
     printf("# dev/bench_checkpoint.cpp: a rank's state file at a checkpoint, in %s; v1 = all the moments a rank, CRC-32 a byte at a time;\n"
            "# v2 = llmc/checkpoint.h's: the rank's share, CRC-32 eight bytes at a time (write = CRC, write, fsync, rename)\n", dir.c_str());
@@ -108,6 +124,62 @@ int main(int argc, char** argv) {
                    g1 * N, 8.0 * P / 1e9);
             fflush(stdout);
         }
+    }
+
+    // table 2: rank 0's checkpoint on the training loop, --checkpoint-async 0 against 1
+    printf("\n# rank 0's checkpoint (model file + its share of the moments) on a training loop of %.0f ms idle steps, written by\n"
+           "# llmc/checkpoint_writer.h; held = the loop's time on it (copies; with --checkpoint-async 0 the writes too)\n", step_ms);
+    printf("| preset | ranks | rank 0's files GB | write s | held s, async 0 | held s, async 1 | 0 / 1 | steps the writes overlapped |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    fflush(stdout);
+    for (const std::string& name : split_list(presets)) {
+        LlamaConfig c = {};
+        llama_preset(name.c_str(), &c);
+        size_t P = llama_num_params(&c);
+        std::vector<float> params(P), m(P), v(P);
+        for (size_t i = 0; i < P; i++) {
+            params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
+        }
+        CheckpointWriter w;
+        const std::string sub = dir + "/bench_checkpoint_writer." + std::to_string((long long)getpid());  // files of its own
+        if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
+        for (int N : counts) {
+            double held[2] = {0, 0}, write_s = 0;
+            int overlapped = 0;
+            size_t b, e;
+            checkpoint_moments_slice(P, 0, N, &b, &e);
+            for (int rep = 0; rep < 2; rep++) {  // the second timed
+                for (int async = 0; async < 2; async++) {
+                    const int step = 1 + 2 * rep + async;
+                    double t0 = now_s();
+                    w.params.assign(params.begin(), params.end());  // the copies the engines make
+                    CheckpointState& st = w.state;
+                    st.step = step; st.rank = 0; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
+                    st.settings = "model_config=" + llama_config_string(&c) + "\n";
+                    st.m.assign(m.begin() + b, m.begin() + e);
+                    st.v.assign(v.begin() + b, v.begin() + e);
+                    st.moments_begin = (int64_t)b; st.moments_total = (int64_t)P;
+                    w.model = true; w.config = c;
+                    checkpoint_writer_start(&w, sub, step, async == 1);
+                    held[async] = now_s() - t0;
+                    int steps = 0, status;
+                    double waited;
+                    while ((status = checkpoint_writer_status(&w, false, &waited)) == CHECKPOINT_WRITING) {
+                        std::this_thread::sleep_for(std::chrono::microseconds((long long)(step_ms * 1e3)));
+                        steps++;
+                    }
+                    if (status == CHECKPOINT_FAILED) { fprintf(stderr, "error: %s\n", w.error.c_str()); rmdir(sub.c_str()); return 1; }
+                    if (async == 1) { write_s = w.write_seconds; overlapped = steps; }
+                    w.step = -1;
+                    remove(checkpoint_model_path(sub, step).c_str());
+                    remove(checkpoint_state_path(sub, step, 0).c_str());
+                }
+            }
+            printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.0fx | %d |\n", name.c_str(), N, 4.0 * P / 1e9 + 8.0 * (e - b) / 1e9, write_s, held[0], held[1],
+                   held[0] / std::max(held[1], 1e-9), overlapped);
+            fflush(stdout);
+        }
+        rmdir(sub.c_str());
     }
     return 0;
 }

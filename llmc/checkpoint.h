@@ -63,8 +63,13 @@ static inline void checkpoint_test_crash(const char* what, int step) {
 }
 
 // An I/O failure while writing `path` (a full disk, a quota, a read-only mount): one line
-// naming the file and the system's reason, then exit 1.
+// naming the file and the system's reason, then exit 1; on a checkpoint writer's thread
+// (checkpoint_write_throws, llmc/checkpoint_writer.h) the line is thrown instead, for the ranks to
+// stop together.
+struct CheckpointWriteError { std::string line; };
+static thread_local bool checkpoint_write_throws = false;
 [[noreturn]] static inline void checkpoint_write_failed(const std::string& path, const char* what, int err) {
+    if (checkpoint_write_throws) throw CheckpointWriteError{std::string("cannot ") + what + " '" + path + "' (" + strerror(err) + ")"};
     user_error("cannot %s '%s' (%s)", what, path.c_str(), strerror(err));
 }
 

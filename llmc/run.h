@@ -18,12 +18,14 @@
 #include <unistd.h>
 #include <vector>
 #include "checkpoint.h"
+#include "checkpoint_writer.h"
 #include "dataloader.h"
 #include "gradcomm_common.h"
 #include "llama.h"
 #include "logger.h"
 #include "train_config.h"
 #include "utils.h"
+#include "watchdog.h"
 
 // --prompt-tokens as ids (train_config_parse checked the syntax); <|endoftext|> alone when unset
 // (run_sample_first_tokens).
@@ -640,6 +642,59 @@ static inline void run_state_moments(RunRanks* r, CheckpointState* st, const flo
     st->v.assign(v + begin, v + end);
     st->moments_begin = (int64_t)begin;
     st->moments_total = (int64_t)P;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints written while training goes on (llmc/checkpoint_writer.h)
+
+// Settles the checkpoint in flight, if any: each rank says whether its files are written (one
+// max over ranks, so every rank takes the same path), and once every rank's are, rank 0 marks the
+// checkpoint whole (DONE), keeps the newest -nk and prints its line. wait = false asks once and
+// leaves a checkpoint still being written in flight (at each step boundary); wait = true first
+// waits for this rank's writes (before the next checkpoint, at the run's last step, at a stop). A
+// failed write on any rank stops every rank with exit 1, each failed rank printing its line.
+// loop_step: the step the training loop is at.
+static inline void run_checkpoint_settle(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, int loop_step, bool wait) {
+    if (w->step < 0) return;
+    w->loop_step.store(loop_step);
+    double waited;
+    const int mine = checkpoint_writer_status(w, wait, &waited);
+    w->held_seconds += waited;
+    watchdog_enter("the checkpoint's barrier");
+    const int all = r->max_int(r->ctx, mine);  // every state file is in place before DONE marks the checkpoint whole
+    watchdog_leave();
+    if (all == CHECKPOINT_FAILED) run_agree(r, mine == CHECKPOINT_FAILED ? w->error : "");
+    if (all == CHECKPOINT_WRITING) return;
+    checkpoint_test_crash("done", w->step);
+    if (r->rank == 0) {
+        checkpoint_write_done(tc->output_dir, w->step);
+        checkpoint_prune(tc->output_dir, tc->keep_checkpoints, r->world_size);
+        printf("checkpoint: %s (step %d; rank 0's files written in %.2f s, the training held %.2f s)\n", tc->output_dir.c_str(), w->step,
+               w->write_seconds, w->held_seconds);
+        fflush(stdout);
+    }
+    w->step = -1;
+}
+
+// Checkpoint `step` begins: the one in flight is settled first. Returns the clock for
+// run_checkpoint_write. Then the caller fills w->params (rank 0: the weights) and w->state.
+static inline double run_checkpoint_begin(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, int step) {
+    const double t0 = checkpoint_writer_now();
+    run_checkpoint_settle(r, w, tc, step, true);
+    return t0;
+}
+
+// Hands checkpoint `step` to the writer: rank 0 writes the model file (w->params, config c), every
+// rank its state file (w->state). With --checkpoint-async 1 the writes run on the writer's thread
+// and the checkpoint is settled at a later step boundary; with 0, or now (the run's last step, a
+// stop), they are written and settled before this returns. t_begin: run_checkpoint_begin's clock.
+static inline void run_checkpoint_write(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, const LlamaConfig* c, int step, double t_begin, bool now) {
+    w->model = r->rank == 0;
+    w->config = *c;
+    const bool background = tc->checkpoint_async != 0 && !now;
+    checkpoint_writer_start(w, tc->output_dir, step, background);
+    w->held_seconds = checkpoint_writer_now() - t_begin;
+    if (!background) run_checkpoint_settle(r, w, tc, step, true);
 }
 
 // With -y 1: the newest complete checkpoint in -o that every rank finds sound (each rank checks

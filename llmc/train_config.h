@@ -43,6 +43,7 @@ typedef struct {
     int checkpoint_every;      // -n  (0 = only at the end when -o is set, -1 = never)
     int resume;                // -y  1 = resume from the newest complete checkpoint in -o
     int keep_checkpoints;      // -nk keep the newest K checkpoints (0 = keep all)
+    int checkpoint_async;      // --checkpoint-async 1: checkpoint files written while training goes on
     int val_every;             // -v  (0 = off)
     int val_batches;           // -m
     int sample_every;          // -s  (0 = off)
@@ -97,6 +98,7 @@ static inline void train_config_defaults(TrainConfig* c) {
     c->checkpoint_every = 0;
     c->resume = 0;
     c->keep_checkpoints = 0;
+    c->checkpoint_async = 1;
     c->val_every = 50;
     c->val_batches = 8;
     c->sample_every = 0;
@@ -174,6 +176,7 @@ static const TrainOpt TRAIN_OPTS[] = {
     TOPT(NULL, "--clip", OPT_FLOAT, grad_clip, 0, 1e30, NULL, OPT_RUN, "global gradient-norm clip (0 = off)"),
     TOPT("-n", "--checkpoint-every", OPT_INT, checkpoint_every, -1, INT_MAX, NULL, OPT_RANKS, "checkpoint every N steps (0 = only at the end, -1 = never)"),
     TOPT("-y", "--resume", OPT_INT, resume, 0, 1, NULL, OPT_RANKS, "1 = resume from the newest complete checkpoint in -o"),
+    TOPT(NULL, "--checkpoint-async", OPT_INT, checkpoint_async, 0, 1, NULL, OPT_RANKS, "1 = each checkpoint's files are written on a thread while training goes on (DONE follows once every rank's are in place); 0 = training waits for them"),
     TOPT("-nk", "--keep-checkpoints", OPT_INT, keep_checkpoints, 0, INT_MAX, NULL, OPT_RANKS, "keep the newest K checkpoints (0 = all)"),
     TOPT("-v", "--val-every", OPT_INT, val_every, 0, INT_MAX, NULL, OPT_RANKS, "val loss every N steps (0 = off)"),
     TOPT("-m", "--val-batches", OPT_INT, val_batches, 1, INT_MAX, NULL, OPT_RANKS, "val batches per evaluation on each rank (the val loss averages ranks x this many batches)"),

@@ -317,18 +317,23 @@ if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "^-y 1: resuming from step 3" <<<"
 else fail cli_resume_virtual_ranks_1_is_0_on_one_process "rc $rc: $(tail -c 300 <<<"$out") | $(tail -c 300 <<<"$out2")"; fi
 rm -rf "$TMP/vr" "$TMP/vr1"
 
-# dev/bench_checkpoint at tiny: a row a rank count, as it completes; v2's file holds a 1/N share of
-# the moments (8 bytes a parameter), v1's all of them; no file left behind; a bad flag is one line
+# dev/bench_checkpoint at tiny: in each table a row a rank count, as it completes; v2's file holds a
+# 1/N share of the moments (8 bytes a parameter), v1's all of them; rank 0's checkpoint on the loop
+# (table 2) is the model file (4 bytes a parameter) and its share; no file left behind; a bad flag
+# is one line
 if [ -x build/bench_checkpoint ]; then
     mkdir -p "$TMP/bench"
-    timeout 120 build/bench_checkpoint --dir "$TMP/bench" --presets tiny --ranks 1,4 >"$TMP/bench.out" 2>&1
+    timeout 120 build/bench_checkpoint --dir "$TMP/bench" --presets tiny --ranks 1,4 --step-ms 10 >"$TMP/bench.out" 2>&1
     rc=$?
     rows=$(python3 - "$TMP/bench.out" <<'EOF'
 import sys
 rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| tiny ")]
+files, loop = [r for r in rows if len(r) == 9], [r for r in rows if len(r) == 8]
 P = 13665408  # tiny's parameters (train_llama_cpu's configuration table)
-ok = len(rows) == 2 and all(int(r[1]) == P for r in rows) and [int(r[2]) for r in rows] == [1, 4]
-ok = ok and all(abs(float(r[3]) - 8 * P / 1e9) < 0.006 and abs(float(r[5]) - 8 * (P // int(r[2])) / 1e9) < 0.0006 for r in rows)
+ok = len(files) == 2 and all(int(r[1]) == P for r in files) and [int(r[2]) for r in files] == [1, 4]
+ok = ok and all(abs(float(r[3]) - 8 * P / 1e9) < 0.006 and abs(float(r[5]) - 8 * (P // int(r[2])) / 1e9) < 0.0006 for r in files)
+ok = ok and len(loop) == 2 and [int(r[1]) for r in loop] == [1, 4] and all(int(r[7]) >= 0 for r in loop)
+ok = ok and all(abs(float(r[2]) - (4 * P + 8 * (P // int(r[1]))) / 1e9) < 0.006 for r in loop)
 print("ok" if ok else rows)
 EOF
 )
@@ -337,6 +342,9 @@ EOF
     out=$(build/bench_checkpoint --ranks 2,0 2>&1)
     if [ $? -eq 1 ] && [ "$out" = "error: --ranks: expected rank counts from 1 to 100000, found '0'" ]; then pass bench_checkpoint_bad_ranks_one_line
     else fail bench_checkpoint_bad_ranks_one_line "$out"; fi
+    out=$(build/bench_checkpoint --step-ms 0.5 2>&1)
+    if [ $? -eq 1 ] && [ "$out" = "error: --step-ms: expected milliseconds from 1 to 60000, found '0.5'" ]; then pass bench_checkpoint_bad_step_one_line
+    else fail bench_checkpoint_bad_step_one_line "$out"; fi
 else fail bench_checkpoint_tiny_rows "build/bench_checkpoint is missing (make build/bench_checkpoint)"; fi
 
 [ "$failures" -eq 0 ]

@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     if (mkdtemp(dir)) {
         std::string d = dir;
         // GPU engine writes (as train_llama does) ...
-        llama_save_model(&m, checkpoint_model_path(d, 3), 3);
+        checkpoint_write_model(checkpoint_model_path(d, 3), &m.config, llama_get_params(&m).data(), 3);
         CheckpointState st;
         st.step = 3; st.rank = 0; st.world_size = 1;
         st.data_state[0] = 0; st.data_state[1] = 4096; st.data_state[2] = 1; st.skipped_steps = 0;

@@ -99,6 +99,45 @@ if cmp -s "$TMP/straight/model_00000008.bin" "$TMP/resumed/model_00000008.bin" &
     pass mpi_resume_bitwise_np2
 else fail mpi_resume_bitwise_np2 "step-8 files differ: $(why "$TMP/r.out")"; fi
 
+# --- checkpoints written while training goes on (--checkpoint-async 1, the default): a test hook
+#     holds each checkpoint's writes until the training loop is 3 steps past it, so rank 0 prints
+#     step 4's checkpoint line only after step 7's row, and DONE follows the files; a run that
+#     waits for its writes (--checkpoint-async 0) prints it right after step 4's row; both runs'
+#     files equal the straight run's, bit for bit
+"${MPIRUN[@]}" -np 2 env TRAIN_LLAMA_TEST_WRITE_HOLD=3 "$BIN" "${RUN[@]}" -o "$TMP/held" >"$TMP/h.out" 2>&1
+rc_held=$?
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" --checkpoint-async 0 -o "$TMP/sync" >"$TMP/sy.out" 2>&1
+rc_sync=$?
+order=$(python3 - "$TMP/h.out" "$TMP/sy.out" <<'EOF'
+import re, sys
+def at(path, pattern):  # the number of the first line matching pattern (-1: none)
+    lines = open(path).read().splitlines()
+    return next((i for i, l in enumerate(lines) if re.match(pattern, l)), -1)
+ckpt = r"checkpoint: .* \(step 4; rank 0's files written in [0-9.]+ s, the training held [0-9.]+ s\)$"
+h_ckpt, h_step7 = at(sys.argv[1], ckpt), at(sys.argv[1], r"step +7/8 ")
+s_ckpt, s_step4 = at(sys.argv[2], ckpt), at(sys.argv[2], r"step +4/8 ")
+print("ok" if h_ckpt > h_step7 >= 0 and s_ckpt == s_step4 + 1 > 0 else f"held: line {h_ckpt} after step 7's {h_step7}; sync: line {s_ckpt} after step 4's {s_step4}")
+EOF
+)
+same=1
+for f in model_00000004.bin state_00000004_00000.bin state_00000004_00001.bin DONE_00000004 model_00000008.bin state_00000008_00000.bin state_00000008_00001.bin; do
+    cmp -s "$TMP/straight/$f" "$TMP/held/$f" && cmp -s "$TMP/straight/$f" "$TMP/sync/$f" || same=0
+done
+if [ $rc_held -eq 0 ] && [ $rc_sync -eq 0 ] && [ "$order" = ok ] && [ $same = 1 ]; then pass mpi_checkpoint_async_overlaps_training_np2
+else fail mpi_checkpoint_async_overlaps_training_np2 "rc $rc_held/$rc_sync, $order, files same: $same"; fi
+
+# --- a write that fails on one rank while the training goes on (rank 1's file-size limit, below
+#     its state file; the shared-memory transport is off, as it would hit the limit too): every
+#     rank stops with exit 1 at the next step, with one line naming rank 1's file; no DONE, no
+#     temporary file left
+"${MPIRUN[@]}" -np 2 --mca btl self,tcp bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then ulimit -f 2000; trap "" XFSZ; fi; exec "$0" "$@"' \
+    "$BIN" "${RUN[@]}" -o "$TMP/wfail" >"$TMP/wf.out" 2>"$TMP/wf.err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c '^error:' "$TMP/wf.err")" -eq 1 ] &&
+   grep -q "^error: cannot write '$TMP/wfail/state_00000004_00001.bin.tmp-[^']*' (File too large)$" "$TMP/wf.err" &&
+   ! ls "$TMP/wfail" | grep -q -e tmp -e DONE; then pass mpi_checkpoint_async_write_fails_one_line
+else fail mpi_checkpoint_async_write_fails_one_line "rc=$rc $(grep -v '^-' "$TMP/wf.err" | head -c 300) $(ls "$TMP/wfail" | tr '\n' ' ')"; fi
+
 # --- the optimizer moments, the same on both ranks, are split across their state files (rank 0
 #     the first half, rank 1 the second); where the ranks' moments differ (a test hook changes
 #     rank 1's check) both write all of theirs, and the halves are those moments bit for bit
@@ -262,13 +301,25 @@ at=$(sed -n 's/^stopped by SIGTERM after step \([0-9]*\):.*/\1/p' "$TMP/sig3.out
 if [ -n "$at" ] && [ "$at" -ge 2 ] && [ "$at" -lt 8 ]; then stop_row mpi_signal_external_sigterm_np1 1 "$TMP/sig3" "$at" SIGTERM $rc
 else fail mpi_signal_external_sigterm_np1 "exit $rc, stopped at '$at': $(why "$TMP/sig3.out")"; fi
 # a second signal: exit 143 at once, no checkpoint of step 3 (not even a part), step 2's intact
-TRAIN_LLAMA_TEST_SIGNAL=3:0:15:2 "$BIN" "${SRUN[@]}" -n 2 -o "$TMP/sig4" >"$TMP/sig4.out" 2>&1
+# (--checkpoint-async 0: step 2's files are written before step 3 trains)
+TRAIN_LLAMA_TEST_SIGNAL=3:0:15:2 "$BIN" "${SRUN[@]}" -n 2 --checkpoint-async 0 -o "$TMP/sig4" >"$TMP/sig4.out" 2>&1
 rc=$?
 "${MPIRUN[@]}" -np 1 "$BIN" "${SRUN[@]}" -n 2 -y 1 -o "$TMP/sig4" >"$TMP/sig4r.out" 2>&1
 if [ $rc -eq 143 ] && [ -z "$(ls "$TMP/sig4" | grep 00000003)" ] && [ -f "$TMP/sig4/DONE_00000002" ] &&
    grep -q "resuming from step 2" "$TMP/sig4r.out" && cmp -s "$TMP/sig_whole1/model_00000008.bin" "$TMP/sig4/model_00000008.bin"; then
     pass mpi_second_signal_exits_at_once_checkpoint_intact
 else fail mpi_second_signal_exits_at_once_checkpoint_intact "exit $rc; files: $(ls "$TMP/sig4" | tr '\n' ' '); $(why "$TMP/sig4r.out")"; fi
+# the same with the writes on a thread (the default), held by a test hook until the loop is 2 steps
+# past their checkpoint: a second signal in step 5 ends the run while step 4's checkpoint is not
+# written yet; no file of step 4 or 5 is left, step 2's checkpoint is whole and resumes bitwise
+TRAIN_LLAMA_TEST_WRITE_HOLD=2 TRAIN_LLAMA_TEST_SIGNAL=5:0:15:2 "$BIN" "${SRUN[@]}" -n 2 -o "$TMP/sig4a" >"$TMP/sig4a.out" 2>&1
+rc=$?
+left=$(ls "$TMP/sig4a" | grep -e 00000004 -e 00000005)
+"${MPIRUN[@]}" -np 1 "$BIN" "${SRUN[@]}" -n 2 -y 1 -o "$TMP/sig4a" >"$TMP/sig4ar.out" 2>&1
+if [ $rc -eq 143 ] && [ -z "$left" ] && [ -f "$TMP/sig4a/DONE_00000002" ] &&
+   grep -q "resuming from step 2" "$TMP/sig4ar.out" && cmp -s "$TMP/sig_whole1/model_00000008.bin" "$TMP/sig4a/model_00000008.bin"; then
+    pass mpi_second_signal_during_async_write_previous_intact
+else fail mpi_second_signal_during_async_write_previous_intact "exit $rc; left of steps 4 and 5: '$left'; $(why "$TMP/sig4ar.out")"; fi
 # SIGTERM to the launcher: mpirun itself ends its ranks (SIGKILL a second after SIGTERM) and
 # exits 1; scripts/mpirun.sh turns it into SIGUSR1, which mpirun forwards: a checkpoint, exit 75,
 # and a resume line that names the script
