@@ -255,7 +255,11 @@ static void llama_set_params(LlamaModel* m, const float* host) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 
-static std::vector<float> llama_get_params(LlamaModel* m) { return cuda_download(m->params, m->num_params); }
+// Device master weights -> host fp32 (flat layout), into *out (resized; its memory reused).
+static void llama_get_params(LlamaModel* m, std::vector<float>* out) {
+    out->resize(m->num_params);
+    cuda_download_to(out->data(), m->params, m->num_params);
+}
 
 // ----------------------------------------------------------------------------
 // forward: tokens (B, T) host -> logits (B, T, Vp) on the device
@@ -1156,10 +1160,7 @@ int main(int argc, char** argv) {
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             // copies of what the files hold, written while the next steps train (--checkpoint-async)
             double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
-            if (grid.rank == 0) {
-                writer.params.resize(model.num_params);
-                cuda_download_to(writer.params.data(), model.params, model.num_params);
-            }
+            if (grid.rank == 0) llama_get_params(&model, &writer.params);
             CheckpointState& st = writer.state;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
             dataloader_get_state(&train_loader, st.data_state);

@@ -168,7 +168,8 @@ int main(int argc, char** argv) {
     LlamaModel m;
     llama_model_alloc(&m, &lc, B, T, attention);
     llama_load_model(&m, MODEL_PATH, "-e");
-    std::vector<float> loaded = llama_get_params(&m);
+    std::vector<float> loaded;
+    llama_get_params(&m, &loaded);
     test_check("gpu_model_checkpoint_payload", memcmp(loaded.data(), fx.f("params"), P * sizeof(float)) == 0,
                "weights differ from fixture params");
 
@@ -263,7 +264,8 @@ int main(int argc, char** argv) {
             worst_norm = std::max(worst_norm, fabs((double)st.grad_norm - want_norms[step]) / fabs((double)want_norms[step]));
             if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) { worst_loss = INFINITY; break; }
         }
-        std::vector<float> now = llama_get_params(&m);
+        std::vector<float> now;
+        llama_get_params(&m, &now);
         std::vector<float> got(P), want(P);
         for (size_t i = 0; i < P; i++) {
             got[i] = now[i] - fx.f("params")[i];
@@ -285,7 +287,9 @@ int main(int argc, char** argv) {
     if (mkdtemp(dir)) {
         std::string d = dir;
         // GPU engine writes (as train_llama does) ...
-        checkpoint_write_model(checkpoint_model_path(d, 3), &m.config, llama_get_params(&m).data(), 3);
+        std::vector<float> written;
+        llama_get_params(&m, &written);
+        checkpoint_write_model(checkpoint_model_path(d, 3), &m.config, written.data(), 3);
         CheckpointState st;
         st.step = 3; st.rank = 0; st.world_size = 1;
         st.data_state[0] = 0; st.data_state[1] = 4096; st.data_state[2] = 1; st.skipped_steps = 0;
@@ -300,7 +304,8 @@ int main(int argc, char** argv) {
         checkpoint_write_state(checkpoint_state_path(d, 3, 0), &st);
         checkpoint_write_done(d, 3);
         // ... the CPU engine's readers read it back bitwise
-        std::vector<float> gpu_params = llama_get_params(&m);
+        std::vector<float> gpu_params;
+        llama_get_params(&m, &gpu_params);
         std::vector<float> gpu_m = cuda_download(m.opt_m, P), gpu_v = cuda_download(m.opt_v, P);
         LlamaConfig c2;
         int s2 = -1;
@@ -332,7 +337,8 @@ int main(int argc, char** argv) {
         checkpoint_read_state(checkpoint_state_path(d, 5, 0), &st4);
         llama_load_model(&m, checkpoint_model_path(d, 5).c_str(), "-y");
         llama_set_optimizer_state(&m, &st4);
-        std::vector<float> back = llama_get_params(&m);
+        std::vector<float> back;
+        llama_get_params(&m, &back);
         std::vector<float> bm = cuda_download(m.opt_m, P), bv = cuda_download(m.opt_v, P);
         std::vector<float> b16 = cuda_download_float(m.params_bf16, P);
         bool copy_ok = true;
