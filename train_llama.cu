@@ -1160,7 +1160,7 @@ int main(int argc, char** argv) {
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             // copies of what the files hold, written while the next steps train (--checkpoint-async)
             double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
-            if (grid.rank == 0) llama_get_params(&model, &writer.params);
+            if (grid.rank == 0) llama_get_params(&model, &writer.params);  // (the host copy the files are written from)
             CheckpointState& st = writer.state;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
             dataloader_get_state(&train_loader, st.data_state);
@@ -1181,7 +1181,7 @@ int main(int argc, char** argv) {
             }
             st.extras.clear();
             for (int v = 0; v < V; v++) gradcomm_gpu_save(&gcs[v], &st.extras, v);
-            run_checkpoint_write(&ranks, &writer, &tc, &model.config, step, t_ckpt, last || stopping);
+            run_checkpoint_write(&ranks, &writer, &tc, &model.config, writer.params.data(), step, t_ckpt, last || stopping);
         }
         if (stopping) {
             // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as

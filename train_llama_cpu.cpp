@@ -757,7 +757,6 @@ int main(int argc, char** argv) {
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             // copies of what the files hold, written while the next steps train (--checkpoint-async)
             double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
-            if (grid.rank == 0) writer.params.assign(model.params, model.params + model.num_params);
             CheckpointState& st = writer.state;
             st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
             dataloader_get_state(&train_loader, st.data_state);
@@ -766,7 +765,7 @@ int main(int argc, char** argv) {
             run_state_moments(&ranks, &st, model.opt_m, model.opt_v, model.num_params);  // this rank's share
             st.extras.clear();
             gradcomm_save(&gc, &st.extras);
-            run_checkpoint_write(&ranks, &writer, &tc, &lc, step, t_ckpt, last || stopping);
+            run_checkpoint_write(&ranks, &writer, &tc, &lc, model.params, step, t_ckpt, last || stopping);
         }
         if (stopping) {
             // no rank exits before rank 0 has marked the checkpoint whole (a launcher such as

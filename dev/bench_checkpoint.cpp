@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
                 for (int async = 0; async < 2; async++) {
                     const int step = 1 + 2 * rep + async;
                     double t0 = now_s();
-                    w.params.assign(params.begin(), params.end());  // the copies the engines make
+                    w.weights = params.data();  // the copies the engines make: the weights with async 1 only
+                    if (async == 1) { w.params.assign(params.begin(), params.end()); w.weights = w.params.data(); }
                     CheckpointState& st = w.state;
                     st.step = step; st.rank = 0; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
                     st.settings = "model_config=" + llama_config_string(&c) + "\n";

@@ -34,7 +34,8 @@ struct CheckpointWriter {
     std::string dir;
     bool model = false;                 // this rank writes the model file (rank 0)
     LlamaConfig config = {};
-    std::vector<float> params;          // the weights at `step` (rank 0; kept for the next checkpoint)
+    const float* weights = nullptr;     // the weights at `step` the model file holds (rank 0)
+    std::vector<float> params;          // their copy, when the training goes on meanwhile (kept for the next checkpoint)
     CheckpointState state;              // this rank's state file
     double write_seconds = 0.0;         // the writes' own time
     double held_seconds = 0.0;          // the training thread's time on this checkpoint (copies, waits)
@@ -62,7 +63,7 @@ static inline void checkpoint_writer_files(CheckpointWriter* w) {
     checkpoint_writer_hold(w);
     const double t0 = checkpoint_writer_now();
     try {
-        if (w->model) checkpoint_write_model(checkpoint_model_path(w->dir, w->step), &w->config, w->params.data(), w->step);
+        if (w->model) checkpoint_write_model(checkpoint_model_path(w->dir, w->step), &w->config, w->weights, w->step);
         checkpoint_write_state(checkpoint_state_path(w->dir, w->step, w->state.rank), &w->state);
         w->write_seconds = checkpoint_writer_now() - t0;
         w->status.store(CHECKPOINT_WRITTEN);
@@ -73,7 +74,7 @@ static inline void checkpoint_writer_files(CheckpointWriter* w) {
     checkpoint_write_throws = throws;
 }
 
-// Writes checkpoint `step` of w (w->model, w->config, w->params and w->state filled in by the
+// Writes checkpoint `step` of w (w->model, w->config, w->weights and w->state filled in by the
 // caller) to dir: on a thread of its own when background, else here, before returning. No
 // checkpoint may be in flight (run_checkpoint_settle first).
 static inline void checkpoint_writer_start(CheckpointWriter* w, const std::string& dir, int step, bool background) {

@@ -677,21 +677,28 @@ static inline void run_checkpoint_settle(RunRanks* r, CheckpointWriter* w, const
 }
 
 // Checkpoint `step` begins: the one in flight is settled first. Returns the clock for
-// run_checkpoint_write. Then the caller fills w->params (rank 0: the weights) and w->state.
+// run_checkpoint_write. Then the caller fills w->state.
 static inline double run_checkpoint_begin(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, int step) {
     const double t0 = checkpoint_writer_now();
     run_checkpoint_settle(r, w, tc, step, true);
     return t0;
 }
 
-// Hands checkpoint `step` to the writer: rank 0 writes the model file (w->params, config c), every
-// rank its state file (w->state). With --checkpoint-async 1 the writes run on the writer's thread
-// and the checkpoint is settled at a later step boundary; with 0, or now (the run's last step, a
-// stop), they are written and settled before this returns. t_begin: run_checkpoint_begin's clock.
-static inline void run_checkpoint_write(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, const LlamaConfig* c, int step, double t_begin, bool now) {
+// Hands checkpoint `step` to the writer: rank 0 writes the model file (the host weights `weights`,
+// config c), every rank its state file (w->state). With --checkpoint-async 1 the writes run on the
+// writer's thread, from a copy of the weights unless they are w->params already, and the
+// checkpoint is settled at a later step boundary; with 0, or now (the run's last step, a stop),
+// they are written (no copy) and settled before this returns. t_begin: run_checkpoint_begin's clock.
+static inline void run_checkpoint_write(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, const LlamaConfig* c, const float* weights, int step,
+                                        double t_begin, bool now) {
+    const bool background = tc->checkpoint_async != 0 && !now;
     w->model = r->rank == 0;
     w->config = *c;
-    const bool background = tc->checkpoint_async != 0 && !now;
+    w->weights = weights;
+    if (w->model && background && weights != w->params.data()) {
+        w->params.assign(weights, weights + llama_num_params(c));
+        w->weights = w->params.data();
+    }
     checkpoint_writer_start(w, tc->output_dir, step, background);
     w->held_seconds = checkpoint_writer_now() - t_begin;
     if (!background) run_checkpoint_settle(r, w, tc, step, true);
