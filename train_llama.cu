@@ -1159,13 +1159,9 @@ int main(int argc, char** argv) {
         }
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             // copies of what the files hold, written while the next steps train (--checkpoint-async)
-            double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
+            double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step, &train_loader, consecutive_skips, settings);
             if (grid.rank == 0) llama_get_params(&model, &writer.params);  // (the host copy the files are written from)
             CheckpointState& st = writer.state;
-            st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
-            dataloader_get_state(&train_loader, st.data_state);
-            st.skipped_steps = consecutive_skips;
-            st.settings = settings;
             {  // this rank's share of the optimizer moments (the ranks compare a sample first)
                 size_t begin, end;
                 uint32_t crc = llama_moments_sample_crc(&model);
@@ -1179,7 +1175,6 @@ int main(int argc, char** argv) {
                 st.moments_begin = (int64_t)begin;
                 st.moments_total = (int64_t)model.num_params;
             }
-            st.extras.clear();
             for (int v = 0; v < V; v++) gradcomm_gpu_save(&gcs[v], &st.extras, v);
             run_checkpoint_write(&ranks, &writer, &tc, &model.config, writer.params.data(), step, t_ckpt, last || stopping);
         }

@@ -756,15 +756,9 @@ int main(int argc, char** argv) {
         }
         if (run_checkpoint_due(tc, step, fresh, last) || (stopping && !tc.output_dir.empty())) {
             // copies of what the files hold, written while the next steps train (--checkpoint-async)
-            double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step);
-            CheckpointState& st = writer.state;
-            st.step = step; st.rank = grid.rank; st.world_size = grid.world_size;
-            dataloader_get_state(&train_loader, st.data_state);
-            st.skipped_steps = consecutive_skips;
-            st.settings = settings;
-            run_state_moments(&ranks, &st, model.opt_m, model.opt_v, model.num_params);  // this rank's share
-            st.extras.clear();
-            gradcomm_save(&gc, &st.extras);
+            double t_ckpt = run_checkpoint_begin(&ranks, &writer, &tc, step, &train_loader, consecutive_skips, settings);
+            run_state_moments(&ranks, &writer.state, model.opt_m, model.opt_v, model.num_params);  // this rank's share
+            gradcomm_save(&gc, &writer.state.extras);
             run_checkpoint_write(&ranks, &writer, &tc, &lc, model.params, step, t_ckpt, last || stopping);
         }
         if (stopping) {

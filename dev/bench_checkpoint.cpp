@@ -75,17 +75,17 @@ int main(int argc, char** argv) {
         if (r.empty() || *end || n < 1 || n > 100000) { fprintf(stderr, "error: --ranks: expected rank counts from 1 to 100000, found '%s'\n", r.c_str()); return 1; }
         counts.push_back((int)n);
     }
+    std::vector<std::pair<std::string, LlamaConfig>> configs;
     for (const std::string& name : split_list(presets)) {
         LlamaConfig c = {};
         if (!llama_preset(name.c_str(), &c)) { fprintf(stderr, "error: --presets: unknown preset '%s' (expected %s)\n", name.c_str(), LLAMA_PRESET_LIST); return 1; }
+        configs.push_back({name, c});
     }
     printf("# dev/bench_checkpoint.cpp: a rank's state file at a checkpoint, in %s; v1 = all the moments a rank, CRC-32 a byte at a time;\n"
            "# v2 = llmc/checkpoint.h's: the rank's share, CRC-32 eight bytes at a time (write = CRC, write, fsync, rename)\n", dir.c_str());
     printf("| preset | params | ranks | v1 GB a rank | v1 s | v2 GB a rank | v2 s | v1 / v2 | state files GB a checkpoint, v1 -> v2 |\n|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    for (const std::string& name : split_list(presets)) {
-        LlamaConfig c = {};
-        if (!llama_preset(name.c_str(), &c)) { fprintf(stderr, "error: --presets: unknown preset '%s' (expected %s)\n", name.c_str(), LLAMA_PRESET_LIST); return 1; }
+    for (const auto& [name, c] : configs) {
         size_t P = llama_num_params(&c);
         std::vector<float> m(P), v(P);
         for (size_t i = 0; i < P; i++) { m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999); }
@@ -132,9 +132,7 @@ int main(int argc, char** argv) {
     printf("| preset | ranks | rank 0's files GB | write s | held s, async 0 | held s, async 1 | 0 / 1 | steps the writes overlapped |\n"
            "|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
-    for (const std::string& name : split_list(presets)) {
-        LlamaConfig c = {};
-        llama_preset(name.c_str(), &c);
+    for (const auto& [name, c] : configs) {
         size_t P = llama_num_params(&c);
         std::vector<float> params(P), m(P), v(P);
         for (size_t i = 0; i < P; i++) {
@@ -152,8 +150,7 @@ int main(int argc, char** argv) {
                 for (int async = 0; async < 2; async++) {
                     const int step = 1 + 2 * rep + async;
                     double t0 = now_s();
-                    w.weights = params.data();  // the copies the engines make: the weights with async 1 only
-                    if (async == 1) { w.params.assign(params.begin(), params.end()); w.weights = w.params.data(); }
+                    checkpoint_writer_set_weights(&w, params.data(), P, async == 1);  // the copies the engines make
                     CheckpointState& st = w.state;
                     st.step = step; st.rank = 0; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
                     st.settings = "model_config=" + llama_config_string(&c) + "\n";

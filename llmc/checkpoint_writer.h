@@ -74,6 +74,16 @@ static inline void checkpoint_writer_files(CheckpointWriter* w) {
     checkpoint_write_throws = throws;
 }
 
+// The weights the model file holds: `weights` itself when the writes run before the training
+// goes on, else a copy in w->params (unless they are there already).
+static inline void checkpoint_writer_set_weights(CheckpointWriter* w, const float* weights, size_t n, bool background) {
+    w->weights = weights;
+    if (background && weights != w->params.data()) {
+        w->params.assign(weights, weights + n);
+        w->weights = w->params.data();
+    }
+}
+
 // Writes checkpoint `step` of w (w->model, w->config, w->weights and w->state filled in by the
 // caller) to dir: on a thread of its own when background, else here, before returning. No
 // checkpoint may be in flight (run_checkpoint_settle first).

@@ -676,11 +676,20 @@ static inline void run_checkpoint_settle(RunRanks* r, CheckpointWriter* w, const
     w->step = -1;
 }
 
-// Checkpoint `step` begins: the one in flight is settled first. Returns the clock for
-// run_checkpoint_write. Then the caller fills w->state.
-static inline double run_checkpoint_begin(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, int step) {
-    const double t0 = checkpoint_writer_now();
+// Checkpoint `step` begins: the one in flight is settled first (its wait counted in its own
+// line), then w->state gets what every rank's state file holds besides the moments and extras
+// (step, rank, the data position of `train`, the skip count, the settings; extras emptied).
+// Returns the clock for run_checkpoint_write; the caller adds the moments and the extras.
+static inline double run_checkpoint_begin(RunRanks* r, CheckpointWriter* w, const TrainConfig* tc, int step, const DataLoader* train,
+                                          int skipped_steps, const std::string& settings) {
     run_checkpoint_settle(r, w, tc, step, true);
+    const double t0 = checkpoint_writer_now();
+    CheckpointState& st = w->state;
+    st.step = step; st.rank = r->rank; st.world_size = r->world_size;
+    dataloader_get_state(train, st.data_state);
+    st.skipped_steps = skipped_steps;
+    st.settings = settings;
+    st.extras.clear();
     return t0;
 }
 
@@ -694,11 +703,7 @@ static inline void run_checkpoint_write(RunRanks* r, CheckpointWriter* w, const 
     const bool background = tc->checkpoint_async != 0 && !now;
     w->model = r->rank == 0;
     w->config = *c;
-    w->weights = weights;
-    if (w->model && background && weights != w->params.data()) {
-        w->params.assign(weights, weights + llama_num_params(c));
-        w->weights = w->params.data();
-    }
+    if (w->model) checkpoint_writer_set_weights(w, weights, llama_num_params(c), background);
     checkpoint_writer_start(w, tc->output_dir, step, background);
     w->held_seconds = checkpoint_writer_now() - t_begin;
     if (!background) run_checkpoint_settle(r, w, tc, step, true);
