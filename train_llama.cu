@@ -558,12 +558,29 @@ static std::string llama_comm_broadcast_string(GpuCommGrid* g, const std::string
     return out;
 }
 
+// Root's x[0, n) (host memory) on every rank, over NCCL through a device buffer of at most
+// 64 MiB: a resume's weights and moments shares (run_resume_gather), before the model is on the GPU.
+static void llama_comm_broadcast_floats(GpuCommGrid* g, float* x, size_t n, int root) {
+    if (g->world_size == 1 || n == 0) return;
+    const size_t piece = std::min(n, (size_t)16 << 20);
+    float* buf = cuda_malloc<float>(piece);
+    for (size_t off = 0; off < n; off += piece) {  // (one stream: each piece's copies wait for the previous broadcast)
+        size_t count = std::min(piece, n - off);
+        if (g->rank == root) CUDA_CHECK(cudaMemcpyAsync(buf, x + off, count * sizeof(float), cudaMemcpyHostToDevice, g->nccl.stream));
+        comm_gpu_broadcast_f32(&g->nccl, buf, count, root);
+        if (g->rank != root) CUDA_CHECK(cudaMemcpyAsync(x + off, buf, count * sizeof(float), cudaMemcpyDeviceToHost, g->nccl.stream));
+        CUDA_CHECK(cudaStreamSynchronize(g->nccl.stream));
+    }
+    CUDA_CHECK(cudaFree(buf));
+}
+
 // The start-up checks' collectives (llmc/run.h) over NCCL.
 static int llama_ranks_max_int(void* g, int x) { return llama_comm_max_int((GpuCommGrid*)g, x); }
 static std::string llama_ranks_broadcast(void* g, const std::string& s) { return llama_comm_broadcast_string((GpuCommGrid*)g, s); }
 static void llama_ranks_finalize(void* g) { llama_comm_finalize((GpuCommGrid*)g); }
+static void llama_ranks_broadcast_floats(void* g, float* x, size_t n, int root) { llama_comm_broadcast_floats((GpuCommGrid*)g, x, n, root); }
 static RunRanks llama_run_ranks(GpuCommGrid* g) {
-    return RunRanks{g->rank, g->world_size, g, llama_ranks_max_int, llama_ranks_broadcast, llama_ranks_finalize};
+    return RunRanks{g->rank, g->world_size, g, llama_ranks_max_int, llama_ranks_broadcast, llama_ranks_finalize, llama_ranks_broadcast_floats};
 }
 
 // ----------------------------------------------------------------------------

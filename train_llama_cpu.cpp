@@ -596,8 +596,9 @@ static std::string run_virtual_memory_problem(const LlamaConfig* lc, const Train
 static int cpu_ranks_max_int(void* g, int x) { return comm_max_int((CommGrid*)g, x); }
 static std::string cpu_ranks_broadcast(void* g, const std::string& s) { return comm_broadcast_string((CommGrid*)g, s); }
 static void cpu_ranks_finalize(void* g) { comm_finalize((CommGrid*)g); }
+static void cpu_ranks_broadcast_floats(void* g, float* x, size_t n, int root) { comm_broadcast_floats((CommGrid*)g, x, n, root); }
 static RunRanks cpu_run_ranks(CommGrid* g) {
-    return RunRanks{g->rank, g->world_size, g, cpu_ranks_max_int, cpu_ranks_broadcast, cpu_ranks_finalize};
+    return RunRanks{g->rank, g->world_size, g, cpu_ranks_max_int, cpu_ranks_broadcast, cpu_ranks_finalize, cpu_ranks_broadcast_floats};
 }
 
 #ifndef TRAIN_LLAMA_NO_MAIN

@@ -1,5 +1,5 @@
 // bench_checkpoint.cpp — what a checkpoint costs the ranks of a data-parallel run, on this
-// machine's disk. Two tables, each row printed as it completes, the files removed.
+// machine's disk. Three tables, each row printed as it completes, the files removed.
 //
 // 1. A rank's state file, version 1 against version 2 (llmc/checkpoint.h). v1 = the version
 // replaced: every rank wrote all the optimizer moments (m and v, 8 bytes a parameter) and took
@@ -15,7 +15,17 @@
 // The loop's steps are idle sleeps of --step-ms, as a GPU engine's host thread is while its
 // device trains. "held" is the loop's time on the checkpoint: the copies, and with 0 the writes;
 // the second of two checkpoints is timed (the first pays the copies' page faults).
+//
+// 3. A resume's reads (-y 1), rank 0's, from the disk: the page cache is dropped from every file
+// first (posix_fadvise DONTNEED), so each row reads what a rank on another node would. before =
+// the replaced resume: every rank read the model file, its own state file and every other
+// rank's state file (the shares of the moments); now = llmc/run.h's: each rank reads its own
+// state file and rank 0 the model file too, and the ranks pass the weights and shares round over
+// their collectives (run_resume_gather; not timed here, it needs ranks). Rank 0 reads the most
+// either way; "in all" is what the N ranks read together. Each is timed twice, alternating, the
+// faster kept.
 #include <chrono>
+#include <fcntl.h>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -42,6 +52,17 @@ static void write_state_v1(const std::string& path, const CheckpointState* s) {
     crc = crc32_bytewise(crc32_bytewise(crc, s->m.data(), s->m.size() * 4), s->v.data(), s->v.size() * 4);
     h[13] = crc;
     checkpoint_write_state_file(path, h, s);  // (no extras here: the payload version 1 had)
+}
+
+// drops a file's pages from the page cache, so the next read comes from the disk
+static void drop_cache(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd >= 0) { posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); close(fd); }
+}
+
+static long long path_bytes(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : 0;
 }
 
 static std::vector<std::string> split_list(const std::string& s) {
@@ -177,6 +198,66 @@ int main(int argc, char** argv) {
                    held[0] / std::max(held[1], 1e-9), overlapped);
             fflush(stdout);
         }
+        rmdir(sub.c_str());
+    }
+
+    // table 3: a resume's reads, rank 0's, cold: every rank's files (before) against its own (now)
+    printf("\n# a resume's reads from the disk (-y 1), rank 0's, the page cache dropped first; before = the model file and every\n"
+           "# rank's state file on every rank, now = its own state file, and on rank 0 the model file (llmc/run.h)\n");
+    printf("| preset | ranks | rank 0 reads GB, before | before s | rank 0 reads GB, now | now s | before / now | the ranks read GB in all, before -> now |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    fflush(stdout);
+    for (const auto& [name, c] : configs) {
+        size_t P = llama_num_params(&c);
+        std::vector<float> params(P), m(P), v(P);
+        for (size_t i = 0; i < P; i++) {
+            params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
+        }
+        const std::string sub = dir + "/bench_checkpoint_resume." + std::to_string((long long)getpid());
+        if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
+        const std::string model = checkpoint_model_path(sub, 1);
+        checkpoint_write_model(model, &c, params.data(), 1);
+        for (int N : counts) {
+            for (int q = 0; q < N; q++) {  // the N ranks' state files, each with its share
+                CheckpointState st;
+                size_t b, e;
+                checkpoint_moments_slice(P, q, N, &b, &e);
+                st.step = 1; st.rank = q; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
+                st.settings = "model_config=" + llama_config_string(&c) + "\n";
+                st.m.assign(m.begin() + b, m.begin() + e);
+                st.v.assign(v.begin() + b, v.begin() + e);
+                st.moments_begin = (int64_t)b; st.moments_total = (int64_t)P;
+                checkpoint_write_state(checkpoint_state_path(sub, 1, q), &st);
+            }
+            double secs[2] = {INFINITY, INFINITY}, gb[2];
+            for (int k = 0; k < 4; k++) {  // before, now, before, now: the faster of each kept
+                const int now = k % 2;
+                drop_cache(model);
+                for (int q = 0; q < N; q++) drop_cache(checkpoint_state_path(sub, 1, q));
+                std::vector<float> back;
+                std::string why;
+                bool differs = false, ok = true;
+                double t0 = now_s();
+                long long bytes = 0;
+                for (int q = 0; q < (now ? 1 : N); q++) {  // its own state file first, as run_check_checkpoint reads it
+                    CheckpointState st;
+                    std::string path = checkpoint_state_path(sub, 1, q);
+                    ok = ok && checkpoint_try_read_state(path, &st, &why);
+                    bytes += path_bytes(path);
+                    if (q == 0) { ok = ok && checkpoint_try_read_model(model, &c, 1, &back, &why, &differs); bytes += path_bytes(model); }
+                }
+                secs[now] = std::min(secs[now], now_s() - t0);
+                gb[now] = bytes / 1e9;
+                if (!ok) { fprintf(stderr, "error: the bench's checkpoint in '%s' did not read back: %s\n", sub.c_str(), why.c_str()); return 1; }
+            }
+            long long once = path_bytes(model);  // now every file is read once, by its rank
+            for (int q = 0; q < N; q++) once += path_bytes(checkpoint_state_path(sub, 1, q));
+            printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.1fx | %.1f -> %.1f |\n", name.c_str(), N, gb[0], secs[0], gb[1], secs[1],
+                   secs[0] / std::max(secs[1], 1e-9), gb[0] * N, once / 1e9);
+            fflush(stdout);
+            for (int q = 0; q < N; q++) remove(checkpoint_state_path(sub, 1, q).c_str());
+        }
+        remove(model.c_str());
         rmdir(sub.c_str());
     }
     return 0;

@@ -421,61 +421,6 @@ static inline bool checkpoint_parse_state(FILE* f, long long size, CheckpointSta
     return true;
 }
 
-// Reads another rank's slice of the optimizer moments into m and v (P values each, at the slice's
-// place) without exiting: the file must be a version-2 state file of this step and of rank `rank`
-// of `world_size`, holding the slice checkpoint_moments_slice gives that rank, and the values must
-// match their CRC-32 (the rest of the file is its own rank's to check). On failure *why completes
-// "state file 'X' ..." and *io_error says whether the file could not be read at all.
-static inline bool checkpoint_try_read_moments(const std::string& path, int step, int rank, int world_size, size_t P, float* m, float* v,
-                                               std::string* why, bool* io_error) {
-    *io_error = false;
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) {
-        *why = errno == ENOENT ? std::string("is missing") : std::string("cannot be opened (") + strerror(errno) + ")";
-        *io_error = errno != ENOENT;
-        return false;
-    }
-    errno = 0;
-    long long size = file_size_bytes(f);
-    int64_t h[CHECKPOINT_STATE_HEADER_INTS];
-    size_t begin, end;
-    checkpoint_moments_slice(P, rank, world_size, &begin, &end);
-    char b[256];
-    bool ok = fread(h, 8, CHECKPOINT_STATE_HEADER_INTS, f) == CHECKPOINT_STATE_HEADER_INTS;
-    if (!ok) snprintf(b, sizeof(b), "is truncated: %lld bytes, shorter than its %d-byte header", size, CHECKPOINT_STATE_HEADER_INTS * 8);
-    std::string w;
-    if (ok && !checkpoint_check_state_header(h, size, &w)) { snprintf(b, sizeof(b), "%s", w.c_str()); ok = false; }
-    if (ok && (h[1] < 2 || h[2] != step || h[3] != rank || h[4] != world_size)) {
-        snprintf(b, sizeof(b), "holds version %lld, step %lld, rank %lld of %lld, expected version %d, step %d, rank %d of %d", (long long)h[1],
-                 (long long)h[2], (long long)h[3], (long long)h[4], CHECKPOINT_STATE_VERSION, step, rank, world_size);
-        ok = false;
-    }
-    if (ok && (h[15] != (int64_t)P || h[14] != (int64_t)begin || h[10] != (int64_t)(end - begin))) {
-        snprintf(b, sizeof(b), "holds optimizer values [%lld, %lld) of %lld, expected [%zu, %zu) of %zu", (long long)h[14],
-                 (long long)(h[14] + h[10]), (long long)h[15], begin, end, P);
-        ok = false;
-    }
-    if (ok) {
-        size_t n = end - begin;
-        ok = fseek(f, (long)(CHECKPOINT_STATE_HEADER_INTS * 8LL + h[9]), SEEK_SET) == 0 && fread(m + begin, 4, n, f) == n &&
-             fread(v + begin, 4, n, f) == n;
-        if (!ok) snprintf(b, sizeof(b), "is truncated (%lld bytes)", size);
-        uint32_t crc = ok ? checkpoint_moments_crc(m + begin, v + begin, n) : 0;
-        if (ok && crc != (uint32_t)h[16]) {
-            snprintf(b, sizeof(b), "is corrupted: the optimizer values' CRC-32 %08x, the header says %08x", crc, (uint32_t)h[16]);
-            ok = false;
-        }
-    }
-    if (ferror(f)) {  // a read that failed, not a damaged file
-        snprintf(b, sizeof(b), "cannot be read (%s)", strerror(errno ? errno : EIO));
-        *io_error = true;
-        ok = false;
-    }
-    fclose(f);
-    if (!ok) *why = b;
-    return ok;
-}
-
 // Reads and validates a state file without exiting; on failure *why completes "state file 'X' ..."
 // and *io_error says whether the file could not be read at all (rather than being damaged).
 static inline bool checkpoint_try_read_state(const std::string& path, CheckpointState* s, std::string* why, bool* io_error = NULL) {

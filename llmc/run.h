@@ -122,6 +122,7 @@ typedef struct {
     int (*max_int)(void* ctx, int x);                          // max over ranks; also a barrier
     std::string (*broadcast)(void* ctx, const std::string& s);  // rank 0's string on every rank
     void (*finalize)(void* ctx);                               // before exiting on an error
+    void (*broadcast_floats)(void* ctx, float* x, size_t n, int root);  // root's x[0, n) on every rank (a resume's weights and moments)
 } RunRanks;
 
 // Every rank's verdict on one check: each rank with a problem prints its line, and if any rank
@@ -498,11 +499,13 @@ static inline std::string run_io_error_hint() {
     return "; the file is not damaged, so no older checkpoint replaces it: fix the permission or the file system and resume again (nothing was changed)";
 }
 
-// One candidate checkpoint, checked on this rank: its state file (this rank's), the model file,
-// and every header field against the others, the file names, this run and the data. Returns
-// 0 when sound, 1 when damaged (*why says how; an older checkpoint may do), 2 when sound but
-// written by another run configuration (*why is the user's error), 3 when a file cannot be read
-// (a permission, a failing disk: not damage, so the run stops and changes nothing).
+// One candidate checkpoint, checked on this rank: its state file (this rank's, with its share of
+// the optimizer moments), on rank 0 the model file, and every header field against the others,
+// the file names, this run and the data. No rank reads another rank's state file: once every rank
+// has found its own files sound, run_resume_gather hands the weights and the shares round.
+// Returns 0 when sound, 1 when damaged (*why says how; an older checkpoint may do), 2 when sound
+// but written by another run configuration (*why is the user's error), 3 when a file cannot be
+// read (a permission, a failing disk: not damage, so the run stops and changes nothing).
 static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig* lc, const std::string& settings, int rank, int world_size,
                                        const DataLoader* train, int accum_steps, int step, CheckpointState* state,
                                        std::vector<float>* params, std::string* why) {
@@ -560,7 +563,7 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
     else b[0] = '\0';
     if (b[0]) { *why = "state file '" + spath + "' " + b; return 1; }
     bool config_differs = false;
-    if (!checkpoint_try_read_model(mpath, lc, step, params, &w, &config_differs, &io_error)) {
+    if (rank == 0 && !checkpoint_try_read_model(mpath, lc, step, params, &w, &config_differs, &io_error)) {
         if (io_error) { *why = "-y: checkpoint step " + std::to_string(step) + ": model file '" + mpath + "' " + w + run_io_error_hint(); return 3; }
         if (config_differs) {
             *why = "-y: checkpoint '" + mpath + "' " + w + " (hint: pass the same -e, or a new -o)";
@@ -568,23 +571,6 @@ static inline int run_check_checkpoint(const TrainConfig* tc, const LlamaConfig*
         }
         *why = "model file '" + mpath + "' " + w;
         return 1;
-    }
-    if (!whole) {  // this rank's share of the moments: the other ranks' from their files
-        std::vector<float> m(P), v(P);
-        std::copy(state->m.begin(), state->m.end(), m.begin() + begin);
-        std::copy(state->v.begin(), state->v.end(), v.begin() + begin);
-        for (int q = 0; q < world_size; q++) {
-            if (q == rank) continue;
-            std::string qpath = checkpoint_state_path(tc->output_dir, step, q);
-            if (!checkpoint_try_read_moments(qpath, step, q, world_size, P, m.data(), v.data(), &w, &io_error)) {
-                if (io_error) { *why = "-y: checkpoint step " + std::to_string(step) + ": state file '" + qpath + "' " + w + run_io_error_hint(); return 3; }
-                *why = "state file '" + qpath + "' " + w + " (rank " + std::to_string(q) + "'s share of the optimizer moments)";
-                return 1;
-            }
-        }
-        state->m.swap(m);
-        state->v.swap(v);
-        state->moments_begin = 0;
     }
     return 0;
 }
@@ -709,8 +695,31 @@ static inline void run_checkpoint_write(RunRanks* r, CheckpointWriter* w, const 
     if (!background) run_checkpoint_settle(r, w, tc, step, true);
 }
 
+// The chosen checkpoint, found sound on every rank, on every rank: rank 0's weights (the only
+// rank that read the model file) and each rank's share of the optimizer moments, over the ranks'
+// collectives, so that a resume of N ranks reads each file once instead of N times (llama600m on
+// 8 ranks: 7.3 GB from the file system instead of 58 GB).
+static inline void run_resume_gather(RunRanks* r, size_t P, CheckpointState* state, std::vector<float>* params) {
+    if (r->world_size == 1) return;
+    params->resize(P);
+    r->broadcast_floats(r->ctx, params->data(), P, 0);
+    if (state->m.size() == P) return;  // every rank holds all of them (version 1, or moments that differed)
+    std::vector<float> m(P), v(P);
+    std::copy(state->m.begin(), state->m.end(), m.begin() + state->moments_begin);
+    std::copy(state->v.begin(), state->v.end(), v.begin() + state->moments_begin);
+    for (int q = 0; q < r->world_size; q++) {
+        size_t begin, end;
+        checkpoint_moments_slice(P, q, r->world_size, &begin, &end);
+        r->broadcast_floats(r->ctx, m.data() + begin, end - begin, q);
+        r->broadcast_floats(r->ctx, v.data() + begin, end - begin, q);
+    }
+    state->m.swap(m);
+    state->v.swap(v);
+    state->moments_begin = 0;
+}
+
 // With -y 1: the newest complete checkpoint in -o that every rank finds sound (each rank checks
-// its own state file and the model file), falling back to older complete ones past damaged
+// its own state file, rank 0 the model file too), falling back to older complete ones past damaged
 // ones, saying why. With none complete it starts from step 0. The files of steps after the
 // chosen one (incomplete or damaged) are deleted by rank 0, since the run writes those steps
 // again. Fills *state and *params; returns the step (0 = start fresh). Call after
@@ -737,11 +746,22 @@ static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, 
         pos = end + 1;
     }
     int chosen = 0;
+    const size_t P = llama_num_params(lc);
     for (int i = (int)done.size() - 1; i >= 0; i--) {
         std::string why;
         int verdict = run_check_checkpoint(tc, lc, settings, r->rank, r->world_size, train, accum_steps, done[i], state, params, &why);
         int worst = r->max_int(r->ctx, verdict);
         if (worst >= 2) run_agree(r, verdict >= 2 ? why : "");  // another run's checkpoint, or a file that cannot be read: stop
+        if (worst == 0 && r->world_size > 1) {  // every rank a share of the moments, or every rank all of them (a mix: two checkpoints' files)
+            bool whole = state->m.size() == P;
+            int slices = r->max_int(r->ctx, whole ? 0 : 1), wholes = r->max_int(r->ctx, whole ? 1 : 0);
+            if (slices && wholes) {
+                worst = 1;
+                verdict = whole ? 0 : 1;
+                why = "state file '" + checkpoint_state_path(dir, done[i], r->rank) +
+                      "' holds this rank's share of the optimizer moments, but another rank's state file holds all of them";
+            }
+        }
         if (worst == 0) { chosen = done[i]; break; }
         if (verdict == 1) {
             std::string line = "warning: -y: checkpoint step " + std::to_string(done[i]) + " is damaged: " + why +
@@ -765,6 +785,7 @@ static inline int run_find_resume(const TrainConfig* tc, const LlamaConfig* lc, 
                                  run_step_list(later) + " in " + dir + " (this run writes them again)";
     }
     run_check_keeps_model_file(tc, r, run_output.doomed, "-y 1");
+    if (chosen > 0) run_resume_gather(r, P, state, params);
     if (r->rank == 0) {
         if (chosen == 0) printf("-y 1: no complete checkpoint in %s, starting from step 0\n", dir.c_str());
         else printf("-y 1: resuming from step %d in %s\n", chosen, dir.c_str());

@@ -319,8 +319,8 @@ rm -rf "$TMP/vr" "$TMP/vr1"
 
 # dev/bench_checkpoint at tiny: in each table a row a rank count, as it completes; v2's file holds a
 # 1/N share of the moments (8 bytes a parameter), v1's all of them; rank 0's checkpoint on the loop
-# (table 2) is the model file (4 bytes a parameter) and its share; no file left behind; a bad flag
-# is one line
+# (table 2) is the model file (4 bytes a parameter) and its share, and so are its reads at a resume
+# now (table 3; before, every rank's share); no file left behind; a bad flag is one line
 if [ -x build/bench_checkpoint ]; then
     mkdir -p "$TMP/bench"
     timeout 120 build/bench_checkpoint --dir "$TMP/bench" --presets tiny --ranks 1,4 --step-ms 10 >"$TMP/bench.out" 2>&1
@@ -328,12 +328,18 @@ if [ -x build/bench_checkpoint ]; then
     rows=$(python3 - "$TMP/bench.out" <<'EOF'
 import sys
 rows = [l.split("|")[1:-1] for l in open(sys.argv[1]) if l.startswith("| tiny ")]
-files, loop = [r for r in rows if len(r) == 9], [r for r in rows if len(r) == 8]
+files, eight = [r for r in rows if len(r) == 9], [r for r in rows if len(r) == 8]
+loop, resume = eight[:2], eight[2:]  # tables 2 and 3, in that order
 P = 13665408  # tiny's parameters (train_llama_cpu's configuration table)
 ok = len(files) == 2 and all(int(r[1]) == P for r in files) and [int(r[2]) for r in files] == [1, 4]
 ok = ok and all(abs(float(r[3]) - 8 * P / 1e9) < 0.006 and abs(float(r[5]) - 8 * (P // int(r[2])) / 1e9) < 0.0006 for r in files)
 ok = ok and len(loop) == 2 and [int(r[1]) for r in loop] == [1, 4] and all(int(r[7]) >= 0 for r in loop)
 ok = ok and all(abs(float(r[2]) - (4 * P + 8 * (P // int(r[1]))) / 1e9) < 0.006 for r in loop)
+# a resume: before, rank 0 read the model file and every rank's share (12 bytes a parameter), now the
+# model file and its own share; in all, N times rank 0's before, the checkpoint once now
+ok = ok and len(resume) == 2 and [int(r[1]) for r in resume] == [1, 4]
+ok = ok and all(abs(float(r[2]) - 12 * P / 1e9) < 0.006 and abs(float(r[4]) - (4 * P + 8 * (P // int(r[1]))) / 1e9) < 0.006 for r in resume)
+ok = ok and [r[7].strip() for r in resume] == ["0.2 -> 0.2", "0.7 -> 0.2"]
 print("ok" if ok else rows)
 EOF
 )

@@ -164,6 +164,7 @@ if [ $rc -eq 0 ] && [ "$split" = ok ] && cmp -s "$TMP/straight/model_00000008.bi
     pass mpi_state_moments_split_np2
 else fail mpi_state_moments_split_np2 "rc=$rc, $split: $(head -c 300 "$TMP/d.err")"; fi
 # a checkpoint of whole moments resumes as the split one does
+cp "$TMP/differ/state_00000008_00001.bin" "$TMP/whole8_1.bin"
 rm -f "$TMP/differ/DONE_00000008" "$TMP/differ/model_00000008.bin" "$TMP/differ/state_00000008_"*
 "${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/differ" >"$TMP/dr.out" 2>&1
 if cmp -s "$TMP/straight/model_00000008.bin" "$TMP/differ/model_00000008.bin" &&
@@ -194,8 +195,9 @@ if grep -q "resuming from step 4" "$TMP/v1.out" && cmp -s "$TMP/straight/model_0
    cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/v1/state_00000008_00000.bin" &&
    cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/v1/state_00000008_00001.bin"; then pass mpi_resume_version1_checkpoint_np2
 else fail mpi_resume_version1_checkpoint_np2 "step-8 files differ: $(why "$TMP/v1.out")"; fi
-# one flipped bit in rank 1's share of the moments: both ranks find the checkpoint damaged (rank 0
-# naming rank 1's share), and the run resumes from the older one to the same step-8 files
+# one flipped bit in rank 1's share of the moments: rank 1 finds its file damaged (no rank reads
+# another's state file: the shares go round over MPI once every rank has found its own sound), and
+# the run resumes from the older checkpoint to the same step-8 files
 cp -r "$TMP/straight" "$TMP/share"
 python3 - "$TMP/share/state_00000008_00001.bin" <<'EOF'
 import sys, numpy as np
@@ -209,10 +211,23 @@ EOF
 "${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/share" >"$TMP/sh.out" 2>"$TMP/sh.err"
 rc=$?
 if [ $rc -eq 0 ] && grep -q "resuming from step 4" "$TMP/sh.out" &&
-   grep -q "^warning: -y: checkpoint step 8 is damaged: state file '.*state_00000008_00001.bin' is corrupted: the optimizer values' CRC-32 [0-9a-f]*, the header says [0-9a-f]* (rank 1's share of the optimizer moments); trying" "$TMP/sh.err" &&
+   [ "$(grep -c '^warning: -y:' "$TMP/sh.err")" -eq 1 ] &&
+   grep -q "^warning: -y: checkpoint step 8 is damaged: state file '.*state_00000008_00001.bin' is corrupted: the optimizer values' CRC-32 [0-9a-f]*, the header says [0-9a-f]*; trying" "$TMP/sh.err" &&
    cmp -s "$TMP/straight/model_00000008.bin" "$TMP/share/model_00000008.bin" &&
-   cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/share/state_00000008_00000.bin"; then pass mpi_resume_damaged_moments_share_falls_back
+   cmp -s "$TMP/straight/state_00000008_00000.bin" "$TMP/share/state_00000008_00000.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/share/state_00000008_00001.bin"; then pass mpi_resume_damaged_moments_share_falls_back
 else fail mpi_resume_damaged_moments_share_falls_back "rc=$rc: $(head -c 400 "$TMP/sh.err")"; fi
+# rank 1's step-8 file holding all the moments beside rank 0's share (two checkpoints' files): rank
+# 0 names the mix, and the run resumes from step 4 to the same step-8 files
+cp -r "$TMP/straight" "$TMP/mixed"
+cp "$TMP/whole8_1.bin" "$TMP/mixed/state_00000008_00001.bin"
+"${MPIRUN[@]}" -np 2 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/mixed" >"$TMP/mx.out" 2>"$TMP/mx.err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "resuming from step 4" "$TMP/mx.out" && [ "$(grep -c '^warning: -y:' "$TMP/mx.err")" -eq 1 ] &&
+   grep -q "^warning: -y: checkpoint step 8 is damaged: state file '.*state_00000008_00000.bin' holds this rank's share of the optimizer moments, but another rank's state file holds all of them; trying" "$TMP/mx.err" &&
+   cmp -s "$TMP/straight/model_00000008.bin" "$TMP/mixed/model_00000008.bin" &&
+   cmp -s "$TMP/straight/state_00000008_00001.bin" "$TMP/mixed/state_00000008_00001.bin"; then pass mpi_resume_mixed_moments_files_fall_back
+else fail mpi_resume_mixed_moments_files_fall_back "rc=$rc: $(head -c 400 "$TMP/mx.err")"; fi
 
 # --- a checkpoint from another rank count is refused
 "${MPIRUN[@]}" -np 1 "$BIN" "${RUN[@]}" -y 1 -o "$TMP/straight" >"$TMP/o.out" 2>"$TMP/o.err"
