@@ -129,8 +129,9 @@ $(BUILD)/dump_logits: dev/dump_logits.cpp train_llama_cpu.cpp $(LLMC_H) | $(BUIL
 	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)
 
 # what a checkpoint costs on this disk: a rank's state file, version 1 against 2 (llmc/checkpoint.h),
-# and rank 0's files on the training loop, --checkpoint-async 0 against 1 (llmc/checkpoint_writer.h):
-# make bench-checkpoint (BENCH_CHECKPOINT_ARGS="--dir DIR --presets ... --ranks ... --step-ms MS")
+# rank 0's files on the training loop, --checkpoint-async 0 against 1 (llmc/checkpoint_writer.h),
+# and rank 0's reads at a resume, every rank's files against its own (llmc/run.h):
+# make bench-checkpoint (BENCH_CHECKPOINT_ARGS="--dir DIR --presets ... --ranks ... --step-ms MS --tables 1,2,3")
 BENCH_CHECKPOINT_ARGS ?=
 $(BUILD)/bench_checkpoint: dev/bench_checkpoint.cpp $(LLMC_H) | $(BUILD)
 	$(CXX_MPI) $(CXXFLAGS) $< -o $@ $(LDLIBS_CPU)

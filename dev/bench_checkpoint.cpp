@@ -22,8 +22,10 @@
 // rank's state file (the shares of the moments); now = llmc/run.h's: each rank reads its own
 // state file and rank 0 the model file too, and the ranks pass the weights and shares round over
 // their collectives (run_resume_gather; not timed here, it needs ranks). Rank 0 reads the most
-// either way; "in all" is what the N ranks read together. Each is timed twice, alternating, the
-// faster kept.
+// either way; "in all" is what the N ranks read together. Each is timed twice (before, now, now,
+// before), the faster kept.
+//
+// --tables LIST picks the tables (default 1,2,3).
 #include <chrono>
 #include <fcntl.h>
 #include <cmath>
@@ -74,13 +76,19 @@ static std::vector<std::string> split_list(const std::string& s) {
 }
 
 int main(int argc, char** argv) {
-    std::string dir = "/tmp", presets = "llama300m,llama600m", ranks = "1,8,32", step_ms_s = "100";
+    std::string dir = "/tmp", presets = "llama300m,llama600m", ranks = "1,8,32", step_ms_s = "100", tables_s = "1,2,3";
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        if ((a == "--dir" || a == "--presets" || a == "--ranks" || a == "--step-ms") && i + 1 < argc)
-            (a == "--dir" ? dir : a == "--presets" ? presets : a == "--ranks" ? ranks : step_ms_s) = argv[++i];
-        else { fprintf(stderr, "usage: bench_checkpoint [--dir DIR] [--presets LIST] [--ranks LIST] [--step-ms MS]\n"); return 2; }
+        if ((a == "--dir" || a == "--presets" || a == "--ranks" || a == "--step-ms" || a == "--tables") && i + 1 < argc)
+            (a == "--dir" ? dir : a == "--presets" ? presets : a == "--ranks" ? ranks : a == "--step-ms" ? step_ms_s : tables_s) = argv[++i];
+        else { fprintf(stderr, "usage: bench_checkpoint [--dir DIR] [--presets LIST] [--ranks LIST] [--step-ms MS] [--tables LIST]\n"); return 2; }
     }
+    bool table[4] = {false, false, false, false};
+    for (const std::string& t : split_list(tables_s)) {
+        if (t != "1" && t != "2" && t != "3") { fprintf(stderr, "error: --tables: expected a list of 1, 2 and 3, found '%s'\n", t.c_str()); return 1; }
+        table[t[0] - '0'] = true;
+    }
+    if (tables_s.empty()) { fprintf(stderr, "error: --tables: expected a list of 1, 2 and 3, found ''\n"); return 1; }
     char* step_end = NULL;
     const double step_ms = strtod(step_ms_s.c_str(), &step_end);
     if (step_ms_s.empty() || *step_end || !(step_ms >= 1 && step_ms <= 60000)) {
@@ -102,163 +110,170 @@ int main(int argc, char** argv) {
         if (!llama_preset(name.c_str(), &c)) { fprintf(stderr, "error: --presets: unknown preset '%s' (expected %s)\n", name.c_str(), LLAMA_PRESET_LIST); return 1; }
         configs.push_back({name, c});
     }
-    printf("# dev/bench_checkpoint.cpp: a rank's state file at a checkpoint, in %s; v1 = all the moments a rank, CRC-32 a byte at a time;\n"
-           "# v2 = llmc/checkpoint.h's: the rank's share, CRC-32 eight bytes at a time (write = CRC, write, fsync, rename)\n", dir.c_str());
-    printf("| preset | params | ranks | v1 GB a rank | v1 s | v2 GB a rank | v2 s | v1 / v2 | state files GB a checkpoint, v1 -> v2 |\n|---|---|---|---|---|---|---|---|---|\n");
-    fflush(stdout);
-    for (const auto& [name, c] : configs) {
-        size_t P = llama_num_params(&c);
-        std::vector<float> m(P), v(P);
-        for (size_t i = 0; i < P; i++) { m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999); }
-        std::string path = dir + "/bench_checkpoint_state.bin";
-        CheckpointState s;
-        s.step = 1; s.rank = 0; s.world_size = 1; s.data_state[0] = s.data_state[1] = s.data_state[2] = 0; s.skipped_steps = 0;
-        s.settings = "model_config=" + llama_config_string(&c) + "\n";
-        // v1 does not depend on N: timed twice, once cold (the first write of the preset's size)
-        // and once after a v2 write of the same size, the faster kept
-        double v1_s = INFINITY;
-        for (int rep = 0; rep < 2; rep++) {
-            s.m = m; s.v = v;
-            s.moments_begin = 0; s.moments_total = (int64_t)P;
-            double t0 = now_s();
-            write_state_v1(path, &s);
-            v1_s = std::min(v1_s, now_s() - t0);
-            remove(path.c_str());
-            if (rep == 0) {
-                checkpoint_write_state(path, &s);
+    if (table[1]) {
+        printf("# dev/bench_checkpoint.cpp: a rank's state file at a checkpoint, in %s; v1 = all the moments a rank, CRC-32 a byte at a time;\n"
+               "# v2 = llmc/checkpoint.h's: the rank's share, CRC-32 eight bytes at a time (write = CRC, write, fsync, rename)\n", dir.c_str());
+        printf("| preset | params | ranks | v1 GB a rank | v1 s | v2 GB a rank | v2 s | v1 / v2 | state files GB a checkpoint, v1 -> v2 |\n|---|---|---|---|---|---|---|---|---|\n");
+        fflush(stdout);
+        for (const auto& [name, c] : configs) {
+            size_t P = llama_num_params(&c);
+            std::vector<float> m(P), v(P);
+            for (size_t i = 0; i < P; i++) { m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999); }
+            std::string path = dir + "/bench_checkpoint_state.bin";
+            CheckpointState s;
+            s.step = 1; s.rank = 0; s.world_size = 1; s.data_state[0] = s.data_state[1] = s.data_state[2] = 0; s.skipped_steps = 0;
+            s.settings = "model_config=" + llama_config_string(&c) + "\n";
+            // v1 does not depend on N: timed twice, once cold (the first write of the preset's size)
+            // and once after a v2 write of the same size, the faster kept
+            double v1_s = INFINITY;
+            for (int rep = 0; rep < 2; rep++) {
+                s.m = m; s.v = v;
+                s.moments_begin = 0; s.moments_total = (int64_t)P;
+                double t0 = now_s();
+                write_state_v1(path, &s);
+                v1_s = std::min(v1_s, now_s() - t0);
                 remove(path.c_str());
+                if (rep == 0) {
+                    checkpoint_write_state(path, &s);
+                    remove(path.c_str());
+                }
             }
-        }
-        for (int N : counts) {
-            size_t b, e;
-            checkpoint_moments_slice(P, 0, N, &b, &e);
-            s.world_size = N;
-            s.m.assign(m.begin() + b, m.begin() + e);
-            s.v.assign(v.begin() + b, v.begin() + e);
-            s.moments_begin = (int64_t)b; s.moments_total = (int64_t)P;
-            double t0 = now_s();
-            checkpoint_write_state(path, &s);
-            double v2_s = now_s() - t0;
-            remove(path.c_str());
-            double g1 = 8.0 * P / 1e9, g2 = 8.0 * (e - b) / 1e9;
-            printf("| %s | %zu | %d | %.2f | %.2f | %.3f | %.2f | %.1fx | %.1f -> %.1f |\n", name.c_str(), P, N, g1, v1_s, g2, v2_s, v1_s / v2_s,
-                   g1 * N, 8.0 * P / 1e9);
-            fflush(stdout);
+            for (int N : counts) {
+                size_t b, e;
+                checkpoint_moments_slice(P, 0, N, &b, &e);
+                s.world_size = N;
+                s.m.assign(m.begin() + b, m.begin() + e);
+                s.v.assign(v.begin() + b, v.begin() + e);
+                s.moments_begin = (int64_t)b; s.moments_total = (int64_t)P;
+                double t0 = now_s();
+                checkpoint_write_state(path, &s);
+                double v2_s = now_s() - t0;
+                remove(path.c_str());
+                double g1 = 8.0 * P / 1e9, g2 = 8.0 * (e - b) / 1e9;
+                printf("| %s | %zu | %d | %.2f | %.2f | %.3f | %.2f | %.1fx | %.1f -> %.1f |\n", name.c_str(), P, N, g1, v1_s, g2, v2_s, v1_s / v2_s,
+                       g1 * N, 8.0 * P / 1e9);
+                fflush(stdout);
+            }
         }
     }
 
     // table 2: rank 0's checkpoint on the training loop, --checkpoint-async 0 against 1
-    printf("\n# rank 0's checkpoint (model file + its share of the moments) on a training loop of %.0f ms idle steps, written by\n"
-           "# llmc/checkpoint_writer.h; held = the loop's time on it (copies; with --checkpoint-async 0 the writes too)\n", step_ms);
-    printf("| preset | ranks | rank 0's files GB | write s | held s, async 0 | held s, async 1 | 0 / 1 | steps the writes overlapped |\n"
-           "|---|---|---|---|---|---|---|---|\n");
-    fflush(stdout);
-    for (const auto& [name, c] : configs) {
-        size_t P = llama_num_params(&c);
-        std::vector<float> params(P), m(P), v(P);
-        for (size_t i = 0; i < P; i++) {
-            params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
+    if (table[2]) {
+        printf("\n# rank 0's checkpoint (model file + its share of the moments) on a training loop of %.0f ms idle steps, written by\n"
+               "# llmc/checkpoint_writer.h; held = the loop's time on it (copies; with --checkpoint-async 0 the writes too)\n", step_ms);
+        printf("| preset | ranks | rank 0's files GB | write s | held s, async 0 | held s, async 1 | 0 / 1 | steps the writes overlapped |\n"
+               "|---|---|---|---|---|---|---|---|\n");
+        fflush(stdout);
+        for (const auto& [name, c] : configs) {
+            size_t P = llama_num_params(&c);
+            std::vector<float> params(P), m(P), v(P);
+            for (size_t i = 0; i < P; i++) {
+                params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
+            }
+            CheckpointWriter w;
+            const std::string sub = dir + "/bench_checkpoint_writer." + std::to_string((long long)getpid());  // files of its own
+            if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
+            for (int N : counts) {
+                double held[2] = {0, 0}, write_s = 0;
+                int overlapped = 0;
+                size_t b, e;
+                checkpoint_moments_slice(P, 0, N, &b, &e);
+                for (int rep = 0; rep < 2; rep++) {  // the second timed
+                    for (int async = 0; async < 2; async++) {
+                        const int step = 1 + 2 * rep + async;
+                        double t0 = now_s();
+                        checkpoint_writer_set_weights(&w, params.data(), P, async == 1);  // the copies the engines make
+                        CheckpointState& st = w.state;
+                        st.step = step; st.rank = 0; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
+                        st.settings = "model_config=" + llama_config_string(&c) + "\n";
+                        st.m.assign(m.begin() + b, m.begin() + e);
+                        st.v.assign(v.begin() + b, v.begin() + e);
+                        st.moments_begin = (int64_t)b; st.moments_total = (int64_t)P;
+                        w.model = true; w.config = c;
+                        checkpoint_writer_start(&w, sub, step, async == 1);
+                        held[async] = now_s() - t0;
+                        int steps = 0, status;
+                        double waited;
+                        while ((status = checkpoint_writer_status(&w, false, &waited)) == CHECKPOINT_WRITING) {
+                            std::this_thread::sleep_for(std::chrono::microseconds((long long)(step_ms * 1e3)));
+                            steps++;
+                        }
+                        if (status == CHECKPOINT_FAILED) { fprintf(stderr, "error: %s\n", w.error.c_str()); rmdir(sub.c_str()); return 1; }
+                        if (async == 1) { write_s = w.write_seconds; overlapped = steps; }
+                        w.step = -1;
+                        remove(checkpoint_model_path(sub, step).c_str());
+                        remove(checkpoint_state_path(sub, step, 0).c_str());
+                    }
+                }
+                printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.0fx | %d |\n", name.c_str(), N, 4.0 * P / 1e9 + 8.0 * (e - b) / 1e9, write_s, held[0], held[1],
+                       held[0] / std::max(held[1], 1e-9), overlapped);
+                fflush(stdout);
+            }
+            rmdir(sub.c_str());
         }
-        CheckpointWriter w;
-        const std::string sub = dir + "/bench_checkpoint_writer." + std::to_string((long long)getpid());  // files of its own
-        if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
-        for (int N : counts) {
-            double held[2] = {0, 0}, write_s = 0;
-            int overlapped = 0;
-            size_t b, e;
-            checkpoint_moments_slice(P, 0, N, &b, &e);
-            for (int rep = 0; rep < 2; rep++) {  // the second timed
-                for (int async = 0; async < 2; async++) {
-                    const int step = 1 + 2 * rep + async;
-                    double t0 = now_s();
-                    checkpoint_writer_set_weights(&w, params.data(), P, async == 1);  // the copies the engines make
-                    CheckpointState& st = w.state;
-                    st.step = step; st.rank = 0; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
+    }
+
+    // table 3: a resume's reads, rank 0's, cold: every rank's files (before) against its own (now)
+    if (table[3]) {
+        printf("\n# a resume's reads from the disk (-y 1), rank 0's, the page cache dropped first; before = the model file and every\n"
+               "# rank's state file on every rank, now = its own state file, and on rank 0 the model file (llmc/run.h)\n");
+        printf("| preset | ranks | rank 0 reads GB, before | before s | rank 0 reads GB, now | now s | before / now | the ranks read GB in all, before -> now |\n"
+               "|---|---|---|---|---|---|---|---|\n");
+        fflush(stdout);
+        for (const auto& [name, c] : configs) {
+            size_t P = llama_num_params(&c);
+            std::vector<float> params(P), m(P), v(P);
+            for (size_t i = 0; i < P; i++) {
+                params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
+            }
+            const std::string sub = dir + "/bench_checkpoint_resume." + std::to_string((long long)getpid());
+            if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
+            const std::string model = checkpoint_model_path(sub, 1);
+            checkpoint_write_model(model, &c, params.data(), 1);
+            for (int N : counts) {
+                for (int q = 0; q < N; q++) {  // the N ranks' state files, each with its share
+                    CheckpointState st;
+                    size_t b, e;
+                    checkpoint_moments_slice(P, q, N, &b, &e);
+                    st.step = 1; st.rank = q; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
                     st.settings = "model_config=" + llama_config_string(&c) + "\n";
                     st.m.assign(m.begin() + b, m.begin() + e);
                     st.v.assign(v.begin() + b, v.begin() + e);
                     st.moments_begin = (int64_t)b; st.moments_total = (int64_t)P;
-                    w.model = true; w.config = c;
-                    checkpoint_writer_start(&w, sub, step, async == 1);
-                    held[async] = now_s() - t0;
-                    int steps = 0, status;
-                    double waited;
-                    while ((status = checkpoint_writer_status(&w, false, &waited)) == CHECKPOINT_WRITING) {
-                        std::this_thread::sleep_for(std::chrono::microseconds((long long)(step_ms * 1e3)));
-                        steps++;
-                    }
-                    if (status == CHECKPOINT_FAILED) { fprintf(stderr, "error: %s\n", w.error.c_str()); rmdir(sub.c_str()); return 1; }
-                    if (async == 1) { write_s = w.write_seconds; overlapped = steps; }
-                    w.step = -1;
-                    remove(checkpoint_model_path(sub, step).c_str());
-                    remove(checkpoint_state_path(sub, step, 0).c_str());
+                    checkpoint_write_state(checkpoint_state_path(sub, 1, q), &st);
                 }
+                double secs[2] = {INFINITY, INFINITY}, gb[2];
+                for (int k = 0; k < 4; k++) {  // before, now, now, before (a drift of the disk falls on both): the faster of each kept
+                    const int now = k == 1 || k == 2;
+                    drop_cache(model);
+                    for (int q = 0; q < N; q++) drop_cache(checkpoint_state_path(sub, 1, q));
+                    std::vector<float> back;
+                    std::string why;
+                    bool differs = false, ok = true;
+                    double t0 = now_s();
+                    long long bytes = 0;
+                    for (int q = 0; q < (now ? 1 : N); q++) {  // its own state file first, as run_check_checkpoint reads it
+                        CheckpointState st;
+                        std::string path = checkpoint_state_path(sub, 1, q);
+                        ok = ok && checkpoint_try_read_state(path, &st, &why);
+                        bytes += path_bytes(path);
+                        if (q == 0) { ok = ok && checkpoint_try_read_model(model, &c, 1, &back, &why, &differs); bytes += path_bytes(model); }
+                    }
+                    secs[now] = std::min(secs[now], now_s() - t0);
+                    gb[now] = bytes / 1e9;
+                    if (!ok) { fprintf(stderr, "error: the bench's checkpoint in '%s' did not read back: %s\n", sub.c_str(), why.c_str()); return 1; }
+                }
+                long long once = path_bytes(model);  // now every file is read once, by its rank
+                for (int q = 0; q < N; q++) once += path_bytes(checkpoint_state_path(sub, 1, q));
+                printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.1fx | %.1f -> %.1f |\n", name.c_str(), N, gb[0], secs[0], gb[1], secs[1],
+                       secs[0] / std::max(secs[1], 1e-9), gb[0] * N, once / 1e9);
+                fflush(stdout);
+                for (int q = 0; q < N; q++) remove(checkpoint_state_path(sub, 1, q).c_str());
             }
-            printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.0fx | %d |\n", name.c_str(), N, 4.0 * P / 1e9 + 8.0 * (e - b) / 1e9, write_s, held[0], held[1],
-                   held[0] / std::max(held[1], 1e-9), overlapped);
-            fflush(stdout);
+            remove(model.c_str());
+            rmdir(sub.c_str());
         }
-        rmdir(sub.c_str());
     }
 
-    // table 3: a resume's reads, rank 0's, cold: every rank's files (before) against its own (now)
-    printf("\n# a resume's reads from the disk (-y 1), rank 0's, the page cache dropped first; before = the model file and every\n"
-           "# rank's state file on every rank, now = its own state file, and on rank 0 the model file (llmc/run.h)\n");
-    printf("| preset | ranks | rank 0 reads GB, before | before s | rank 0 reads GB, now | now s | before / now | the ranks read GB in all, before -> now |\n"
-           "|---|---|---|---|---|---|---|---|\n");
-    fflush(stdout);
-    for (const auto& [name, c] : configs) {
-        size_t P = llama_num_params(&c);
-        std::vector<float> params(P), m(P), v(P);
-        for (size_t i = 0; i < P; i++) {
-            params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
-        }
-        const std::string sub = dir + "/bench_checkpoint_resume." + std::to_string((long long)getpid());
-        if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
-        const std::string model = checkpoint_model_path(sub, 1);
-        checkpoint_write_model(model, &c, params.data(), 1);
-        for (int N : counts) {
-            for (int q = 0; q < N; q++) {  // the N ranks' state files, each with its share
-                CheckpointState st;
-                size_t b, e;
-                checkpoint_moments_slice(P, q, N, &b, &e);
-                st.step = 1; st.rank = q; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
-                st.settings = "model_config=" + llama_config_string(&c) + "\n";
-                st.m.assign(m.begin() + b, m.begin() + e);
-                st.v.assign(v.begin() + b, v.begin() + e);
-                st.moments_begin = (int64_t)b; st.moments_total = (int64_t)P;
-                checkpoint_write_state(checkpoint_state_path(sub, 1, q), &st);
-            }
-            double secs[2] = {INFINITY, INFINITY}, gb[2];
-            for (int k = 0; k < 4; k++) {  // before, now, before, now: the faster of each kept
-                const int now = k % 2;
-                drop_cache(model);
-                for (int q = 0; q < N; q++) drop_cache(checkpoint_state_path(sub, 1, q));
-                std::vector<float> back;
-                std::string why;
-                bool differs = false, ok = true;
-                double t0 = now_s();
-                long long bytes = 0;
-                for (int q = 0; q < (now ? 1 : N); q++) {  // its own state file first, as run_check_checkpoint reads it
-                    CheckpointState st;
-                    std::string path = checkpoint_state_path(sub, 1, q);
-                    ok = ok && checkpoint_try_read_state(path, &st, &why);
-                    bytes += path_bytes(path);
-                    if (q == 0) { ok = ok && checkpoint_try_read_model(model, &c, 1, &back, &why, &differs); bytes += path_bytes(model); }
-                }
-                secs[now] = std::min(secs[now], now_s() - t0);
-                gb[now] = bytes / 1e9;
-                if (!ok) { fprintf(stderr, "error: the bench's checkpoint in '%s' did not read back: %s\n", sub.c_str(), why.c_str()); return 1; }
-            }
-            long long once = path_bytes(model);  // now every file is read once, by its rank
-            for (int q = 0; q < N; q++) once += path_bytes(checkpoint_state_path(sub, 1, q));
-            printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.1fx | %.1f -> %.1f |\n", name.c_str(), N, gb[0], secs[0], gb[1], secs[1],
-                   secs[0] / std::max(secs[1], 1e-9), gb[0] * N, once / 1e9);
-            fflush(stdout);
-            for (int q = 0; q < N; q++) remove(checkpoint_state_path(sub, 1, q).c_str());
-        }
-        remove(model.c_str());
-        rmdir(sub.c_str());
-    }
     return 0;
 }

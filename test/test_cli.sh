@@ -348,6 +348,9 @@ EOF
     out=$(build/bench_checkpoint --ranks 2,0 2>&1)
     if [ $? -eq 1 ] && [ "$out" = "error: --ranks: expected rank counts from 1 to 100000, found '0'" ]; then pass bench_checkpoint_bad_ranks_one_line
     else fail bench_checkpoint_bad_ranks_one_line "$out"; fi
+    out=$(build/bench_checkpoint --tables 1,4 2>&1)
+    if [ $? -eq 1 ] && [ "$out" = "error: --tables: expected a list of 1, 2 and 3, found '4'" ]; then pass bench_checkpoint_bad_tables_one_line
+    else fail bench_checkpoint_bad_tables_one_line "$out"; fi
     out=$(build/bench_checkpoint --step-ms 0.5 2>&1)
     if [ $? -eq 1 ] && [ "$out" = "error: --step-ms: expected milliseconds from 1 to 60000, found '0.5'" ]; then pass bench_checkpoint_bad_step_one_line
     else fail bench_checkpoint_bad_step_one_line "$out"; fi
