@@ -67,6 +67,31 @@ static long long path_bytes(const std::string& path) {
     return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : 0;
 }
 
+// the values the tables write for P parameters: weights, m and v (varied, as a CRC-32 sees real values)
+static void bench_values(size_t P, std::vector<float>* params, std::vector<float>* m, std::vector<float>* v) {
+    params->resize(P); m->resize(P); v->resize(P);
+    for (size_t i = 0; i < P; i++) {
+        (*params)[i] = 1e-2f * (float)((int)(i % 997) - 498); (*m)[i] = 1e-3f * (float)((int)(i % 2003) - 1001); (*v)[i] = 1e-7f * (float)(i % 1999);
+    }
+}
+
+// a folder of the table's own under --dir (removed by the table); one line and exit 1 if it cannot be made
+static std::string bench_subdir(const std::string& dir, const char* table) {
+    const std::string sub = dir + "/bench_checkpoint_" + table + "." + std::to_string((long long)getpid());
+    if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); exit(1); }
+    return sub;
+}
+
+// a table's comment (after a blank line), its header and the separator row, printed at once
+static void print_table_head(const char* what, const std::vector<const char*>& columns) {
+    printf("\n# %s\n|", what);
+    for (const char* c : columns) printf(" %s |", c);
+    printf("\n|");
+    for (size_t k = 0; k < columns.size(); k++) printf("---|");
+    printf("\n");
+    fflush(stdout);
+}
+
 static std::vector<std::string> split_list(const std::string& s) {
     std::vector<std::string> out;
     std::stringstream in(s);
@@ -159,20 +184,16 @@ int main(int argc, char** argv) {
 
     // table 2: rank 0's checkpoint on the training loop, --checkpoint-async 0 against 1
     if (table[2]) {
-        printf("\n# rank 0's checkpoint (model file + its share of the moments) on a training loop of %.0f ms idle steps, written by\n"
-               "# llmc/checkpoint_writer.h; held = the loop's time on it (copies; with --checkpoint-async 0 the writes too)\n", step_ms);
-        printf("| preset | ranks | rank 0's files GB | write s | held s, async 0 | held s, async 1 | 0 / 1 | steps the writes overlapped |\n"
-               "|---|---|---|---|---|---|---|---|\n");
-        fflush(stdout);
+        char what[256];
+        snprintf(what, sizeof(what), "rank 0's checkpoint (model file + its share of the moments) on a training loop of %.0f ms idle steps, written by\n"
+                 "# llmc/checkpoint_writer.h; held = the loop's time on it (copies; with --checkpoint-async 0 the writes too)", step_ms);
+        print_table_head(what, {"preset", "ranks", "rank 0's files GB", "write s", "held s, async 0", "held s, async 1", "0 / 1", "steps the writes overlapped"});
         for (const auto& [name, c] : configs) {
             size_t P = llama_num_params(&c);
-            std::vector<float> params(P), m(P), v(P);
-            for (size_t i = 0; i < P; i++) {
-                params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
-            }
+            std::vector<float> params, m, v;
+            bench_values(P, &params, &m, &v);
             CheckpointWriter w;
-            const std::string sub = dir + "/bench_checkpoint_writer." + std::to_string((long long)getpid());  // files of its own
-            if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
+            const std::string sub = bench_subdir(dir, "writer");
             for (int N : counts) {
                 double held[2] = {0, 0}, write_s = 0;
                 int overlapped = 0;
@@ -215,19 +236,15 @@ int main(int argc, char** argv) {
 
     // table 3: a resume's reads, rank 0's, cold: every rank's files (before) against its own (now)
     if (table[3]) {
-        printf("\n# a resume's reads from the disk (-y 1), rank 0's, the page cache dropped first; before = the model file and every\n"
-               "# rank's state file on every rank, now = its own state file, and on rank 0 the model file (llmc/run.h)\n");
-        printf("| preset | ranks | rank 0 reads GB, before | before s | rank 0 reads GB, now | now s | before / now | the ranks read GB in all, before -> now |\n"
-               "|---|---|---|---|---|---|---|---|\n");
-        fflush(stdout);
+        print_table_head("a resume's reads from the disk (-y 1), rank 0's, the page cache dropped first; before = the model file and every\n"
+                         "# rank's state file on every rank, now = its own state file, and on rank 0 the model file (llmc/run.h)",
+                         {"preset", "ranks", "rank 0 reads GB, before", "before s", "rank 0 reads GB, now", "now s", "before / now",
+                          "the ranks read GB in all, before -> now"});
         for (const auto& [name, c] : configs) {
             size_t P = llama_num_params(&c);
-            std::vector<float> params(P), m(P), v(P);
-            for (size_t i = 0; i < P; i++) {
-                params[i] = 1e-2f * (float)((int)(i % 997) - 498); m[i] = 1e-3f * (float)((int)(i % 2003) - 1001); v[i] = 1e-7f * (float)(i % 1999);
-            }
-            const std::string sub = dir + "/bench_checkpoint_resume." + std::to_string((long long)getpid());
-            if (mkdir(sub.c_str(), 0755) != 0) { fprintf(stderr, "error: --dir: cannot create '%s' (%s)\n", sub.c_str(), strerror(errno)); return 1; }
+            std::vector<float> params, m, v;
+            bench_values(P, &params, &m, &v);
+            const std::string sub = bench_subdir(dir, "resume");
             const std::string model = checkpoint_model_path(sub, 1);
             checkpoint_write_model(model, &c, params.data(), 1);
             for (int N : counts) {
