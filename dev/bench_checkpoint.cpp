@@ -34,8 +34,6 @@
 #include "../llmc/checkpoint.h"
 #include "../llmc/checkpoint_writer.h"
 
-static double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 // the replaced CRC-32: one table, a byte at a time (the same values as crc32_update)
 static uint32_t crc32_bytewise(uint32_t crc, const void* data, size_t n) {
     const uint32_t* t = crc32_tables().t[0];
@@ -154,9 +152,9 @@ int main(int argc, char** argv) {
             for (int rep = 0; rep < 2; rep++) {
                 s.m = m; s.v = v;
                 s.moments_begin = 0; s.moments_total = (int64_t)P;
-                double t0 = now_s();
+                double t0 = checkpoint_writer_now();
                 write_state_v1(path, &s);
-                v1_s = std::min(v1_s, now_s() - t0);
+                v1_s = std::min(v1_s, checkpoint_writer_now() - t0);
                 remove(path.c_str());
                 if (rep == 0) {
                     checkpoint_write_state(path, &s);
@@ -170,9 +168,9 @@ int main(int argc, char** argv) {
                 s.m.assign(m.begin() + b, m.begin() + e);
                 s.v.assign(v.begin() + b, v.begin() + e);
                 s.moments_begin = (int64_t)b; s.moments_total = (int64_t)P;
-                double t0 = now_s();
+                double t0 = checkpoint_writer_now();
                 checkpoint_write_state(path, &s);
-                double v2_s = now_s() - t0;
+                double v2_s = checkpoint_writer_now() - t0;
                 remove(path.c_str());
                 double g1 = 8.0 * P / 1e9, g2 = 8.0 * (e - b) / 1e9;
                 printf("| %s | %zu | %d | %.2f | %.2f | %.3f | %.2f | %.1fx | %.1f -> %.1f |\n", name.c_str(), P, N, g1, v1_s, g2, v2_s, v1_s / v2_s,
@@ -202,7 +200,7 @@ int main(int argc, char** argv) {
                 for (int rep = 0; rep < 2; rep++) {  // the second timed
                     for (int async = 0; async < 2; async++) {
                         const int step = 1 + 2 * rep + async;
-                        double t0 = now_s();
+                        double t0 = checkpoint_writer_now();
                         checkpoint_writer_set_weights(&w, params.data(), P, async == 1);  // the copies the engines make
                         CheckpointState& st = w.state;
                         st.step = step; st.rank = 0; st.world_size = N; st.data_state[0] = st.data_state[1] = st.data_state[2] = 0; st.skipped_steps = 0;
@@ -212,7 +210,7 @@ int main(int argc, char** argv) {
                         st.moments_begin = (int64_t)b; st.moments_total = (int64_t)P;
                         w.model = true; w.config = c;
                         checkpoint_writer_start(&w, sub, step, async == 1);
-                        held[async] = now_s() - t0;
+                        held[async] = checkpoint_writer_now() - t0;
                         int steps = 0, status;
                         double waited;
                         while ((status = checkpoint_writer_status(&w, false, &waited)) == CHECKPOINT_WRITING) {
@@ -267,7 +265,7 @@ int main(int argc, char** argv) {
                     std::vector<float> back;
                     std::string why;
                     bool differs = false, ok = true;
-                    double t0 = now_s();
+                    double t0 = checkpoint_writer_now();
                     long long bytes = 0;
                     for (int q = 0; q < (now ? 1 : N); q++) {  // its own state file first, as run_check_checkpoint reads it
                         CheckpointState st;
@@ -276,7 +274,7 @@ int main(int argc, char** argv) {
                         bytes += path_bytes(path);
                         if (q == 0) { ok = ok && checkpoint_try_read_model(model, &c, 1, &back, &why, &differs); bytes += path_bytes(model); }
                     }
-                    secs[now] = std::min(secs[now], now_s() - t0);
+                    secs[now] = std::min(secs[now], checkpoint_writer_now() - t0);
                     gb[now] = bytes / 1e9;
                     if (!ok) { fprintf(stderr, "error: the bench's checkpoint in '%s' did not read back: %s\n", sub.c_str(), why.c_str()); return 1; }
                 }
